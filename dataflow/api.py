@@ -1,0 +1,252 @@
+"""The Python API: everything the CLI can do.
+
+Example:
+    >>> from dataflow.api import compile_query
+    >>> from dataflow.records import Update
+    >>> q = compile_query('''
+    ...     CREATE TABLE G(src INT, dst INT);
+    ...     SELECT G1.src AS a, G2.dst AS c FROM G G1, G G2 WHERE G1.dst = G2.src;
+    ... ''')
+    >>> view = q.maintain()
+    >>> for u in [Update("+", "G", (1, 2)), Update("+", "G", (2, 3))]:
+    ...     view.apply(u)
+    >>> view.end_epoch().rows
+    ((1, (1, 3)),)
+    >>> view.apply(Update("-", "G", (2, 3)))
+    >>> view.end_epoch().rows, view.snapshot()
+    (((-1, (1, 3)),), [])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataflow.engine import Engine, aggregate_layout, make_ring
+from dataflow.errors import InputError
+from dataflow.graph import Dataflow
+from dataflow.partitioner import Partitioner
+from dataflow.records import EpochDelta, EpochEnd, Record, Update
+from operators.finalize import OutputFinalizer
+from operators.input import BaseValidator, RelationInput
+from operators.state import DictState
+from plans.cq import ConjunctiveQuery
+from plans.dag import compile_dataflow, finalize_mode
+from plans.explain import explain
+from plans.plan import Plan, build_plan
+from plans.schema import Relation, Row, Schema
+from plans.sql import parse_query
+
+_PY_TYPES = {"INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,)}
+
+
+def estimate_rates(cq: ConjunctiveQuery, prefix: Iterable[Record]) -> list[float]:
+    """N(e) per FROM item from a buffered prefix of the stream (updates that pass the
+    item's filters), +1 so that unseen items still count."""
+    inputs = [RelationInput(a, cq.join_vars) for a in cq.atoms]
+    rates = [1.0] * len(cq.atoms)
+    for rec in prefix:
+        if not isinstance(rec, Update):
+            continue
+        for i, a in enumerate(cq.atoms):
+            if a.relation.name.lower() == rec.relation.lower() and len(rec.row) == len(
+                a.relation.columns
+            ) and inputs[i](rec.row) is not None:
+                rates[i] += 1
+    return rates
+
+
+@dataclass
+class CompiledQuery:
+    """A query compiled to its plan and dataflow; ``maintain()`` starts a live view."""
+
+    cq: ConjunctiveQuery
+    plan: Plan
+    dataflow: Dataflow
+    source_name: str = "<query>"
+
+    @property
+    def schema(self) -> Schema:
+        return self.cq.schema
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        return self.cq.output_names
+
+    def explain(self, parallelism: int = 1) -> str:
+        parts = ""
+        if parallelism > 1:
+            parts = Partitioner(self.plan, parallelism).describe()
+        return explain(self.plan, self.dataflow, parts)
+
+    def maintain(self, parallelism: int = 1) -> View:
+        return View(self, parallelism)
+
+    def run(
+        self, records: Iterable[Record], epoch_size: int | None = None, parallelism: int = 1
+    ) -> Iterator[EpochDelta]:
+        """Per-epoch deltas of a stream: an epoch ends at a marker, after ``epoch_size``
+        updates, and at the end of the stream (if it holds updates)."""
+        view = self.maintain(parallelism)
+        for rec in records:
+            if isinstance(rec, EpochEnd):
+                yield view.end_epoch(closed_by_marker=True)
+                continue
+            view.apply(rec)
+            if epoch_size and view.pending_updates >= epoch_size:
+                yield view.end_epoch()
+        if view.pending_updates:
+            yield view.end_epoch()
+
+
+def compile_query(
+    sql: str,
+    *,
+    source_name: str = "<query>",
+    rates: list[float] | None = None,
+    prefix: Iterable[Record] | None = None,
+) -> CompiledQuery:
+    """Parse, classify, plan and compile a query file's text.
+
+    ``rates`` (one per FROM item) or a ``prefix`` of the update stream steer the join
+    tree choice (sum of depth * update rate); without them rates are uniform."""
+    cq = parse_query(sql, source_name)
+    if rates is None and prefix is not None:
+        rates = estimate_rates(cq, prefix)
+    plan = build_plan(cq, rates)
+    return CompiledQuery(cq, plan, compile_dataflow(plan), source_name)
+
+
+@dataclass
+class _RelationRoute:
+    relation: Relation
+    types: tuple[tuple[type, ...], ...]
+    atoms: list[tuple[int, RelationInput]] = field(default_factory=list)
+
+
+class View:
+    """A live, incrementally maintained query result (one or more partitions)."""
+
+    def __init__(self, query: CompiledQuery, parallelism: int = 1) -> None:
+        if parallelism < 1:
+            msg = f"parallelism must be at least 1, got {parallelism}"
+            raise ValueError(msg)
+        self.query = query
+        plan = query.plan
+        self.partitioner = Partitioner(plan, parallelism)
+        self.engines = [Engine(plan, query.dataflow) for _ in range(self.partitioner.partitions)]
+        self.validator = BaseValidator(DictState().map("validate.base"))
+        layout = aggregate_layout(plan)
+        cq = plan.cq
+        columns: list[tuple[str, int]] = []
+        group = cq.group_by or ()
+        for c in cq.columns if cq.is_aggregate else ():
+            if c.var is not None:
+                columns.append(("key", group.index(c.var)))
+            else:
+                assert c.aggregate is not None
+                columns.append(("agg", c.aggregate))
+        mode = finalize_mode(plan)
+        self.finalizer = OutputFinalizer(
+            mode,
+            make_ring(plan),
+            layout,
+            columns,
+            DictState().map("finalize.output"),
+            count_supports=bool(plan.extra_vars) or len(self.engines) > 1,
+            grouped=cq.group_by is not None,
+        )
+        self.routes: dict[str, _RelationRoute] = {}
+        for name, rel in cq.schema.relations.items():
+            types = tuple(_PY_TYPES[c.type] for c in rel.columns)
+            self.routes[name.lower()] = _RelationRoute(rel, types)
+        for atom in cq.atoms:
+            self.routes[atom.relation.name.lower()].atoms.append(
+                (atom.index, RelationInput(atom, cq.join_vars))
+            )
+        self.epoch = 0
+        self.pending_updates = 0
+        self.updates_total = 0
+
+    # -- input -----------------------------------------------------------------------
+    def _check(self, update: Update) -> tuple[_RelationRoute, Row]:
+        route = self.routes.get(update.relation.lower())
+        src = update.source or "<updates>"
+        if route is None:
+            known = ", ".join(sorted(r.relation.name for r in self.routes.values()))
+            raise InputError(
+                src, repr(update), f"a relation of the query ({known})",
+                f"relation {update.relation!r}", "fix the record or declare the table",
+            )
+        rel = route.relation
+        row = update.row
+        if len(row) != rel.arity:
+            cols = ", ".join(rel.column_names)
+            raise InputError(
+                src, repr(update), f"{rel.arity} values for {rel.name}({cols})",
+                f"{len(row)} value{'s' if len(row) != 1 else ''}",
+            )
+        for v, t in zip(row, route.types):
+            if v is not None and type(v) not in t:
+                try:
+                    row = rel.coerce_row(list(row))
+                except ValueError as err:
+                    raise InputError(src, repr(update), "typed values", str(err)) from None
+                break
+        if update.mult < 1:
+            raise InputError(src, repr(update), "a multiplicity of at least 1",
+                             str(update.mult))
+        return route, row
+
+    def apply(self, update: Update) -> None:
+        """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
+        route, row = self._check(update)
+        dm = update.mult if update.op == "+" else -update.mult
+        name = route.relation.name
+        self.validator.check(name, row, dm, update.source)
+        self.validator.apply(name, row, dm)
+        engines = self.engines
+        single = len(engines) == 1
+        for atom, relation_input in route.atoms:
+            t = relation_input(row)
+            if t is None:
+                continue
+            if single:
+                engines[0].apply_atom(atom, t, dm)
+            else:
+                for p in self.partitioner.route(atom, t):
+                    engines[p].apply_atom(atom, t, dm)
+        self.pending_updates += 1
+        self.updates_total += 1
+
+    # -- output ----------------------------------------------------------------------
+    def _merged(self, parts: list[dict[Any, Any]]) -> dict[Any, Any]:
+        if len(parts) == 1:
+            return parts[0]
+        ring = self.engines[0].ring
+        out: dict[Any, Any] = {}
+        for part in parts:
+            for row, v in part.items():
+                old = out.get(row)
+                out[row] = v if old is None else ring.add(old, v)
+        return out
+
+    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
+        """Close the current epoch and return its consolidated delta."""
+        raw = self._merged([e.take_delta() for e in self.engines])
+        rows = self.finalizer.epoch(raw)
+        self.epoch += 1
+        n = self.pending_updates
+        self.pending_updates = 0
+        return EpochDelta(self.epoch, tuple(rows), n, closed_by_marker)
+
+    def snapshot(self) -> list[tuple[int, Row]]:
+        """The whole current result, enumerated from the maintained structure."""
+        return self.finalizer.snapshot(self._merged([e.full() for e in self.engines]))
+
+    def state_entries(self) -> int:
+        """Stored state entries over all partitions (base validator and output included)."""
+        total = sum(e.state_entries() for e in self.engines)
+        total += len(self.validator.counts) + len(self.finalizer.state)
+        return total

@@ -1,0 +1,139 @@
+"""The engine: runs the compiled Dataflow on one partition over the State protocol.
+
+It instantiates the operators named by the graph (one :class:`JoinNode` per semi-join/
+projection pair, the enumerator over the top part) and collects, per epoch, the row
+payload changes that the finalizer turns into the consolidated delta.
+
+Example:
+    >>> from dataflow.api import compile_query
+    >>> q = compile_query("CREATE TABLE R(a INT, b INT); CREATE TABLE S(b INT, c INT);"
+    ...                   "SELECT R.a, S.c FROM R, S WHERE R.b = S.b")
+    >>> e = Engine(q.plan, q.dataflow)
+    >>> e.apply_atom(0, (1, 2), 1); e.apply_atom(1, (2, 3), 2)
+    >>> e.take_delta()
+    {(1, 3): 2}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dataflow.graph import Dataflow
+from operators.aggregate import AggregateLayout
+from operators.enumerate import Enumerator
+from operators.joinnode import JoinNode
+from operators.ring import IntRing, VectorRing
+from operators.state import DictState, State
+from plans.plan import Plan
+
+
+def aggregate_layout(plan: Plan) -> AggregateLayout | None:
+    """The ring layout of an aggregate query in ``ring`` mode (None otherwise)."""
+    if plan.mode != "ring":
+        return None
+    owner: dict[str, int] = {}
+    for agg in plan.cq.aggregates:
+        if agg.var is not None and agg.var not in owner:
+            owner[agg.var] = next(a.index for a in plan.cq.atoms if agg.var in a.vars)
+    return AggregateLayout(
+        [(a.func, a.var, a.result_type) for a in plan.cq.aggregates], owner
+    )
+
+
+def make_ring(plan: Plan) -> Any:
+    layout = aggregate_layout(plan)
+    return IntRing() if layout is None else VectorRing(layout.width - 1)
+
+
+def row_vars(plan: Plan) -> tuple[str, ...]:
+    """Variables of the rows the engine emits: the GROUP BY key for aggregates, else the
+    SELECT list (repeats allowed; extension variables projected away)."""
+    cq = plan.cq
+    if cq.is_aggregate:
+        return cq.group_by or ()
+    return tuple(c.var for c in cq.columns if c.var is not None)
+
+
+class Engine:
+    """One partition: the join-tree operators and their state."""
+
+    def __init__(self, plan: Plan, dataflow: Dataflow, state: State | None = None) -> None:
+        self.plan = plan
+        self.state = state if state is not None else DictState()
+        self.ring = make_ring(plan)
+        layout = aggregate_layout(plan)
+        nodes: dict[int, JoinNode] = {}
+        specs = {n.id: n for n in plan.nodes}
+        for op in dataflow.ops:
+            if op.kind not in ("semijoin", "intersect"):
+                continue
+            spec = specs[op.param("node")]
+            payload: Callable[[Any, int], Any] | None = None
+            if layout is not None and spec.atom is not None:
+                payload = self._payload_fn(layout, spec.atom, spec.attrs)
+            nodes[spec.id] = JoinNode(
+                op.id,
+                spec.attrs,
+                spec.generalized,
+                spec.id,
+                spec.top,
+                plan.mode,
+                self.ring,
+                self.state,
+                payload,
+            )
+        for spec in plan.nodes:
+            if spec.parent is not None:
+                nodes[spec.parent].attach_child(nodes[spec.id], spec.key)
+        for node in nodes.values():
+            node.finish()
+        self.nodes = [nodes[i] for i in sorted(nodes)]
+        self.atom_nodes: dict[int, JoinNode] = {
+            spec.atom: nodes[spec.id] for spec in plan.nodes if spec.atom is not None
+        }
+        top = [n for n in self.nodes if n.top]
+        self.enumerator = Enumerator(top, row_vars(plan), plan.mode, self.ring)
+        self.acc: dict[Any, Any] = {}
+        enum = self.enumerator
+
+        def on_tuple(node: JoinNode, t: Any, factor: Any) -> None:
+            enum.through_tuple(node, t, factor, self.acc)
+
+        def on_key(node: JoinNode, child: int, key: Any, factor: Any) -> None:
+            enum.through_key(node, child, key, factor, self.acc)
+
+        for node in top:
+            node.on_tuple = on_tuple
+            node.on_key = on_key
+
+    @staticmethod
+    def _payload_fn(
+        layout: AggregateLayout, atom: int, attrs: tuple[str, ...]
+    ) -> Callable[[Any, int], Any]:
+        positions = [attrs.index(v) for v in layout.owned_vars(atom)]
+
+        def payload(t: Any, m: int) -> Any:
+            return layout.base_payload(atom, m, *(t[p] for p in positions))
+
+        return payload
+
+    def apply_atom(self, atom: int, t: tuple[Any, ...], dm: int) -> None:
+        """Apply a (filtered, projected) update of one FROM item's copy."""
+        self.atom_nodes[atom].apply(t, dm)
+
+    def take_delta(self) -> dict[Any, Any]:
+        """Row payload changes since the last call (zero entries possible)."""
+        acc = self.acc
+        self.acc = {}
+        return acc
+
+    def full(self) -> dict[Any, Any]:
+        """Full enumeration of this partition's result: row -> payload."""
+        out: dict[Any, Any] = {}
+        self.enumerator.full(out)
+        return out
+
+    def state_entries(self) -> int:
+        entries = getattr(self.state, "entries", None)
+        return int(entries()) if callable(entries) else 0

@@ -1,0 +1,413 @@
+"""Join-tree node operators: semi-join with counters (R-, P- and S-updates of CROWN),
+projection with derivation counts or ring payloads, and live views.
+
+A node keeps, over the State protocol:
+
+* ``base``: tuple -> multiplicity (atoms; a generalized node has none),
+* ``counter``: tuple -> number of children whose projection holds the tuple's key
+  (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
+  exactly the keys with a counter),
+* ``index.<child>``: child key -> tuples of this node with that key (for P-updates),
+* ``proj``: this node's projection on its key to the parent. Top nodes keep it as
+  key -> set of semi-join tuples (V_s grouped by key, used for enumeration); lower
+  nodes keep key -> derivation count (set mode) or key -> payload (bag/ring mode),
+* top nodes only: ``live`` (V_l: tuples that occur in the current result) and
+  ``live.<child>``: child key -> live tuples with that key (to walk upwards).
+
+Every change that alters the result is reported to the node's enumerator hook exactly
+once, at the place where it enters the top part: a top tuple whose support or payload
+changes, or a boundary key (a lower subtree's projection) whose payload changes.
+Deletions are enumerated against the pre-delete state, insertions after the state has
+absorbed them (CROWN, section 5.2).
+
+Example:
+    >>> from operators.state import DictState
+    >>> from operators.ring import IntRing
+    >>> leaf = JoinNode("R2", ("b",), False, 0, True, "bag", IntRing(), DictState())
+    >>> root = JoinNode("R1", ("a", "b"), False, 0, True, "bag", IntRing(), DictState())
+    >>> root.attach_child(leaf, key_attrs=("b",))
+    >>> root.finish(); leaf.finish()
+    >>> events = []
+    >>> hook = lambda node, t, f: events.append((node.name, t, f))
+    >>> root.on_tuple = leaf.on_tuple = hook
+    >>> root.apply((1, 2), 1); leaf.apply((2,), 1)
+    >>> events
+    [('R2', (2,), 1)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from operator import itemgetter
+from typing import Any
+
+from operators.state import State
+
+Projector = Callable[[Any], Any]
+EMPTY: frozenset[Any] = frozenset()
+
+
+def _empty_key(_t: Any) -> tuple[()]:
+    return ()
+
+
+def _identity(t: Any) -> Any:
+    return t
+
+
+def make_projector(src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...]) -> Projector:
+    """Project a node tuple over ``src`` onto ``dst``. Keys of one variable are bare
+    values, of several tuples, of none ``()``; generalized nodes over one variable
+    store bare values too."""
+    if not dst:
+        return _empty_key
+    if src_scalar:
+        return _identity
+    pos = [src.index(v) for v in dst]
+    if len(pos) == 1:
+        return itemgetter(pos[0])
+    return itemgetter(*pos)
+
+
+def key_expr(var: str, src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...]) -> str:
+    """Python source of the same projection applied to the variable named ``var``."""
+    if not dst:
+        return "()"
+    if src_scalar:
+        return var
+    pos = [src.index(v) for v in dst]
+    if len(pos) == 1:
+        return f"{var}[{pos[0]}]"
+    return "(" + ", ".join(f"{var}[{p}]" for p in pos) + ",)"
+
+
+TupleHook = Callable[["JoinNode", Any, Any], None]
+KeyHook = Callable[["JoinNode", int, Any, Any], None]
+
+
+def _no_tuple_hook(node: JoinNode, t: Any, factor: Any) -> None:
+    return None
+
+
+def _no_key_hook(node: JoinNode, child: int, key: Any, factor: Any) -> None:
+    return None
+
+
+class JoinNode:
+    """One node of the join tree (semi-join + projection, plus live views on top)."""
+
+    def __init__(
+        self,
+        name: str,
+        attrs: tuple[str, ...],
+        generalized: bool,
+        node_id: int,
+        top: bool,
+        mode: str,
+        ring: Any,
+        state: State,
+        base_payload: Callable[[Any, int], Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.id = node_id
+        self.attrs = attrs
+        self.generalized = generalized
+        self.scalar = generalized and len(attrs) == 1
+        self.top = top
+        self.mode = mode
+        self.ring = ring
+        self.counting = mode == "set"
+        self.base_payload = base_payload or (lambda t, m: m)
+        self.children: list[JoinNode] = []
+        self.parent: JoinNode | None = None
+        self.pos_in_parent = -1
+        self.key_attrs: tuple[str, ...] = ()
+        self.key_of: Projector = _empty_key
+        self.child_key_of: list[Projector] = []
+        self.state = state
+        self.base: MutableMapping[Any, int] = state.map(f"{name}.base")
+        self.counter: MutableMapping[Any, int] = state.map(f"{name}.counter")
+        self.index: list[MutableMapping[Any, set[Any]]] = []
+        self.proj: MutableMapping[Any, Any] = state.map(f"{name}.proj")
+        self.live: MutableMapping[Any, bool] = state.map(f"{name}.live")
+        self.live_index: list[MutableMapping[Any, set[Any]]] = []
+        self.on_tuple: TupleHook = _no_tuple_hook
+        self.on_key: KeyHook = _no_key_hook
+
+    # -- wiring --------------------------------------------------------------------
+    def attach_child(self, child: JoinNode, key_attrs: tuple[str, ...]) -> None:
+        child.parent = self
+        child.pos_in_parent = len(self.children)
+        child.key_attrs = key_attrs
+        child.key_of = make_projector(child.attrs, child.scalar, key_attrs)
+        self.children.append(child)
+        self.child_key_of.append(make_projector(self.attrs, self.scalar, key_attrs))
+        self.index.append(self.state.map(f"{self.name}.index.{child.name}"))
+        self.live_index.append(self.state.map(f"{self.name}.live.{child.name}"))
+
+    def finish(self) -> None:
+        self.nchildren = len(self.children)
+        self.top_children = [c.top for c in self.children]
+
+    # -- R-update: a change of multiplicity of tuple t of this atom -------------------
+    def apply(self, t: Any, dm: int) -> None:
+        """Add ``dm`` (signed) copies of ``t``; the caller has validated deletes."""
+        base = self.base
+        old = base.get(t, 0)
+        new = old + dm
+        if old == 0:
+            c = 0
+            for i, child in enumerate(self.children):
+                k = self.child_key_of[i](t)
+                bucket = self.index[i].get(k)
+                if bucket is None:
+                    self.index[i][k] = {t}
+                else:
+                    bucket.add(t)
+                if k in child.proj:
+                    c += 1
+            self.counter[t] = c
+            base[t] = new
+        else:
+            c = self.counter[t]
+            if new:
+                base[t] = new
+        if c == self.nchildren:
+            if self.top:
+                self._top_base_change(t, old, new)
+            else:
+                self._lower_base_change(t, old, new)
+        if new == 0:
+            del base[t]
+            del self.counter[t]
+            for i in range(self.nchildren):
+                k = self.child_key_of[i](t)
+                bucket = self.index[i][k]
+                bucket.discard(t)
+                if not bucket:
+                    del self.index[i][k]
+
+    # -- top part ------------------------------------------------------------------
+    def _top_base_change(self, t: Any, old: int, new: int) -> None:
+        if old == 0:
+            self._sj_insert(t)
+            if t in self.live:
+                self.on_tuple(self, t, 1 if self.counting else self.base_payload(t, new))
+        elif new == 0:
+            if t in self.live:
+                self.on_tuple(
+                    self, t, -1 if self.counting else self.ring.neg(self.base_payload(t, old))
+                )
+            self._sj_delete(t)
+        elif not self.counting and t in self.live:
+            self.on_tuple(
+                self, t, self.ring.sub(self.base_payload(t, new), self.base_payload(t, old))
+            )
+
+    def _sj_insert(self, t: Any) -> None:
+        """t entered V_s: S-update (projection), then liveness."""
+        k = self.key_of(t)
+        group = self.proj.get(k)
+        parent = self.parent
+        if group is None:
+            self.proj[k] = {t}
+            if parent is not None:
+                parent._child_support(self.pos_in_parent, k, True)
+        else:
+            group.add(t)
+        if parent is None or k in parent.live_index[self.pos_in_parent]:
+            self._make_live(t)
+
+    def _sj_delete(self, t: Any) -> None:
+        self._make_dead(t)
+        k = self.key_of(t)
+        group = self.proj[k]
+        group.discard(t)
+        if not group:
+            del self.proj[k]
+            if self.parent is not None:
+                self.parent._child_support(self.pos_in_parent, k, False)
+
+    def _child_support(self, i: int, k: Any, appear: bool) -> None:
+        """P-update on a top node: key k entered/left child i's projection."""
+        n = self.nchildren
+        if self.generalized:
+            c = self.counter.get(k, 0)
+            if appear:
+                c += 1
+                self.counter[k] = c
+                if c == n:
+                    self._sj_insert(k)
+            else:
+                if c == n:
+                    self._sj_delete(k)
+                c -= 1
+                if c:
+                    self.counter[k] = c
+                else:
+                    del self.counter[k]
+            return
+        bucket = self.index[i].get(k)
+        if not bucket:
+            return
+        counter = self.counter
+        for u in list(bucket):
+            c = counter[u]
+            if appear:
+                c += 1
+                counter[u] = c
+                if c == n:
+                    self._sj_insert(u)
+            else:
+                if c == n:
+                    self._sj_delete(u)
+                counter[u] = c - 1
+
+    def _make_live(self, t: Any) -> None:
+        if t in self.live:
+            return
+        self.live[t] = True
+        for i, child in enumerate(self.children):
+            k = self.child_key_of[i](t)
+            bucket = self.live_index[i].get(k)
+            if bucket is None:
+                self.live_index[i][k] = {t}
+                if child.top:
+                    group = child.proj.get(k)
+                    if group:
+                        for u in list(group):
+                            child._make_live(u)
+            else:
+                bucket.add(t)
+
+    def _make_dead(self, t: Any) -> None:
+        if t not in self.live:
+            return
+        del self.live[t]
+        for i, child in enumerate(self.children):
+            k = self.child_key_of[i](t)
+            bucket = self.live_index[i][k]
+            bucket.discard(t)
+            if not bucket:
+                del self.live_index[i][k]
+                if child.top:
+                    group = child.proj.get(k)
+                    if group:
+                        for u in list(group):
+                            child._make_dead(u)
+
+    def _boundary_change(self, i: int, k: Any, old: Any, new: Any) -> None:
+        """A lower child's projection changed at key k (this node is top)."""
+        if old is None:
+            self._child_support(i, k, True)
+            self.on_key(self, i, k, 1 if self.counting else new)
+        elif new is None:
+            self.on_key(self, i, k, -1 if self.counting else self.ring.neg(old))
+            self._child_support(i, k, False)
+        else:
+            self.on_key(self, i, k, self.ring.sub(new, old))
+
+    # -- lower part ----------------------------------------------------------------
+    def _payload(self, t: Any, skip: int = -1) -> Any:
+        """Product of the children's payloads at t's keys (all present), times t's own."""
+        ring = self.ring
+        acc = ring.one if self.generalized else self.base_payload(t, self.base[t])
+        for j, child in enumerate(self.children):
+            if j != skip:
+                acc = ring.mul(acc, child.proj[self.child_key_of[j](t)])
+        return acc
+
+    def _lower_base_change(self, t: Any, old: int, new: int) -> None:
+        k = self.key_of(t)
+        if self.counting:
+            if old == 0:
+                self._count_add(k, 1)
+            elif new == 0:
+                self._count_add(k, -1)
+            return
+        ring = self.ring
+        d = ring.sub(self.base_payload(t, new), self.base_payload(t, old))
+        for j, child in enumerate(self.children):
+            d = ring.mul(d, child.proj[self.child_key_of[j](t)])
+        self._payload_add(k, d)
+
+    def _count_add(self, k: Any, d: int) -> None:
+        old = self.proj.get(k, 0)
+        new = old + d
+        if new:
+            self.proj[k] = new
+        else:
+            del self.proj[k]
+        if (old == 0) != (new == 0):
+            self._notify(k, True if old else None, True if new else None)
+
+    def _payload_add(self, k: Any, d: Any) -> None:
+        ring = self.ring
+        old = self.proj.get(k)
+        new = d if old is None else ring.add(old, d)
+        if ring.count(new) == 0:
+            assert ring.is_zero(new), "a key without derivations must have a zero payload"
+            if old is not None:
+                del self.proj[k]
+            new = None
+        else:
+            self.proj[k] = new
+        if old is not None or new is not None:
+            self._notify(k, old, new)
+
+    def _notify(self, k: Any, old: Any, new: Any) -> None:
+        parent = self.parent
+        if parent is None:
+            return
+        if parent.top:
+            parent._boundary_change(self.pos_in_parent, k, old, new)
+        else:
+            parent._lower_child_change(self.pos_in_parent, k, old, new)
+
+    def _lower_child_change(self, i: int, k: Any, old: Any, new: Any) -> None:
+        n = self.nchildren
+        support_change = (old is None) != (new is None)
+        if self.generalized:
+            c = self.counter.get(k, 0)
+            was_full = c == n
+            if support_change:
+                c += 1 if new is not None else -1
+                if c:
+                    self.counter[k] = c
+                else:
+                    del self.counter[k]
+            is_full = c == n
+            self._lower_tuple_change(k, i, old, new, was_full, is_full)
+            return
+        bucket = self.index[i].get(k)
+        if not bucket:
+            return
+        counter = self.counter
+        for u in list(bucket):
+            c = counter[u]
+            was_full = c == n
+            if support_change:
+                c += 1 if new is not None else -1
+                counter[u] = c
+            self._lower_tuple_change(u, i, old, new, was_full, c == n)
+
+    def _lower_tuple_change(
+        self, u: Any, i: int, old: Any, new: Any, was_full: bool, is_full: bool
+    ) -> None:
+        if self.counting:
+            if was_full != is_full:
+                self._count_add(self.key_of(u), 1 if is_full else -1)
+            return
+        if not (was_full or is_full):
+            return
+        ring = self.ring
+        diff = ring.sub(new if new is not None else ring.zero, old if old is not None else ring.zero)
+        rest = self._payload(u, skip=i) if (was_full or is_full) else None
+        if rest is None:
+            return
+        self._payload_add(self.key_of(u), ring.mul(diff, rest))
+
+    # -- bookkeeping ---------------------------------------------------------------
+    def __repr__(self) -> str:
+        kind = "top" if self.top else "lower"
+        return f"JoinNode({self.name}, {kind}, attrs={self.attrs})"

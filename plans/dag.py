@@ -1,0 +1,117 @@
+"""Compile a :class:`plans.plan.Plan` into the operator :class:`dataflow.graph.Dataflow`.
+
+One input operator per FROM item (filters, self-join fan-out), the partitioner, then per
+join-tree node a semi-join (with counters; an intersection at generalized nodes) and a
+projection, live views on the top part, delta/full enumeration and the output finalizer.
+
+Example:
+    >>> from plans.sql import parse_query
+    >>> from plans.plan import build_plan
+    >>> cq = parse_query("CREATE TABLE R(a INT, b INT); CREATE TABLE S(b INT, c INT);"
+    ...                  "SELECT R.a, S.c FROM R, S WHERE R.b = S.b")
+    >>> print(compile_dataflow(build_plan(cq)).render().splitlines()[0])
+    dataflow R_S
+"""
+
+from __future__ import annotations
+
+from dataflow.graph import Dataflow, Edge, Op
+from plans.plan import NodeSpec, Plan
+
+
+def _node_id(n: NodeSpec) -> str:
+    if n.atom is not None:
+        return n.name
+    return "gen" + str(n.id)
+
+
+def finalize_mode(plan: Plan) -> str:
+    if plan.cq.is_aggregate:
+        return "aggregate"
+    if plan.cq.distinct:
+        return "distinct"
+    return "bag"
+
+
+def compile_dataflow(plan: Plan) -> Dataflow:
+    cq = plan.cq
+    ops: list[Op] = []
+    edges: list[Edge] = []
+    relations = tuple(sorted({a.relation.name for a in cq.atoms}))
+    ops.append(Op("source", "source", (("relations", relations),)))
+    ops.append(Op("validate", "validate", (("state", "base multiplicities"),)))
+    edges.append(Edge("source", "validate", "updates"))
+    ops.append(Op("partition", "partition", (("join_vars", tuple(sorted(cq.join_vars))),)))
+    for atom in cq.atoms:
+        filters = tuple(f.render(atom.alias) for f in atom.filters)
+        ops.append(
+            Op(
+                f"input_{atom.alias}",
+                "input",
+                (
+                    ("atom", atom.index),
+                    ("relation", atom.relation.name),
+                    ("vars", atom.vars),
+                    ("filters", filters),
+                ),
+            )
+        )
+        edges.append(Edge("validate", f"input_{atom.alias}", atom.relation.name))
+        edges.append(Edge(f"input_{atom.alias}", "partition", atom.alias))
+    payload = {"set": "support counts", "bag": "multiplicities", "ring": "aggregate payloads"}
+    for n in plan.nodes:
+        nid = _node_id(n)
+        kind = "intersect" if n.generalized else "semijoin"
+        ops.append(
+            Op(
+                f"sj_{nid}",
+                kind,
+                (
+                    ("node", n.id),
+                    ("attrs", n.attrs),
+                    ("atom", -1 if n.atom is None else n.atom),
+                    ("part", "top" if n.top else "lower"),
+                    ("children", tuple(_node_id(plan.nodes[c]) for c in n.children)),
+                ),
+            )
+        )
+        if n.parent is not None:
+            proj = "groups by key" if n.top else payload[plan.mode]
+            ops.append(Op(f"proj_{nid}", "project", (("key", n.key), ("keeps", proj))))
+            edges.append(Edge(f"sj_{nid}", f"proj_{nid}", "delta V_s"))
+            edges.append(
+                Edge(f"proj_{nid}", f"sj_{_node_id(plan.nodes[n.parent])}", "delta V_p")
+            )
+        if n.atom is not None:
+            edges.append(Edge("partition", f"sj_{nid}", cq.atoms[n.atom].alias))
+        if n.top and n.children:
+            ops.append(Op(f"live_{nid}", "liveview", (("node", n.id),)))
+            edges.append(Edge(f"sj_{nid}", f"live_{nid}", "liveness"))
+    for n in plan.nodes:
+        if n.top and n.children:
+            for c in n.children:
+                child = plan.nodes[c]
+                if child.top and child.children:
+                    edges.append(Edge(f"live_{_node_id(n)}", f"live_{_node_id(child)}", "V_l"))
+    ops.append(
+        Op(
+            "enumerate",
+            "enumerate",
+            (("vars", plan.out_vars), ("delay", "constant"), ("modes", ("delta", "full"))),
+        )
+    )
+    for n in plan.nodes:
+        if n.top:
+            edges.append(Edge(f"sj_{_node_id(n)}", "enumerate", "witness"))
+    ops.append(
+        Op(
+            "finalize",
+            "finalize",
+            (("mode", finalize_mode(plan)), ("columns", cq.output_names)),
+        )
+    )
+    edges.append(Edge("enumerate", "finalize", "row deltas"))
+    ops.append(Op("sink", "sink", ()))
+    edges.append(Edge("finalize", "sink", "epoch deltas"))
+    name = "_".join(a.alias for a in cq.atoms)
+    return Dataflow(name, tuple(ops), tuple(edges))

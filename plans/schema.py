@@ -1,0 +1,150 @@
+"""Relation schemas declared by the ``CREATE TABLE`` statements of a query file.
+
+Values of update records are parsed with these types, so the schema is shared by the
+plan compiler, the connectors and the runners.
+
+Example:
+    >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
+    >>> s.relation("G").parse_value(0, "7")
+    7
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ColumnType = Literal["INT", "FLOAT", "TEXT", "BOOL"]
+"""Value domains ivmflow understands; SQL type names are mapped onto these."""
+
+SQL_TYPE_NAMES: dict[str, ColumnType] = {
+    "INT": "INT", "INTEGER": "INT", "BIGINT": "INT", "SMALLINT": "INT", "TINYINT": "INT",
+    "UBIGINT": "INT", "HUGEINT": "INT",
+    "FLOAT": "FLOAT", "DOUBLE": "FLOAT", "REAL": "FLOAT", "DECIMAL": "FLOAT",
+    "NUMERIC": "FLOAT",
+    "TEXT": "TEXT", "VARCHAR": "TEXT", "CHAR": "TEXT", "STRING": "TEXT", "NCHAR": "TEXT",
+    "NVARCHAR": "TEXT",
+    "BOOL": "BOOL", "BOOLEAN": "BOOL",
+}
+
+Value = int | float | str | bool | None
+"""One field of a row; ``None`` is SQL NULL."""
+
+Row = tuple[Value, ...]
+"""A tuple of a relation or an output row."""
+
+_TRUE = {"true", "t", "1", "yes"}
+_FALSE = {"false", "f", "0", "no"}
+
+
+class ValueParseError(ValueError):
+    """A field could not be parsed by its column type (the caller adds where it was)."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a relation: its name and value domain."""
+
+    name: str
+    type: ColumnType
+
+    def parse(self, text: str) -> Value:
+        """Parse a CSV field; the empty field is NULL.
+
+        >>> Column("x", "FLOAT").parse("2.5")
+        2.5
+        """
+        if text == "":
+            return None
+        try:
+            if self.type == "INT":
+                return int(text)
+            if self.type == "FLOAT":
+                return float(text)
+            if self.type == "BOOL":
+                low = text.strip().lower()
+                if low in _TRUE:
+                    return True
+                if low in _FALSE:
+                    return False
+                raise ValueError(text)
+            return text
+        except ValueError:
+            msg = f"column {self.name!r} expects {self.type}, found {text!r}"
+            raise ValueParseError(msg) from None
+
+    def coerce(self, value: object) -> Value:
+        """Check and normalise a value that arrived already typed (JSON, Python API)."""
+        if value is None:
+            return None
+        if self.type == "INT" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if self.type == "INT" and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if self.type == "FLOAT" and isinstance(value, (int, float)) and not isinstance(
+            value, bool
+        ):
+            return float(value)
+        if self.type == "TEXT" and isinstance(value, str):
+            return value
+        if self.type == "BOOL" and isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return self.parse(value)
+        msg = f"column {self.name!r} expects {self.type}, found {value!r}"
+        raise ValueParseError(msg)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A base relation (table) of the query file."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def arity(self) -> int:
+        return len(self.columns)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def parse_value(self, position: int, text: str) -> Value:
+        return self.columns[position].parse(text)
+
+    def parse_row(self, fields: list[str] | tuple[str, ...]) -> Row:
+        """Parse CSV fields into a typed row (arity checked by the caller)."""
+        return tuple(c.parse(f) for c, f in zip(self.columns, fields))
+
+    def coerce_row(self, values: list[object] | tuple[object, ...]) -> Row:
+        return tuple(c.coerce(v) for c, v in zip(self.columns, values))
+
+
+@dataclass(frozen=True)
+class Schema:
+    """All relations of a query file, by name (names are case-insensitive in SQL;
+    ivmflow keys them by the spelling used in ``CREATE TABLE``)."""
+
+    relations: dict[str, Relation]
+
+    def relation(self, name: str) -> Relation:
+        rel = self.lookup(name)
+        if rel is None:
+            known = ", ".join(sorted(self.relations)) or "none"
+            msg = f"unknown relation {name!r}; the query declares: {known}"
+            raise KeyError(msg)
+        return rel
+
+    def lookup(self, name: str) -> Relation | None:
+        rel = self.relations.get(name)
+        if rel is not None:
+            return rel
+        low = name.lower()
+        for key, candidate in self.relations.items():
+            if key.lower() == low:
+                return candidate
+        return None
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.relations)))
