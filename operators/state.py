@@ -7,8 +7,8 @@ Example:
     >>> st = DictState()
     >>> m = st.map("G2.semijoin")
     >>> m[(1,)] = {(1, 2)}
-    >>> st.entries()
-    1
+    >>> st.entries()  # one key, one member
+    2
 """
 
 from __future__ import annotations

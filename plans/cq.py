@@ -8,7 +8,7 @@ Example:
     >>> cq = parse_query("CREATE TABLE G(src INT, dst INT);"
     ...                  "SELECT G1.src, G2.dst FROM G G1, G G2 WHERE G1.dst = G2.src")
     >>> [a.vars for a in cq.atoms]
-    [('g1.src', 'g1.dst'), ('g1.dst', 'g2.dst')]
+    [('src', 'g1.dst'), ('g1.dst', 'dst')]
 """
 
 from __future__ import annotations

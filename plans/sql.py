@@ -9,7 +9,7 @@ rejected here, before any input is read, with the construct and its line/column.
 Example:
     >>> cq = parse_query("CREATE TABLE R(a INT, b INT); SELECT a, COUNT(*) FROM R GROUP BY a")
     >>> cq.free_vars, [g.func for g in cq.aggregates]
-    (('r.a',), ['count_star'])
+    (('a',), ['count_star'])
 """
 
 from __future__ import annotations
@@ -351,7 +351,7 @@ class _Builder:
             if isinstance(inner, exp.Column) and isinstance(self._select_alias(inner), str):
                 alias, idx = self._resolve(inner)
                 root = self.uf.find(self._key(alias, rels[alias].columns[idx].name))
-                if name != inner.name and root not in names:
+                if root not in names and name not in names.values():
                     names[root] = name
         used_names = set(names.values())
 
