@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EPOCH_END", "CompiledQuery", "EpochDelta", "EpochEnd", "Update", "View", "compile_query"]
+__all__ = [
+    "EPOCH_END", "CompiledQuery", "EpochDelta", "EpochEnd", "Update", "View", "compile_query",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,10 +2,9 @@
 found, and what to do.
 
 Example:
-    >>> e = InputError("u.csv:3", "+,G,1", "2 fields for G(src, dst)", "1 field",
-    ...                "fix the line or run with --on-error skip")
+    >>> e = InputError("u.csv:3", "+,G,1", "2 values for G(src, dst)", "1 value", "fix it")
     >>> print(e)
-    u.csv:3: bad update record '+,G,1': expected 2 fields for G(src, dst), found 1 field; fix the line or run with --on-error skip
+    u.csv:3: bad update record '+,G,1': expected 2 values for G(src, dst), found 1 value; fix it
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Example:
     >>> from plans.sql import parse_query
     >>> cq = parse_query("CREATE TABLE G(src INT, dst INT);"
     ...                  "SELECT G1.src FROM G G1, G G2 WHERE G1.dst = G2.src AND G2.dst > 3")
-    >>> RelationInput(cq.atoms[1], cq.join_vars)((2, 5)), RelationInput(cq.atoms[1], cq.join_vars)((2, 1))
+    >>> g2 = RelationInput(cq.atoms[1], cq.join_vars)
+    >>> g2((2, 5)), g2((2, 1))
     ((2,), None)
 """
 

@@ -401,7 +401,8 @@ class JoinNode:
         if not (was_full or is_full):
             return
         ring = self.ring
-        diff = ring.sub(new if new is not None else ring.zero, old if old is not None else ring.zero)
+        zero = ring.zero
+        diff = ring.sub(new if new is not None else zero, old if old is not None else zero)
         rest = self._payload(u, skip=i) if (was_full or is_full) else None
         if rest is None:
             return

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 Edge = frozenset[str]
 
@@ -197,7 +197,7 @@ def search_trees(
     all_vars = frozenset().union(*edges) if edges else frozenset()
     n = len(edges)
 
-    @lru_cache(maxsize=None)
+    @cache
     def build(
         atoms: frozenset[int], need: frozenset[str], gen_ok: bool, bound_above: bool
     ) -> tuple[_Option, ...]:

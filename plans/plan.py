@@ -177,23 +177,14 @@ def _normalise(cq: ConjunctiveQuery, tree: TreeNode, y: frozenset[str]) -> list[
     def ordered(attrs: frozenset[str]) -> tuple[str, ...]:
         return tuple(sorted(attrs, key=lambda v: order.get(v, len(order))))
 
-    specs: list[dict[str, object]] = []
+    specs: list[_Draft] = []
 
     def add(attrs: frozenset[str], atom: int | None, parent: int | None, top: bool) -> int:
         idx = len(specs)
-        parent_attrs = frozenset(specs[parent]["attrs"]) if parent is not None else frozenset()  # type: ignore[arg-type]
-        specs.append(
-            {
-                "attrs": ordered(attrs),
-                "atom": atom,
-                "parent": parent,
-                "children": [],
-                "key": ordered(attrs & parent_attrs),
-                "top": top,
-            }
-        )
+        parent_attrs = frozenset(specs[parent].attrs) if parent is not None else frozenset()
+        specs.append(_Draft(ordered(attrs), atom, parent, [], ordered(attrs & parent_attrs), top))
         if parent is not None:
-            specs[parent]["children"].append(idx)  # type: ignore[attr-defined]
+            specs[parent].children.append(idx)
         return idx
 
     def walk(node: TreeNode, parent: int | None, in_top: bool) -> None:
@@ -203,7 +194,7 @@ def _normalise(cq: ConjunctiveQuery, tree: TreeNode, y: frozenset[str]) -> list[
                 walk(c, me, True)
             return
         if in_top:
-            parent_attrs = frozenset(specs[parent]["attrs"]) if parent is not None else frozenset()  # type: ignore[arg-type]
+            parent_attrs = frozenset(specs[parent].attrs) if parent is not None else frozenset()
             ky = node.attrs & y
             if parent is None or ky != (node.attrs & parent_attrs):
                 parent = add(ky, None, parent, True)
@@ -213,21 +204,19 @@ def _normalise(cq: ConjunctiveQuery, tree: TreeNode, y: frozenset[str]) -> list[
 
     walk(tree, None, True)
     out: list[NodeSpec] = []
-    for i, s in enumerate(specs):
-        atom = s["atom"]
-        attrs = s["attrs"]
-        assert isinstance(attrs, tuple)
-        name = cq.atoms[atom].alias if isinstance(atom, int) else "[" + ",".join(attrs) + "]"
+    for i, d in enumerate(specs):
+        name = cq.atoms[d.atom].alias if d.atom is not None else "[" + ",".join(d.attrs) + "]"
         out.append(
-            NodeSpec(
-                id=i,
-                name=name,
-                attrs=attrs,
-                atom=atom if isinstance(atom, int) else None,
-                parent=s["parent"] if isinstance(s["parent"], int) else None,
-                children=tuple(s["children"]),  # type: ignore[arg-type]
-                key=s["key"],  # type: ignore[arg-type]
-                top=bool(s["top"]),
-            )
+            NodeSpec(i, name, d.attrs, d.atom, d.parent, tuple(d.children), d.key, d.top)
         )
     return out
+
+
+@dataclass
+class _Draft:
+    attrs: tuple[str, ...]
+    atom: int | None
+    parent: int | None
+    children: list[int]
+    key: tuple[str, ...]
+    top: bool

@@ -22,8 +22,8 @@ from sqlglot.errors import ParseError
 
 from dataflow.errors import QueryError
 from plans.cq import (
-    Aggregate,
     AggFunc,
+    Aggregate,
     Atom,
     CompareOp,
     ConjunctiveQuery,
@@ -105,7 +105,9 @@ def parse_schema_and_select(sql: str, source: str) -> tuple[Schema, exp.Select]:
         if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TABLE":
             rel = _relation_of(stmt, reject)
             if rel.name.lower() in {r.lower() for r in relations}:
-                raise reject(stmt.this, "second CREATE TABLE", f"table {rel.name} is declared twice")
+                raise reject(
+                    stmt.this, "second CREATE TABLE", f"table {rel.name} is declared twice"
+                )
             relations[rel.name] = rel
         elif isinstance(stmt, exp.Select):
             selects.append(stmt)
@@ -326,15 +328,17 @@ class _Builder:
         for item in sel.expressions:
             if isinstance(item, exp.Star):
                 for alias, rel in self.aliases:
-                    for c in rel.columns:
-                        items.append((c.name, exp.column(c.name, table=alias)))
+                    for col in rel.columns:
+                        items.append((col.name, exp.column(col.name, table=alias)))
                 continue
             if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
-                alias = next((a for a, _ in self.aliases if a.lower() == item.table.lower()), None)
-                if alias is None:
+                star_alias = next(
+                    (a for a, _ in self.aliases if a.lower() == item.table.lower()), None
+                )
+                if star_alias is None:
                     raise self.reject(item, f"{item.table}.*", "no such alias in FROM")
-                for c in rels[alias].columns:
-                    items.append((c.name, exp.column(c.name, table=alias)))
+                for col in rels[star_alias].columns:
+                    items.append((col.name, exp.column(col.name, table=star_alias)))
                 continue
             inner = item.this if isinstance(item, exp.Alias) else item
             if isinstance(item, exp.Alias):
@@ -412,10 +416,10 @@ class _Builder:
             )
             raise QueryError(msg)
         if group_by is not None:
-            for c in columns:
-                if c.var is not None and c.var not in group_by:
+            for oc in columns:
+                if oc.var is not None and oc.var not in group_by:
                     msg = (
-                        f"{self.reject.source}: column {c.name!r} must appear in GROUP BY "
+                        f"{self.reject.source}: column {oc.name!r} must appear in GROUP BY "
                         "or inside an aggregate"
                     )
                     raise QueryError(msg)
@@ -473,7 +477,9 @@ class _Builder:
         arg = node.this
         func: AggFunc
         if isinstance(arg, exp.Distinct):
-            raise self.reject(node, "aggregate over DISTINCT", "COUNT(DISTINCT ...) is not supported")
+            raise self.reject(
+                node, "aggregate over DISTINCT", "COUNT(DISTINCT ...) is not supported"
+            )
         if isinstance(node, exp.Count) and isinstance(arg, exp.Star):
             return Aggregate("count_star", None, "INT")
         if not isinstance(arg, exp.Column):

@@ -1,7 +1,7 @@
 """Golden `explain` output for the benchmark queries (tests/fixtures/explain/*.sql).
 
-Regenerate after an intended change with ``IVMFLOW_UPDATE_GOLDEN=1 pytest tests/test_explain_golden.py``
-and review the diff."""
+Regenerate after an intended change with
+``IVMFLOW_UPDATE_GOLDEN=1 pytest tests/test_explain_golden.py`` and review the diff."""
 
 from __future__ import annotations
 
