@@ -124,6 +124,10 @@ class _RelationRoute:
     types: tuple[tuple[type, ...], ...]
     atoms: list[tuple[int, RelationInput]] = field(default_factory=list)
 
+    @property
+    def exact_types(self) -> tuple[type, ...]:
+        return tuple(t[0] for t in self.types)
+
 
 class View:
     """A live, incrementally maintained query result (one or more partitions)."""
@@ -165,6 +169,12 @@ class View:
             self.routes[atom.relation.name.lower()].atoms.append(
                 (atom.index, RelationInput(atom, cq.join_vars))
             )
+        # Fast path: exact relation name and exactly typed values skip _check.
+        self._fast: dict[str, tuple[str, int, tuple[type, ...], list[Any]]] = {}
+        for route in self.routes.values():
+            rel = route.relation
+            inputs = [(atom, ri._project) for atom, ri in route.atoms]
+            self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
         self.epoch = 0
         self.pending_updates = 0
         self.updates_total = 0
@@ -201,21 +211,33 @@ class View:
 
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
-        route, row = self._check(update)
+        row = update.row
+        fast = self._fast.get(update.relation)
+        if (
+            fast is None
+            or len(row) != fast[1]
+            or tuple(map(type, row)) != fast[2]
+            or update.mult < 1
+        ):
+            route, row = self._check(update)
+            fast = self._fast[route.relation.name]
+        name, _arity, _types, inputs = fast
         dm = update.mult if update.op == "+" else -update.mult
-        name = route.relation.name
-        self.validator.check(name, row, dm, update.source)
-        self.validator.apply(name, row, dm)
+        self.validator.update(name, row, dm, update.source)
         engines = self.engines
-        single = len(engines) == 1
-        for atom, relation_input in route.atoms:
-            t = relation_input(row)
-            if t is None:
-                continue
-            if single:
-                engines[0].apply_atom(atom, t, dm)
-            else:
-                for p in self.partitioner.route(atom, t):
+        if len(engines) == 1:
+            nodes = engines[0].atom_nodes
+            for atom, project in inputs:
+                t = project(row)
+                if t is not None:
+                    nodes[atom].apply(t, dm)
+        else:
+            route_of = self.partitioner.route
+            for atom, project in inputs:
+                t = project(row)
+                if t is None:
+                    continue
+                for p in route_of(atom, t):
                     engines[p].apply_atom(atom, t, dm)
         self.pending_updates += 1
         self.updates_total += 1

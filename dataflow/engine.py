@@ -96,12 +96,24 @@ class Engine:
         self.enumerator = Enumerator(top, row_vars(plan), plan.mode, self.ring)
         self.acc: dict[Any, Any] = {}
         enum = self.enumerator
+        # Compile every walk up front; the hooks call the compiled loops directly.
+        tuple_walks = {
+            n.id: enum.compiled(n, "tuple") for n in top if not n.generalized
+        }
+        key_walks = {
+            (n.id, i): enum.compiled(n, f"key {i}")
+            for n in top
+            for i, c in enumerate(n.children)
+            if not c.top
+        }
 
         def on_tuple(node: JoinNode, t: Any, factor: Any) -> None:
-            enum.through_tuple(node, t, factor, self.acc)
+            tuple_walks[node.id]((t,), factor, self.acc)
 
         def on_key(node: JoinNode, child: int, key: Any, factor: Any) -> None:
-            enum.through_key(node, child, key, factor, self.acc)
+            cands = node.live_index[child].get(key)
+            if cands:
+                key_walks[node.id, child](list(cands), factor, self.acc)
 
         for node in top:
             node.on_tuple = on_tuple

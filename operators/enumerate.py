@@ -138,6 +138,10 @@ class Enumerator:
         src_text = src_text.replace(", )", ",)")
         return src_text, env
 
+    def compiled(self, start: JoinNode, kind: str) -> EnumFn:
+        """The compiled walk for a start (node, kind), cached."""
+        return self._fn(start, kind)
+
     def _fn(self, start: JoinNode, kind: str) -> EnumFn:
         cache_key = (start.id, kind)
         fn = self._cache.get(cache_key)

@@ -31,6 +31,19 @@ def row_sort_key(item: tuple[int, Row]) -> tuple[Any, ...]:
     return (tuple(_value_key(v) for v in row), mult)
 
 
+def sort_rows(rows: list[tuple[int, Row]]) -> None:
+    """Sort by row, then mult. Plain tuple comparison is fast; rows holding NULLs next to
+    values (or mixed types) need the slower total order."""
+    try:
+        rows.sort(key=_row_then_mult)
+    except TypeError:
+        rows.sort(key=row_sort_key)
+
+
+def _row_then_mult(item: tuple[int, Row]) -> tuple[Row, int]:
+    return (item[1], item[0])
+
+
 class OutputFinalizer:
     """``mode`` is ``bag``, ``distinct`` or ``aggregate``. ``columns`` describes the output
     row of an aggregate query: ("key", i) takes group variable i, ("agg", j) aggregate j."""
@@ -114,7 +127,7 @@ class OutputFinalizer:
                 if new_row is not None:
                     out.append((1, new_row))
             self.emitted_once = True
-        out.sort(key=row_sort_key)
+        sort_rows(out)
         return out
 
     def snapshot(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
@@ -130,5 +143,5 @@ class OutputFinalizer:
                     out.append((1, self._agg_row(key, payload)))
             if not self.grouped and not out:
                 out.append((1, self._agg_row((), self.ring.zero)))
-        out.sort(key=row_sort_key)
+        sort_rows(out)
         return out

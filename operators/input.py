@@ -23,13 +23,13 @@ from plans.schema import Row
 
 
 class RelationInput:
-    """Filters a base row for one atom and projects it onto the atom's variables."""
+    """Filters a base row for one atom and projects it onto the atom's variables.
+
+    The test and the projection are compiled into one small Python function per atom
+    (this runs for every update and every self-join copy)."""
 
     def __init__(self, atom: Atom, join_vars: frozenset[str]) -> None:
         self.atom = atom
-        checks: list[tuple[int, Callable[[Any], bool]]] = []
-        for f in atom.filters:
-            checks.append((f.column, f.predicate()))
         first: dict[str, int] = {}
         equal_pairs: list[tuple[int, int]] = []
         for i, v in enumerate(atom.column_vars):
@@ -42,24 +42,28 @@ class RelationInput:
             {first[v] for v in atom.vars if v in join_vars}
             | {i for pair in equal_pairs for i in pair}
         )
-        self.checks = checks
-        self.equal_pairs = equal_pairs
-        self.not_null = not_null
+        env: dict[str, Any] = {}
+        tests = [f"row[{i}] is None" for i in not_null]
+        for n, f in enumerate(atom.filters):
+            env[f"p{n}"] = f.predicate()
+            tests.append(f"not p{n}(row[{f.column}])")
+        tests.extend(f"row[{i}] != row[{j}]" for i, j in equal_pairs)
         self.positions = tuple(first[v] for v in atom.vars)
-        self.trivial = not checks and not equal_pairs and not not_null
+        if self.positions == tuple(range(atom.relation.arity)):
+            result = "row"
+        else:
+            result = "(" + "".join(f"row[{i}], " for i in self.positions) + ")"
+        lines = ["def project(row):"]
+        if tests:
+            lines.append(f"    if {' or '.join(tests)}:")
+            lines.append("        return None")
+        lines.append(f"    return {result}")
+        self.source = "\n".join(lines)
+        exec(compile(self.source, f"<input {atom.alias}>", "exec"), env)  # noqa: S102
+        self._project: Callable[[Row], tuple[Any, ...] | None] = env["project"]
 
     def __call__(self, row: Row) -> tuple[Any, ...] | None:
-        if not self.trivial:
-            for i in self.not_null:
-                if row[i] is None:
-                    return None
-            for i, pred in self.checks:
-                if not pred(row[i]):
-                    return None
-            for i, j in self.equal_pairs:
-                if row[i] != row[j]:
-                    return None
-        return tuple([row[i] for i in self.positions])
+        return self._project(row)
 
 
 class BaseValidator:
@@ -81,6 +85,17 @@ class BaseValidator:
                 f"a delete of {-dm}",
                 "a delete must remove copies that were inserted before",
             )
+
+    def update(self, relation: str, row: Row, dm: int, source: str) -> None:
+        """Check, then apply: a refused delete changes nothing."""
+        key = (relation, row)
+        n = self.counts.get(key, 0) + dm
+        if n > 0:
+            self.counts[key] = n
+        elif n == 0:
+            del self.counts[key]
+        else:
+            self.check(relation, row, dm, source)
 
     def apply(self, relation: str, row: Row, dm: int) -> None:
         key = (relation, row)

@@ -1,0 +1,1 @@
+"""Benchmarks: workloads, baselines (SCP, DuckDB recomputation), runner and plots."""
