@@ -60,7 +60,9 @@ class Graph:
     """``T`` of ``G3.dst > T``: the 90th percentile of the ``dst`` column."""
 
 
-def make_graph(n_edges: int, seed: int = 0, attach: int = 4, model: str = "ba") -> Graph:
+def make_graph(
+    n_edges: int, seed: int = 0, attach: int = 4, model: str = "scale_free"
+) -> Graph:
     """A skewed directed graph with exactly ``n_edges`` distinct edges (see module doc).
 
     ``model="ba"``: Barabási–Albert with ``attach`` edges per new node, each edge
@@ -180,7 +182,8 @@ class Workload:
 
 
 def make_workload(query: str, n_edges: int, seed: int = 0, attach: int = 4,
-                  window_factor: float = WINDOW_FACTOR, model: str = "ba") -> Workload:
+                  window_factor: float = WINDOW_FACTOR,
+                  model: str = "scale_free") -> Workload:
     """Graph + FIFO stream (+ V1/V2 inserts at the start for ``comb2``) for ``query``."""
     graph = make_graph(n_edges, seed=seed, attach=attach, model=model)
     window = max(1, int(window_factor * len(graph.edges)))

@@ -22,7 +22,7 @@ from dataflow.records import Update  # noqa: E402
 
 
 def _tiny(query: str, seed: int = 7) -> Workload:
-    return make_workload(query, 120, seed=seed, attach=4)
+    return make_workload(query, 120, seed=seed, attach=4, model="ba")
 
 
 def _drive(system: run_bench.Maintained, epochs: list[list[Update]]) -> list[Bag]:
