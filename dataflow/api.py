@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.files import format_update
 from dataflow.engine import Engine, aggregate_layout, make_ring
 from dataflow.errors import InputError
 from dataflow.graph import Dataflow
@@ -186,7 +187,7 @@ class View:
         if route is None:
             known = ", ".join(sorted(r.relation.name for r in self.routes.values()))
             raise InputError(
-                src, repr(update), f"a relation of the query ({known})",
+                src, format_update(update), f"a relation of the query ({known})",
                 f"relation {update.relation!r}", "fix the record or declare the table",
             )
         rel = route.relation
@@ -194,7 +195,7 @@ class View:
         if len(row) != rel.arity:
             cols = ", ".join(rel.column_names)
             raise InputError(
-                src, repr(update), f"{rel.arity} values for {rel.name}({cols})",
+                src, format_update(update), f"{rel.arity} values for {rel.name}({cols})",
                 f"{len(row)} value{'s' if len(row) != 1 else ''}",
             )
         for v, t in zip(row, route.types):
@@ -202,10 +203,10 @@ class View:
                 try:
                     row = rel.coerce_row(list(row))
                 except ValueError as err:
-                    raise InputError(src, repr(update), "typed values", str(err)) from None
+                    raise InputError(src, format_update(update), "typed values", str(err)) from None
                 break
         if update.mult < 1:
-            raise InputError(src, repr(update), "a multiplicity of at least 1",
+            raise InputError(src, format_update(update), "a multiplicity of at least 1",
                              str(update.mult))
         return route, row
 

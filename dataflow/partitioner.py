@@ -8,7 +8,7 @@ Example:
     ...                   " FROM G G1, G G2, G G3 WHERE G1.dst = G2.src AND G2.dst = G3.src")
     >>> p = Partitioner(q.plan, 4)
     >>> p.shares
-    {'g1.dst': 2, 'g2.dst': 2}
+    {'g1.dst': 2, 'dst': 2}
     >>> sorted(p.route(1, (7, 8))), len(p.route(0, (1, 7)))
     ([1], 2)
 """

@@ -1,0 +1,651 @@
+"""File connectors: the update CSV reader and the atomic CSV sinks (DESIGN sections 3, 7).
+
+Update file, one record a line::
+
+    # comment
+    +,G,1,2        insert one copy of (1, 2) into G
+    -2,G,1,2       delete two copies
+    *              end of epoch (and snapshot request)
+
+Sinks write each epoch (or snapshot) as one block: a single append, flushed and fsynced,
+after which a sidecar ``<path>.commit`` (JSON ``{"epoch": k, "bytes": n}``) records the
+committed length, replaced atomically.  A restarted run opens the sink with
+``resume=True``: the file is cut back to the committed length, so a half-written epoch is
+never kept, and ``last_committed_epoch`` says which epochs are already in the file.
+
+Example:
+    >>> from plans.schema import Column, Relation, Schema
+    >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
+    >>> recs = list(read_updates_from_lines(["+,g,1,2", "*", "-3,G,1,"], s, "u.csv"))
+    >>> recs[0]
+    Update(op='+', relation='G', row=(1, 2), mult=1, source='u.csv:1')
+    >>> recs[2].mult, recs[2].row
+    (3, (1, None))
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, Literal, TextIO
+
+from connectors.base import DeadLetterSink
+from dataflow.errors import InputError, IvmflowError
+from dataflow.records import EpochDelta, EpochEnd, Op, Record, Update
+from plans.schema import ColumnType, Relation, Row, Schema, Value, ValueParseError
+
+__all__ = [
+    "SKIP_HINT",
+    "CollectingSink",
+    "CsvStreamSink",
+    "DeadLetterCsvSink",
+    "DeltaCsvSink",
+    "OnError",
+    "ResumeError",
+    "SnapshotCsvSink",
+    "format_update",
+    "format_value",
+    "read_updates",
+    "read_updates_from_lines",
+]
+
+OnError = Literal["fail", "skip"]
+
+SKIP_HINT = "fix the record or run with --on-error skip to send it to the dead-letter file"
+"""The hint every bad-record error carries."""
+
+_OP_RE = re.compile(r"([+-])([0-9]+)")
+_PLAIN_OPS: dict[str, tuple[Op, int]] = {"+": ("+", 1), "-": ("-", 1)}
+_TYPE_WORDS: dict[ColumnType, str] = {
+    "INT": "an INT (integer)",
+    "FLOAT": "a FLOAT (number)",
+    "TEXT": "a TEXT value",
+    "BOOL": "a BOOL (true/false)",
+}
+
+
+class ResumeError(IvmflowError):
+    """A sink cannot resume: its file and its commit record disagree."""
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+
+
+class _Undecodable(str):
+    """A line whose bytes are not UTF-8 (shown with backslash escapes)."""
+
+    __slots__ = ()
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("fail", "skip"):
+        msg = f"on_error must be 'fail' or 'skip', not {on_error!r}"
+        raise ValueError(msg)
+
+
+def read_updates(
+    path: str | Path,
+    schema: Schema,
+    *,
+    on_error: OnError = "fail",
+    dead_letter: DeadLetterSink | None = None,
+) -> Iterator[Record]:
+    """Read an update CSV file, a directory of them (``*.csv`` in name order), or stdin
+    (``"-"``), yielding :class:`Update` and :class:`EpochEnd` records in file order.
+
+    Each record's ``source`` is ``"<path>:<line>"``.  A bad record raises
+    :class:`InputError`, or with ``on_error="skip"`` goes to ``dead_letter`` and reading
+    continues.  A missing path raises :class:`FileNotFoundError` at once (not lazily).
+
+    >>> import tempfile, pathlib
+    >>> from plans.schema import Column, Relation, Schema
+    >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.csv"
+    >>> _ = p.write_text("# demo\\n+,G,1,2\\n*\\n")
+    >>> [type(r).__name__ for r in read_updates(p, s)]
+    ['Update', 'EpochEnd']
+    """
+    _check_on_error(on_error)
+    name = str(path)
+    if name == "-":
+        return read_updates_from_lines(
+            sys.stdin, schema, "<stdin>", on_error=on_error, dead_letter=dead_letter
+        )
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f.name for f in p.iterdir() if f.suffix == ".csv" and f.is_file())
+        paths = [(p / f, os.path.join(name, f)) for f in files]
+    elif p.exists():
+        paths = [(p, name)]
+    else:
+        raise FileNotFoundError(errno.ENOENT, "update source not found", name)
+    return _read_files(paths, schema, on_error, dead_letter)
+
+
+def _read_files(
+    paths: list[tuple[Path, str]],
+    schema: Schema,
+    on_error: OnError,
+    dead_letter: DeadLetterSink | None,
+) -> Iterator[Record]:
+    for p, name in paths:
+        with open(p, "rb") as f:
+            yield from read_updates_from_lines(
+                _decode_lines(f), schema, name, on_error=on_error, dead_letter=dead_letter
+            )
+
+
+def _decode_lines(f: Iterable[bytes]) -> Iterator[str]:
+    for raw in f:
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            yield _Undecodable(raw.decode("utf-8", errors="backslashreplace"))
+
+
+def read_updates_from_lines(
+    lines: Iterable[str],
+    schema: Schema,
+    source_name: str = "<input>",
+    *,
+    on_error: OnError = "fail",
+    dead_letter: DeadLetterSink | None = None,
+    first_line: int = 1,
+) -> Iterator[Record]:
+    """Parse update-CSV lines (e.g. a list, a text file, ``sys.stdin``); see
+    :func:`read_updates`.  Lines are numbered from ``first_line``; each record's
+    ``source`` is ``f"{source_name}:{lineno}"``.
+
+    >>> from plans.schema import Column, Relation, Schema
+    >>> s = Schema({"R": Relation("R", (Column("a", "TEXT"), Column("b", "FLOAT")))})
+    >>> list(read_updates_from_lines(['+2,R,"x,y",1.5'], s, "mem"))
+    [Update(op='+', relation='R', row=('x,y', 1.5), mult=2, source='mem:1')]
+    """
+    _check_on_error(on_error)
+    relations: dict[str, Relation | None] = {}
+    for lineno, raw in enumerate(lines, first_line):
+        text = raw.rstrip("\r\n")
+        if lineno == first_line and text.startswith("\ufeff"):  # byte order mark
+            text = text[1:]
+        stripped = text.strip()
+        if not stripped or stripped[0] == "#":
+            continue
+        source = f"{source_name}:{lineno}"
+        if stripped == "*":
+            yield EpochEnd(source)
+            continue
+        try:
+            yield _parse_record(text, isinstance(raw, _Undecodable), schema, relations, source)
+        except InputError as err:
+            if on_error == "fail":
+                raise
+            if dead_letter is not None:
+                dead_letter.write(err)
+
+
+def _bad(source: str, text: str, expected: str, found: str) -> InputError:
+    return InputError(source, text, expected, found, SKIP_HINT)
+
+
+def _parse_record(
+    text: str,
+    undecodable: bool,
+    schema: Schema,
+    relations: dict[str, Relation | None],
+    source: str,
+) -> Record:
+    if undecodable:
+        raise _bad(source, text, "UTF-8 text", "bytes that are not valid UTF-8")
+    if '"' in text:
+        try:
+            fields = next(csv.reader([text], strict=True))
+        except csv.Error as exc:
+            raise _bad(source, text, "a CSV record op,relation,v1,...,vn",
+                       f"malformed CSV ({exc})") from None
+    else:
+        fields = text.split(",")
+
+    op_text = fields[0].strip()
+    if op_text == "*":
+        extra = [f for f in fields[1:] if f.strip()]
+        if extra:
+            raise _bad(source, text, "'*' alone on its line (epoch end)",
+                       f"{_plural(len(extra), 'more field')} after '*'")
+        return EpochEnd(source)
+    plain = _PLAIN_OPS.get(op_text)
+    if plain is not None:
+        op, mult = plain
+    else:
+        m = _OP_RE.fullmatch(op_text)
+        if m is None:
+            raise _bad(source, text, "op '+', '-', '+N', '-N' or '*'", f"op {op_text!r}")
+        op = "+" if m.group(1) == "+" else "-"
+        mult = int(m.group(2))
+        if mult <= 0:
+            raise _bad(source, text, "a positive multiplicity after the op",
+                       f"multiplicity {mult} in {op_text!r}")
+
+    if len(fields) < 2:
+        raise _bad(source, text, "a relation name after the op", "end of line")
+    name = fields[1].strip()
+    if name in relations:
+        rel = relations[name]
+    else:
+        rel = relations[name] = schema.lookup(name)
+    if rel is None:
+        known = ", ".join(sorted(schema.relations)) or "none"
+        raise _bad(source, text, f"a relation the query declares ({known})",
+                   f"relation {name!r}")
+
+    values = fields[2:]
+    if len(values) != rel.arity:
+        signature = f"{rel.name}({', '.join(rel.column_names)})"
+        raise _bad(source, text, f"{_plural(rel.arity, 'value')} for {signature}",
+                   _plural(len(values), "value"))
+    try:
+        row = rel.parse_row(values)
+    except ValueParseError:
+        for col, field_text in zip(rel.columns, values):
+            try:
+                col.parse(field_text)
+            except ValueParseError:
+                raise _bad(source, text,
+                           f"{_TYPE_WORDS[col.type]} for column {rel.name}.{col.name}",
+                           repr(field_text)) from None
+        raise  # pragma: no cover - parse_row failed, so some column fails
+    return Update(op, rel.name, row, mult, source)
+
+
+# ---------------------------------------------------------------------------------------
+# Formatting
+
+
+def format_value(value: Value) -> str:
+    """Render one value for a CSV sink: NULL is empty, floats round-trip, bools are
+    ``true``/``false``.
+
+    >>> [format_value(v) for v in (None, True, 0.1, 7, "a")]
+    ['', 'true', '0.1', '7', 'a']
+    """
+    if value is None:
+        return ""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def format_update(update: Update) -> str:
+    """Render an update as one line of the update CSV (without newline).
+
+    >>> format_update(Update("-", "G", (1, None), 2))
+    '-2,G,1,'
+    """
+    op = update.op if update.mult == 1 else f"{update.op}{update.mult}"
+    return _csv_line([op, update.relation, *(format_value(v) for v in update.row)])
+
+
+def _csv_line(fields: Iterable[str]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(fields)
+    return buf.getvalue()
+
+
+def _text_field(text: str) -> str:
+    if '"' in text:
+        return '"' + text.replace('"', '""') + '"'
+    if "," in text or "\n" in text or "\r" in text:
+        return f'"{text}"'
+    return text
+
+
+_FIELD: dict[type, Callable[[Any], str]] = {
+    int: str,
+    float: repr,
+    str: _text_field,
+    bool: lambda v: "true" if v else "false",
+    type(None): lambda v: "",
+}
+
+
+def _csv_field(value: Value) -> str:
+    text = format_value(value)
+    return _text_field(text) if isinstance(value, str) else text
+
+
+def _csv_block(tag: int, rows: Iterable[tuple[int, Row]]) -> str:
+    """``tag,mult,v1,...`` lines, quoted as the csv module would (fast path by type)."""
+    get = _FIELD.get
+    prefix = f"{tag},"
+    return "".join([
+        f"{prefix}{mult},{','.join([get(type(v), _csv_field)(v) for v in row])}\n"
+        for mult, row in rows
+    ])
+
+
+# ---------------------------------------------------------------------------------------
+# Atomic CSV files
+
+
+class _AtomicCsvFile:
+    """A CSV file appended one committed block at a time (see the module docstring)."""
+
+    def __init__(
+        self, path: str | Path, header: Sequence[str], key: str, *, resume: bool, fsync: bool
+    ) -> None:
+        self.path = Path(path)
+        self.commit_path = Path(f"{path}.commit")
+        self._key = key
+        self._fsync = fsync
+        self.last_committed = 0
+        header_bytes = (_csv_line(header) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        state = self._read_commit() if resume and self.path.exists() else None
+        if state is not None:
+            k, n = state
+            size = self.path.stat().st_size
+            if size < n:
+                msg = (f"cannot resume {self.path}: it holds {size} bytes but "
+                       f"{self.commit_path} says {n} were committed")
+                raise ResumeError(msg)
+            with open(self.path, "rb") as f:
+                head = f.read(len(header_bytes))
+            if head != header_bytes:
+                msg = (f"cannot resume {self.path}: its header is {head.decode(errors='replace')!r}"
+                       f", this run writes {header_bytes.decode()!r}")
+                raise ResumeError(msg)
+            self._file: BinaryIO = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
+            self._file.truncate(n)
+            self._file.seek(n)
+            self._size = n
+            self.last_committed = k
+            self._sync()
+        else:
+            self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+            self._file.write(header_bytes)
+            self._size = len(header_bytes)
+            self._sync()
+            self._commit(0)
+
+    def _read_commit(self) -> tuple[int, int] | None:
+        try:
+            text = self.commit_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            state = json.loads(text)
+            k, n = state[self._key], state["bytes"]
+        except (ValueError, KeyError, TypeError):
+            msg = f"cannot resume {self.path}: {self.commit_path} is not a commit record"
+            raise ResumeError(msg) from None
+        if not (isinstance(k, int) and isinstance(n, int)) or k < 0 or n < 0:
+            msg = f"cannot resume {self.path}: {self.commit_path} holds {text.strip()!r}"
+            raise ResumeError(msg)
+        return k, n
+
+    def _sync(self) -> None:
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+
+    def _commit(self, k: int) -> None:
+        tmp = Path(f"{self.commit_path}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({self._key: k, "bytes": self._size}, f)
+            f.flush()
+            if self._fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, self.commit_path)
+        self.last_committed = k
+
+    def append(self, k: int, block: str) -> None:
+        if self._file.closed:
+            msg = f"{self.path} is closed"
+            raise ValueError(msg)
+        if k <= self.last_committed:
+            msg = f"{self.path}: {self._key} {k} is not after the last committed one " \
+                  f"({self.last_committed})"
+            raise ValueError(msg)
+        data = block.encode("utf-8")
+        self._file.write(data)
+        self._sync()
+        self._size += len(data)
+        self._commit(k)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+class DeltaCsvSink:
+    """Delta file sink: header ``epoch,mult,<columns>``, each epoch appended atomically.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.csv"
+    >>> with DeltaCsvSink(p, ["a", "b"]) as sink:
+    ...     sink.write_epoch(EpochDelta(1, ((1, (1, 2.5)), (-1, (2, None)))))
+    >>> print(p.read_text(), end="")
+    epoch,mult,a,b
+    1,1,1,2.5
+    1,-1,2,
+    >>> DeltaCsvSink(p, ["a", "b"], resume=True).last_committed_epoch
+    1
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        columns: Sequence[str],
+        *,
+        resume: bool = False,
+        fsync: bool = True,
+    ) -> None:
+        self.columns = tuple(columns)
+        self._file = _AtomicCsvFile(
+            path, ["epoch", "mult", *self.columns], "epoch", resume=resume, fsync=fsync
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    @property
+    def last_committed_epoch(self) -> int:
+        """The last epoch whose rows are in the file (0: none); epochs without rows are
+        not recorded (re-running them writes nothing anyway)."""
+        return self._file.last_committed
+
+    def write_epoch(self, delta: EpochDelta) -> None:
+        """Append the epoch's rows as one committed block; an empty delta writes nothing."""
+        if delta.rows:
+            self._file.append(delta.epoch, _csv_block(delta.epoch, delta.rows))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> DeltaCsvSink:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SnapshotCsvSink:
+    """Snapshot file sink: header ``snapshot,mult,<columns>``; snapshot k appended
+    atomically (sidecar ``{"snapshot": k, "bytes": n}``).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "s.csv"
+    >>> with SnapshotCsvSink(p, ["x"]) as sink:
+    ...     sink.write_snapshot(1, [(2, ("a",))])
+    >>> print(p.read_text(), end="")
+    snapshot,mult,x
+    1,2,a
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        columns: Sequence[str],
+        *,
+        resume: bool = False,
+        fsync: bool = True,
+    ) -> None:
+        self.columns = tuple(columns)
+        self._file = _AtomicCsvFile(
+            path, ["snapshot", "mult", *self.columns], "snapshot", resume=resume, fsync=fsync
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    @property
+    def last_committed_snapshot(self) -> int:
+        """The last snapshot with rows in the file (0: none)."""
+        return self._file.last_committed
+
+    def write_snapshot(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
+        """Append snapshot ``k`` as one committed block; an empty result writes nothing."""
+        if rows:
+            self._file.append(k, _csv_block(k, rows))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> SnapshotCsvSink:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class CsvStreamSink:
+    """Deltas and/or snapshots as CSV on a text stream (stdout): header first, then one
+    block per epoch, flushed.  The stream is flushed, not closed, by :meth:`close`.
+
+    >>> s = CsvStreamSink(sys.stdout, ["a"])
+    epoch,mult,a
+    >>> s.write_epoch(EpochDelta(3, ((-1, (True,)),)))
+    3,-1,true
+    """
+
+    def __init__(
+        self, stream: TextIO, columns: Sequence[str], *, kind: str = "epoch"
+    ) -> None:
+        self.stream = stream
+        self.columns = tuple(columns)
+        stream.write(_csv_line([kind, "mult", *self.columns]) + "\n")
+        stream.flush()
+
+    def write_epoch(self, delta: EpochDelta) -> None:
+        if delta.rows:
+            self.stream.write(_csv_block(delta.epoch, delta.rows))
+            self.stream.flush()
+
+    def write_snapshot(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
+        if rows:
+            self.stream.write(_csv_block(k, rows))
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.flush()
+
+
+class DeadLetterCsvSink:
+    """Rejected records as CSV ``source,reason,record`` (header included), flushed per
+    record; ``count`` says how many were written.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "dead.csv"
+    >>> with DeadLetterCsvSink(p) as dl:
+    ...     dl.write(InputError("u.csv:4", "+,X,1", "a relation", "relation 'X'"))
+    >>> print(p.read_text(), end="")
+    source,reason,record
+    u.csv:4,"expected a relation, found relation 'X'","+,X,1"
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.count = 0
+        self._file = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        self._writer.writerow(["source", "reason", "record"])
+        self._file.flush()
+
+    def write(self, error: InputError) -> None:
+        self._writer.writerow([error.source, error.reason, error.record])
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> DeadLetterCsvSink:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class CollectingSink:
+    """Keeps everything in memory (tests, Python API): ``deltas``, ``snapshots`` and
+    ``dead_letters`` lists.  Serves as delta, snapshot and dead-letter sink at once.
+
+    >>> sink = CollectingSink()
+    >>> sink.write_epoch(EpochDelta(1, ((1, (1,)),)))
+    >>> sink.write_epoch(EpochDelta(2, ()))
+    >>> [d.epoch for d in sink.deltas], sink.rows()
+    ([1, 2], [(1, 1, (1,))])
+    """
+
+    def __init__(self) -> None:
+        self.deltas: list[EpochDelta] = []
+        self.snapshots: list[tuple[int, list[tuple[int, Row]]]] = []
+        self.dead_letters: list[InputError] = []
+        self.closed = False
+
+    @property
+    def count(self) -> int:
+        """Number of dead letters (as :class:`DeadLetterCsvSink`)."""
+        return len(self.dead_letters)
+
+    def write_epoch(self, delta: EpochDelta) -> None:
+        self.deltas.append(delta)
+
+    def write_snapshot(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
+        self.snapshots.append((k, list(rows)))
+
+    def write(self, error: InputError) -> None:
+        self.dead_letters.append(error)
+
+    def rows(self) -> list[tuple[int, int, Row]]:
+        """All delta rows as ``(epoch, mult, row)``, as a delta file would hold them."""
+        return [(d.epoch, m, r) for d in self.deltas for m, r in d.rows]
+
+    def close(self) -> None:
+        self.closed = True
