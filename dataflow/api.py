@@ -81,6 +81,12 @@ class CompiledQuery:
             parts = Partitioner(self.plan, parallelism).describe()
         return explain(self.plan, self.dataflow, parts)
 
+    def replanned(self, prefix: Iterable[Record]) -> CompiledQuery:
+        """The same query planned with update rates estimated from a stream prefix."""
+        rates = estimate_rates(self.cq, prefix)
+        plan = build_plan(self.cq, rates)
+        return CompiledQuery(self.cq, plan, compile_dataflow(plan), self.source_name)
+
     def maintain(self, parallelism: int = 1) -> View:
         return View(self, parallelism)
 

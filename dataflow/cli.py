@@ -196,6 +196,41 @@ def maintain_kwargs(options: RunOptions) -> dict[str, Any]:
     return kwargs
 
 
+PREFIX_RECORDS = 10_000
+"""How many leading records the local runner buffers to estimate update rates."""
+
+
+def buffer_prefix(records: Iterable[Record], n: int) -> tuple[list[Record], Iterator[Record]]:
+    """The first ``n`` records, and an iterator over the whole stream. A bad record met
+    while buffering is raised again at its own position, so the epochs before it are
+    still emitted.
+
+    >>> head, stream = buffer_prefix(iter(range(5)), 2)
+    >>> head, list(stream)
+    ([0, 1], [0, 1, 2, 3, 4])
+    """
+    it = iter(records)
+    head: list[Record] = []
+    error: InputError | None = None
+    if n <= 0:
+        return head, it
+    try:
+        for rec in it:
+            head.append(rec)
+            if len(head) >= n:
+                break
+    except InputError as err:
+        error = err
+
+    def stream() -> Iterator[Record]:
+        yield from head
+        if error is not None:
+            raise error
+        yield from it
+
+    return head, stream()
+
+
 def run_local(ctx: RunContext) -> DriveStats:
     """The local runner: the engine in this process, fed from a file source.
 
@@ -206,7 +241,14 @@ def run_local(ctx: RunContext) -> DriveStats:
     records = read_updates(
         opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
     )
-    view = ctx.query.maintain(**maintain_kwargs(opts))
+    query = ctx.query
+    replanned = getattr(query, "replanned", None)
+    if opts.updates != "-" and callable(replanned):
+        # Re-plan with update rates estimated from the stream's first records (CROWN's
+        # sum of depth x rate). Not for stdin: buffering would hold back live input.
+        prefix, records = buffer_prefix(records, PREFIX_RECORDS)
+        query = replanned(prefix)
+    view = query.maintain(**maintain_kwargs(opts))
     deltas, snapshots = out.deltas, out.snapshots
 
     def on_delta(delta: EpochDelta) -> None:

@@ -454,6 +454,8 @@ def test_sigterm_finishes_the_open_epoch_and_exits_0(
             yield rec
 
     monkeypatch.setattr(cli, "read_updates", killing)
+    # No rate-estimation prefix: the signal must arrive between applied records.
+    monkeypatch.setattr(cli, "PREFIX_RECORDS", 0)
     before = signal.getsignal(signal.SIGTERM)
     text = "+,G,1,2\n+,G,2,3\n+,G,3,4\n+,G,4,5\n"
     assert run.run("--deltas", run.deltas, updates=text) == 0
