@@ -125,6 +125,28 @@ def compile_query(
     return CompiledQuery(cq, plan, compile_dataflow(plan), source_name)
 
 
+def make_finalizer(plan: Plan, count_supports: bool) -> OutputFinalizer:
+    """The output finalizer of a plan (DISTINCT supports, aggregate groups, bag)."""
+    cq = plan.cq
+    columns: list[tuple[str, int]] = []
+    group = cq.group_by or ()
+    for c in cq.columns if cq.is_aggregate else ():
+        if c.var is not None:
+            columns.append(("key", group.index(c.var)))
+        else:
+            assert c.aggregate is not None
+            columns.append(("agg", c.aggregate))
+    return OutputFinalizer(
+        finalize_mode(plan),
+        make_ring(plan),
+        aggregate_layout(plan),
+        columns,
+        DictState().map("finalize.output"),
+        count_supports=count_supports,
+        grouped=cq.group_by is not None,
+    )
+
+
 @dataclass
 class _RelationRoute:
     relation: Relation
@@ -148,26 +170,10 @@ class View:
         self.partitioner = Partitioner(plan, parallelism)
         self.engines = [Engine(plan, query.dataflow) for _ in range(self.partitioner.partitions)]
         self.validator = BaseValidator(DictState().map("validate.base"))
-        layout = aggregate_layout(plan)
-        cq = plan.cq
-        columns: list[tuple[str, int]] = []
-        group = cq.group_by or ()
-        for c in cq.columns if cq.is_aggregate else ():
-            if c.var is not None:
-                columns.append(("key", group.index(c.var)))
-            else:
-                assert c.aggregate is not None
-                columns.append(("agg", c.aggregate))
-        mode = finalize_mode(plan)
-        self.finalizer = OutputFinalizer(
-            mode,
-            make_ring(plan),
-            layout,
-            columns,
-            DictState().map("finalize.output"),
-            count_supports=bool(plan.extra_vars) or len(self.engines) > 1,
-            grouped=cq.group_by is not None,
+        self.finalizer = make_finalizer(
+            plan, count_supports=bool(plan.extra_vars) or len(self.engines) > 1
         )
+        cq = plan.cq
         self.routes: dict[str, _RelationRoute] = {}
         for name, rel in cq.schema.relations.items():
             types = tuple(_PY_TYPES[c.type] for c in rel.columns)

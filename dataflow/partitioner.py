@@ -78,11 +78,15 @@ def choose_shares(
 class Partitioner:
     """Routes each atom tuple to the partitions (grid cells) that need it."""
 
-    def __init__(self, plan: Plan, parallelism: int) -> None:
+    def __init__(
+        self, plan: Plan, parallelism: int, allowed: set[str] | None = None
+    ) -> None:
         cq = plan.cq
         atoms = [frozenset(a.vars) for a in cq.atoms]
         counts = {v: sum(1 for a in atoms if v in a) for v in cq.var_order}
-        candidates = [v for v in cq.var_order if counts[v] >= 2]
+        candidates = [
+            v for v in cq.var_order if counts[v] >= 2 and (allowed is None or v in allowed)
+        ]
         self.shares = choose_shares(atoms, candidates, max(1, parallelism), plan.rates)
         dims = [v for v in cq.var_order if v in self.shares]
         strides: dict[str, int] = {}
