@@ -82,6 +82,22 @@ class RunOptions:
     quiet: bool = False
     resume: bool = False
     fsync: bool = True
+    checkpoint: str | None = None
+    """Spark: the streaming checkpoint (offsets and partition state); default
+    ``<deltas>.checkpoint``. Restarting with the same checkpoint resumes the run."""
+    batch_lines: int = 10_000
+    """Spark: input lines per micro-batch."""
+
+    @property
+    def spark_checkpoint(self) -> str | None:
+        return self.checkpoint or (f"{self.deltas}.checkpoint" if self.deltas else None)
+
+    @property
+    def resume_outputs(self) -> bool:
+        """``--resume``, or a Spark run restarted from an existing checkpoint."""
+        ckpt = self.spark_checkpoint
+        restarted = self.runner == "spark" and ckpt is not None and Path(ckpt).exists()
+        return self.resume or restarted
 
     @property
     def dead_letter_path(self) -> str:
@@ -273,7 +289,31 @@ def run_local(ctx: RunContext) -> DriveStats:
     )
 
 
-RUNNERS: dict[str, Runner] = {"local": run_local}
+def run_spark(ctx: RunContext) -> DriveStats:
+    """The Spark runner (``pip install -e '.[spark]'``, Java 17): see
+    :mod:`dataflow.runners.spark`. The delta file is always resumed: after a crash, the
+    same command with the same checkpoint writes exactly the epochs still missing."""
+    opts, out = ctx.options, ctx.outputs
+    try:
+        from dataflow.runners.spark import SparkJob
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        msg = f"the spark runner needs pyspark: pip install -e '.[spark]' ({err})"
+        raise UnavailableError(msg) from None
+    checkpoint = opts.spark_checkpoint
+    job = SparkJob(
+        ctx.query,
+        opts.updates,
+        epoch_size=opts.epoch,
+        parallelism=opts.parallelism,
+        checkpoint=checkpoint,
+        batch_lines=opts.batch_lines,
+        bounded=not Path(opts.updates).is_dir() or opts.stop_at_end,
+    )
+    job.run(out, ctx.progress.stats)
+    return ctx.progress.stats
+
+
+RUNNERS: dict[str, Runner] = {"local": run_local, "spark": run_spark}
 """Runner name -> runner; the Spark and Flink runners register here when built."""
 
 CONNECTOR_SCHEMES: dict[str, Callable[..., Any]] = {}
@@ -317,13 +357,13 @@ def _open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
         if opts.on_error == "skip":
             dead = DeadLetterCsvSink(opts.dead_letter_path)
         if opts.deltas:
-            dsink = DeltaCsvSink(opts.deltas, columns, resume=opts.resume, fsync=opts.fsync)
+            dsink = DeltaCsvSink(opts.deltas, columns, resume=opts.resume_outputs, fsync=opts.fsync)
             out = Outputs(dsink, dead_letter=dead, resume_epoch=dsink.last_committed_epoch)
         else:
             out = Outputs(CsvStreamSink(sys.stdout, columns), dead_letter=dead)
         if opts.snapshots:
             ssink = SnapshotCsvSink(
-                opts.snapshots, columns, resume=opts.resume, fsync=opts.fsync
+                opts.snapshots, columns, resume=opts.resume_outputs, fsync=opts.fsync
             )
             out.snapshots = ssink
             out.resume_snapshot = ssink.last_committed_snapshot
@@ -512,6 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-fsync", dest="fsync", action="store_false",
                      help="do not fsync sinks per epoch (faster; still atomic per epoch "
                           "if the process dies, not if the machine does)")
+    run.add_argument("--checkpoint", metavar="DIR",
+                     help="spark: streaming checkpoint (default: <deltas>.checkpoint)")
+    run.add_argument("--batch-lines", type=_positive_int, default=10_000, metavar="N",
+                     help="spark: input lines per micro-batch (default 10000)")
     run.add_argument("--quiet", "-q", action="store_true",
                      help="no progress line and no summary")
 
@@ -543,7 +587,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         deltas=args.deltas, snapshots=args.snapshots, parallelism=args.parallelism,
         eps=args.eps, on_error=args.on_error, dead_letter=args.dead_letter,
         stop_at_end=args.stop_at_end, quiet=args.quiet, resume=args.resume,
-        fsync=args.fsync,
+        fsync=args.fsync, checkpoint=args.checkpoint, batch_lines=args.batch_lines,
     )
 
 
