@@ -100,6 +100,7 @@ class OutputFinalizer:
                         out.append((-1, row))
         else:
             groups = self.state
+            changes: dict[Row, int] = {}
             if not self.grouped and () not in raw and not self.emitted_once:
                 raw = {**raw, (): ring.zero}
             for key, d in raw.items():
@@ -122,11 +123,14 @@ class OutputFinalizer:
                     new_row = self._agg_row(key, zero if new is None else new)
                 if old_row == new_row:
                     continue
+                # Several groups can share an output row (GROUP BY keys not selected):
+                # consolidate per row.
                 if old_row is not None:
-                    out.append((-1, old_row))
+                    changes[old_row] = changes.get(old_row, 0) - 1
                 if new_row is not None:
-                    out.append((1, new_row))
+                    changes[new_row] = changes.get(new_row, 0) + 1
             self.emitted_once = True
+            out = [(m, row) for row, m in changes.items() if m]
         sort_rows(out)
         return out
 
@@ -138,9 +142,12 @@ class OutputFinalizer:
         elif self.mode == "distinct":
             out = [(1, row) for row, m in raw.items() if m]
         else:
+            counts: dict[Row, int] = {}
             for key, payload in raw.items():
                 if self.ring.count(payload):
-                    out.append((1, self._agg_row(key, payload)))
+                    row = self._agg_row(key, payload)
+                    counts[row] = counts.get(row, 0) + 1
+            out = [(m, row) for row, m in counts.items()]
             if not self.grouped and not out:
                 out.append((1, self._agg_row((), self.ring.zero)))
         sort_rows(out)

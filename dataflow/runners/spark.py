@@ -68,9 +68,14 @@ def spark_session(master: str | None = None, partitions: int = 2) -> SparkSessio
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or os.environ.get("IVMFLOW_SPARK_MASTER") or None
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = "local[2]"  # not under spark-submit (which sets the cluster's master)
+    builder = SparkSession.builder
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.master(master or os.environ.get("IVMFLOW_SPARK_MASTER", "local[2]"))
-        .appName("ivmflow")
+        builder.appName("ivmflow")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
