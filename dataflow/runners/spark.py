@@ -131,6 +131,8 @@ class SparkJob:
         self.checkpoint = checkpoint or tempfile.mkdtemp(prefix="ivmflow-spark-")
         self.master = master
         self.batches = 0
+        self.progress: list[dict[str, Any]] = []
+        """Spark's progress reports of the run's micro-batches (durations, rows)."""
 
     def stream(self, spark: SparkSession) -> DataFrame:
         spark.dataSource.register(UpdateCsvSource)
@@ -253,8 +255,7 @@ class SparkJob:
         except Exception as exc:  # noqa: BLE001 - re-raised with the user's message
             raise _unwrap(exc) from None
         finally:
+            self.progress = [dict(p) for p in (query.recentProgress or [])]
             if stats is not None:
-                stats.updates = sum(
-                    int(p.get("numInputRows", 0)) for p in (query.recentProgress or [])
-                )
+                stats.updates = sum(int(p.get("numInputRows", 0)) for p in self.progress)
             query.stop()
