@@ -469,6 +469,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ImportError:
         msg = "the generators are not available in this build"
         raise UnavailableError(msg) from None
+    if args.engine == "spark":
+        return _generate_on_spark(args, generators)
+    if args.edge_list or args.min_dst is not None:
+        msg = "--edge-list and --min-dst need --engine spark"
+        raise UsageError(msg)
     try:
         edges = generators.skewed_graph(
             args.edges, args.nodes, seed=args.seed, alpha=args.alpha, model=args.model
@@ -484,6 +489,43 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.quiet and args.out != "-":
         print(f"{PROG}: wrote {n} updates ({len(edges)} edges of {args.relation}) "
               f"to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _generate_on_spark(args: argparse.Namespace, generators: Any) -> int:
+    """The same streams built with PySpark: a generated graph (kept in its generated
+    order, so the output equals the Python engine's) or an ``--edge-list`` file
+    (shuffled with ``--seed``), FIFO windows, a ``--min-dst`` filter, epoch markers."""
+    if args.out == "-":
+        msg = "--engine spark writes a file: give --out"
+        raise UsageError(msg)
+    try:
+        from connectors.spark_pipeline import read_edge_list, window_updates, write_lines
+        from dataflow.runners.spark import spark_session
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        msg = f"--engine spark needs pyspark: pip install -e '.[spark]' ({err})"
+        raise UnavailableError(msg) from None
+    spark = spark_session(None, 2)
+    if args.edge_list:
+        edges = read_edge_list(spark, args.edge_list)
+        seed: int | None = args.seed
+    else:
+        pairs = generators.skewed_graph(
+            args.edges, args.nodes, seed=args.seed, alpha=args.alpha, model=args.model
+        )
+        edges = spark.createDataFrame(
+            [(s, d, i) for i, (s, d) in enumerate(pairs)], "src LONG, dst LONG, o LONG"
+        )
+        seed = None
+    window = args.window
+    if isinstance(window, float):
+        window = max(1, int(window * (args.edges if not args.edge_list else edges.count())))
+    df = window_updates(edges, window, relation=args.relation, seed=seed,
+                        min_dst=args.min_dst, epoch_every=args.epoch_every)
+    n = write_lines(df, args.out)
+    if not args.quiet:
+        print(f"{PROG}: wrote {n} updates of {args.relation} to {args.out} (spark)",
+              file=sys.stderr)
     return 0
 
 
@@ -577,6 +619,12 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--out", default="-", help="output file (default: stdout)")
     graph.add_argument("--epoch-every", type=_positive_int, default=None, metavar="N",
                        help="write a '*' line after every N updates")
+    graph.add_argument("--engine", choices=("python", "spark"), default="python",
+                       help="build the stream in-process (default) or with PySpark")
+    graph.add_argument("--edge-list", metavar="FILE",
+                       help="spark: read src,dst edges from FILE instead of generating")
+    graph.add_argument("--min-dst", type=int, default=None, metavar="T",
+                       help="spark: keep only edges with dst >= T")
     graph.add_argument("--quiet", "-q", action="store_true")
     return parser
 
