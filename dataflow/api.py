@@ -25,10 +25,11 @@ from typing import Any
 
 from connectors.files import format_update
 from dataflow.engine import Engine, aggregate_layout, make_ring
-from dataflow.errors import InputError
+from dataflow.errors import InputError, UnsupportedQueryError
 from dataflow.graph import Dataflow
 from dataflow.partitioner import Partitioner
 from dataflow.records import EpochDelta, EpochEnd, Record, Update
+from dataflow.triangle import TriangleEngine
 from operators.finalize import OutputFinalizer
 from operators.input import BaseValidator, RelationInput
 from operators.state import DictState
@@ -38,6 +39,12 @@ from plans.explain import explain
 from plans.plan import Plan, build_plan
 from plans.schema import Relation, Row, Schema
 from plans.sql import parse_query
+from plans.triangle import (
+    TrianglePlan,
+    compile_triangle_dataflow,
+    explain_triangle,
+    recognise_triangle,
+)
 
 _PY_TYPES = {"INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,)}
 
@@ -66,6 +73,10 @@ class CompiledQuery:
     plan: Plan
     dataflow: Dataflow
     source_name: str = "<query>"
+    triangle: TrianglePlan | None = None
+    """Set for triangle queries, maintained with heavy/light IVM-epsilon."""
+    eps: float = 0.5
+    """IVM-epsilon's threshold exponent (triangle queries only)."""
 
     @property
     def schema(self) -> Schema:
@@ -75,7 +86,11 @@ class CompiledQuery:
     def output_columns(self) -> tuple[str, ...]:
         return self.cq.output_names
 
-    def explain(self, parallelism: int = 1) -> str:
+    def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
+        if self.triangle is not None:
+            _check_triangle_parallelism(parallelism)
+            e = self.eps if eps is None else eps
+            return explain_triangle(self.triangle, self.dataflow, e)
         parts = ""
         if parallelism > 1:
             parts = Partitioner(self.plan, parallelism).describe()
@@ -83,12 +98,15 @@ class CompiledQuery:
 
     def replanned(self, prefix: Iterable[Record]) -> CompiledQuery:
         """The same query planned with update rates estimated from a stream prefix."""
+        if self.triangle is not None:  # IVM-epsilon has no join tree to choose
+            return self
         rates = estimate_rates(self.cq, prefix)
         plan = build_plan(self.cq, rates)
         return CompiledQuery(self.cq, plan, compile_dataflow(plan), self.source_name)
 
-    def maintain(self, parallelism: int = 1) -> View:
-        return View(self, parallelism)
+    def maintain(self, parallelism: int = 1, eps: float | None = None) -> View:
+        """A live view; ``eps`` (triangle queries) overrides the compiled epsilon."""
+        return View(self, parallelism, eps)
 
     def run(
         self, records: Iterable[Record], epoch_size: int | None = None, parallelism: int = 1
@@ -113,16 +131,38 @@ def compile_query(
     source_name: str = "<query>",
     rates: list[float] | None = None,
     prefix: Iterable[Record] | None = None,
+    eps: float = 0.5,
 ) -> CompiledQuery:
     """Parse, classify, plan and compile a query file's text.
 
     ``rates`` (one per FROM item) or a ``prefix`` of the update stream steer the join
-    tree choice (sum of depth * update rate); without them rates are uniform."""
+    tree choice (sum of depth * update rate); without them rates are uniform. Triangle
+    queries are planned for IVM-epsilon with threshold exponent ``eps``."""
+    _check_eps(eps)
     cq = parse_query(sql, source_name)
+    tri = recognise_triangle(cq)
+    if tri is not None:
+        dataflow = compile_triangle_dataflow(tri)
+        return CompiledQuery(cq, tri.plan, dataflow, source_name, triangle=tri, eps=eps)
     if rates is None and prefix is not None:
         rates = estimate_rates(cq, prefix)
     plan = build_plan(cq, rates)
     return CompiledQuery(cq, plan, compile_dataflow(plan), source_name)
+
+
+def _check_eps(eps: float) -> None:
+    if not 0.0 <= eps <= 1.0:
+        msg = f"eps must be between 0 and 1, got {eps}"
+        raise ValueError(msg)
+
+
+def _check_triangle_parallelism(parallelism: int) -> None:
+    if parallelism > 1:
+        msg = (
+            f"parallelism {parallelism}: triangle queries (IVM-epsilon) run on one "
+            "partition for now; use parallelism 1"
+        )
+        raise UnsupportedQueryError(msg)
 
 
 def make_finalizer(plan: Plan, count_supports: bool) -> OutputFinalizer:
@@ -161,17 +201,32 @@ class _RelationRoute:
 class View:
     """A live, incrementally maintained query result (one or more partitions)."""
 
-    def __init__(self, query: CompiledQuery, parallelism: int = 1) -> None:
+    def __init__(
+        self, query: CompiledQuery, parallelism: int = 1, eps: float | None = None
+    ) -> None:
         if parallelism < 1:
             msg = f"parallelism must be at least 1, got {parallelism}"
             raise ValueError(msg)
         self.query = query
         plan = query.plan
         self.partitioner = Partitioner(plan, parallelism)
-        self.engines = [Engine(plan, query.dataflow) for _ in range(self.partitioner.partitions)]
+        self.engines: list[Engine] | list[TriangleEngine]
+        if query.triangle is not None:
+            _check_triangle_parallelism(parallelism)
+            self.eps = query.eps if eps is None else eps
+            _check_eps(self.eps)
+            self.engines = [TriangleEngine(query.triangle, self.eps)]
+        else:
+            self.engines = [
+                Engine(plan, query.dataflow) for _ in range(self.partitioner.partitions)
+            ]
         self.validator = BaseValidator(DictState().map("validate.base"))
+        # A triangle engine emits bag multiplicities: DISTINCT needs support counts.
         self.finalizer = make_finalizer(
-            plan, count_supports=bool(plan.extra_vars) or len(self.engines) > 1
+            plan,
+            count_supports=bool(plan.extra_vars)
+            or len(self.engines) > 1
+            or query.triangle is not None,
         )
         cq = plan.cq
         self.routes: dict[str, _RelationRoute] = {}

@@ -440,9 +440,13 @@ def cmd_run(opts: RunOptions) -> int:
     return 0
 
 
-def cmd_explain(query_path: str) -> int:
+def cmd_explain(query_path: str, eps: float | None = None, parallelism: int = 1) -> int:
     """``ivmflow explain``: print the plan of a query file."""
-    print(_compile(query_path).explain())
+    query = _compile(query_path)
+    if eps is not None and query.triangle is not None:
+        print(query.explain(parallelism, eps=eps))
+    else:
+        print(query.explain(parallelism))
     return 0
 
 
@@ -603,6 +607,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="print the plan of a query")
     explain.add_argument("query", metavar="QUERY.sql")
+    explain.add_argument("--eps", type=_unit_float, default=None, metavar="E",
+                         help="IVM-epsilon exponent for triangle queries (default 0.5)")
+    explain.add_argument("--parallelism", type=_positive_int, default=1, metavar="P",
+                         help="show the partitioning for P partitions")
 
     gen = sub.add_parser("generate", help="write synthetic update streams")
     gen_sub = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -663,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _error("--dead-letter needs --on-error skip", 2)
             return cmd_run(opts)
         if args.command == "explain":
-            return cmd_explain(args.query)
+            return cmd_explain(args.query, args.eps, args.parallelism)
         return cmd_generate(args)
     except QueryError as exc:
         return _error(str(exc), 2)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.engine import Engine
-from dataflow.errors import InputError
+from dataflow.errors import InputError, UnsupportedQueryError
 from dataflow.partitioner import Partitioner
 from dataflow.records import EpochEnd, Record, Update
 from operators.finalize import OutputFinalizer
@@ -131,6 +131,9 @@ class PartitionLayout:
     variables when the finalizer keeps state."""
 
     def __init__(self, query: Any, parallelism: int) -> None:
+        if getattr(query, "triangle", None) is not None:
+            msg = "triangle queries (IVM-epsilon) run on the local runner only for now"
+            raise UnsupportedQueryError(msg)
         plan = query.plan
         stateful_output = finalize_mode(plan) != "bag"
         restrict = None

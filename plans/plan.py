@@ -109,9 +109,10 @@ def build_plan(cq: ConjunctiveQuery, rates: Sequence[float] | None = None) -> Pl
     query_class, classes = classify(cq)
     if query_class == "cyclic":
         msg = (
-            "the query is cyclic (its join hypergraph has a cycle, e.g. a triangle); "
-            "ivmflow maintains acyclic queries with CROWN's join-free plans, and cyclic "
-            "queries come with the heavy/light (IVM-epsilon) work: not supported yet"
+            "the query is cyclic (its join hypergraph has a cycle); ivmflow maintains "
+            "acyclic queries with CROWN's join-free plans and triangle queries (COUNT(*) "
+            "or the listing of all three variables) with heavy/light IVM-epsilon "
+            "(compile_query); other cyclic queries are not supported yet"
         )
         raise UnsupportedQueryError(msg)
     edges = cq.hyperedges()

@@ -1,0 +1,319 @@
+"""The heavy/light router of IVM-epsilon (notes ivm-eps-triangles.md, sections 2.1, 2.2
+and 2.11): relations split into a heavy and a light part on one partition attribute,
+degree counters over the whole relation, the class of every value, the threshold base
+N with ``floor(N/4) <= |D| < N``, minor and major rebalancing.
+
+The router owns the relation parts (keyed bags with an index per column) and calls
+back into the query's operator:
+
+- ``apply(rel, part, t, m)`` before the part is written, so the operator computes its
+  deltas against the pre-update state (the relation part is updated last);
+- ``rebuild()`` after a major rebalance (strict repartition), so the operator
+  recomputes its views from the parts.
+
+A minor rebalance moves a value's tuples between parts as paired updates through the
+same ``apply`` (insert into the new part, then delete from the old one): by linearity
+the query result does not change, only the auxiliary views re-route the tuples.
+
+Example (eps = 1/2; value 1 becomes heavy once its degree reaches 3/2 * N^eps):
+    >>> from operators.state import DictState
+    >>> r = HeavyLightRouter(DictState(), [RelationSpec("R", 2, 0)], 0.5)
+    >>> for b in range(6):
+    ...     _ = r.update("R", (1, b), 1)
+    >>> r.update("R", (2, 0), 1), r.size, r.base
+    ('L', 7, 8)
+    >>> r.is_heavy("R", 1), r.part("R", "H").get((1, 5)), r.degree("R", 1)
+    (True, 1, 6)
+    >>> for b in range(5):
+    ...     _ = r.update("R", (1, b), -1)
+    >>> r.is_heavy("R", 1), r.part("R", "L").get((1, 5)), r.stats["minor"]
+    (False, 1, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from operators.state import State
+
+HEAVY = "H"
+LIGHT = "L"
+PARTS = (HEAVY, LIGHT)
+
+ApplyFn = Callable[[str, str, tuple[Any, ...], int], None]
+"""``apply(relation, part, tuple, m)``: the query's update rules for one part update."""
+
+
+@dataclass(frozen=True)
+class RelationSpec:
+    """A relation of the router: its name, arity and the position it is partitioned on."""
+
+    name: str
+    arity: int
+    key: int
+
+
+class KeyedBag:
+    """A relation part or a view: tuple -> non-zero multiplicity, with one index per
+    column (value -> {tuple: multiplicity}) so that degrees and ``sigma_{X=x}`` are O(1)
+    to find. Entries that reach zero are dropped.
+
+    >>> from operators.state import DictState
+    >>> k = KeyedBag(DictState(), "R.H", 2)
+    >>> k.add((1, 2), 2), k.add((1, 3), 1), k.add((1, 2), -2)
+    (2, 1, 0)
+    >>> dict(k.match(0, 1)), k.degree(1, 2), len(k)
+    ({(1, 3): 1}, 0, 1)
+    """
+
+    def __init__(self, state: State, name: str, arity: int) -> None:
+        self.name = name
+        self.rows: MutableMapping[tuple[Any, ...], int] = state.map(f"{name}.rows")
+        self.index: list[MutableMapping[Any, dict[tuple[Any, ...], int]]] = [
+            state.map(f"{name}.idx{i}") for i in range(arity)
+        ]
+
+    def get(self, t: tuple[Any, ...]) -> int:
+        return self.rows.get(t, 0)
+
+    def add(self, t: tuple[Any, ...], m: int) -> int:
+        """Add ``m`` copies (negative: remove); returns the new multiplicity."""
+        new = self.rows.get(t, 0) + m
+        if new:
+            self.rows[t] = new
+            for pos, idx in enumerate(self.index):
+                bucket = idx.get(t[pos])
+                if bucket is None:
+                    idx[t[pos]] = {t: new}
+                else:
+                    bucket[t] = new
+        else:
+            self.rows.pop(t, None)
+            for pos, idx in enumerate(self.index):
+                bucket = idx.get(t[pos])
+                if bucket is not None:
+                    bucket.pop(t, None)
+                    if not bucket:
+                        del idx[t[pos]]
+        return new
+
+    def match(self, pos: int, v: Any) -> dict[tuple[Any, ...], int]:
+        """``sigma_{pos=v}``: tuple -> multiplicity (do not mutate)."""
+        return self.index[pos].get(v) or _EMPTY
+
+    def degree(self, pos: int, v: Any) -> int:
+        bucket = self.index[pos].get(v)
+        return len(bucket) if bucket else 0
+
+    def items(self) -> Iterator[tuple[tuple[Any, ...], int]]:
+        return iter(list(self.rows.items()))
+
+    def clear(self) -> None:
+        self.rows.clear()
+        for idx in self.index:
+            idx.clear()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+_EMPTY: dict[tuple[Any, ...], int] = {}
+
+
+def _noop_apply(rel: str, part: str, t: tuple[Any, ...], m: int) -> None:
+    return None
+
+
+def _noop_rebuild() -> None:
+    return None
+
+
+class HeavyLightRouter:
+    """Per relation: a heavy and a light part, partitioned on ``spec.key``.
+
+    ``eps`` in [0, 1] sets the threshold theta = N^eps. eps = 0 puts every tuple in the
+    heavy part and eps = 1 every tuple in the light part (theta = N exceeds every
+    degree), which gives back classical first-order IVM.
+    """
+
+    def __init__(
+        self,
+        state: State,
+        relations: Sequence[RelationSpec],
+        eps: float,
+        *,
+        name: str = "hl",
+        apply: ApplyFn | None = None,
+        rebuild: Callable[[], None] | None = None,
+    ) -> None:
+        if not 0.0 <= eps <= 1.0:
+            msg = f"eps must be between 0 and 1, got {eps}"
+            raise ValueError(msg)
+        self.eps = float(eps)
+        self.specs = {r.name: r for r in relations}
+        self.parts: dict[str, dict[str, KeyedBag]] = {
+            r.name: {p: KeyedBag(state, f"{name}.{r.name}.{p}", r.arity) for p in PARTS}
+            for r in relations
+        }
+        # Degree of every value over the whole relation (distinct tuples), and the
+        # values whose class is heavy (a value absent from the relation has no class).
+        self.degrees: dict[str, MutableMapping[Any, int]] = {
+            r.name: state.map(f"{name}.{r.name}.degree") for r in relations
+        }
+        self.heavy: dict[str, MutableMapping[Any, bool]] = {
+            r.name: state.map(f"{name}.{r.name}.heavy") for r in relations
+        }
+        self.meta: MutableMapping[str, int] = state.map(f"{name}.meta")
+        self.meta.setdefault("size", 0)
+        self.meta.setdefault("base", 1)  # N = 2|D| + 1 on the empty database
+        self.apply: ApplyFn = apply or _noop_apply
+        self.rebuild: Callable[[], None] = rebuild or _noop_rebuild
+        self.stats: dict[str, int] = {"minor": 0, "major": 0, "moved": 0}
+
+    # -- reading -------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """|D|: distinct tuples over all relations."""
+        return self.meta["size"]
+
+    @property
+    def base(self) -> int:
+        """The threshold base N."""
+        return self.meta["base"]
+
+    @property
+    def theta(self) -> float:
+        return float(self.base) ** self.eps
+
+    def part(self, rel: str, cls: str) -> KeyedBag:
+        return self.parts[rel][cls]
+
+    def get(self, rel: str, t: tuple[Any, ...]) -> int:
+        """Multiplicity of ``t`` in the whole relation."""
+        parts = self.parts[rel]
+        return parts[HEAVY].get(t) + parts[LIGHT].get(t)
+
+    def degree(self, rel: str, v: Any) -> int:
+        return self.degrees[rel].get(v, 0)
+
+    def is_heavy(self, rel: str, v: Any) -> bool:
+        return v in self.heavy[rel]
+
+    def route(self, rel: str, t: tuple[Any, ...]) -> str:
+        """The part an update of ``t`` goes to (AffectedPart): the class of its value; a
+        new value is light, except at eps = 0 where everything is heavy."""
+        return HEAVY if self.eps == 0.0 or t[self.specs[rel].key] in self.heavy[rel] else LIGHT
+
+    # -- updating ------------------------------------------------------------------
+    def update(self, rel: str, t: tuple[Any, ...], m: int) -> str:
+        """Apply one base update (``m`` copies, negative for a delete) and rebalance if
+        needed; returns the part the update went to."""
+        spec = self.specs[rel]
+        x = t[spec.key]
+        heavy = self.heavy[rel]
+        cls = HEAVY if self.eps == 0.0 or x in heavy else LIGHT
+        bag = self.parts[rel][cls]
+        old = bag.get(t)
+        if old + m < 0:
+            msg = f"{rel}{t}: delete of {-m} copies, {old} present"
+            raise ValueError(msg)
+        if cls == HEAVY and x not in heavy:
+            heavy[x] = True
+        self.apply(rel, cls, t, m)
+        new = bag.add(t, m)
+        degrees = self.degrees[rel]
+        meta = self.meta
+        if old == 0 and new > 0:
+            degrees[x] = degrees.get(x, 0) + 1
+            meta["size"] += 1
+        elif old > 0 and new == 0:
+            d = degrees[x] - 1
+            meta["size"] -= 1
+            if d:
+                degrees[x] = d
+            else:  # the value left the relation: it has no class any more
+                del degrees[x]
+                heavy.pop(x, None)
+        else:
+            return cls
+        size, base = meta["size"], meta["base"]
+        if size >= base:
+            meta["base"] = 2 * base
+            self.major_rebalance()
+        elif size < base // 4:
+            meta["base"] = max(1, base // 2 - 1)
+            self.major_rebalance()
+        else:
+            self.check_minor(rel, x)
+        return cls
+
+    def check_minor(self, rel: str, x: Any) -> None:
+        """Move ``x``'s tuples to the other part if its degree left the loose band
+        [theta/2, 3*theta/2)."""
+        d = self.degrees[rel].get(x, 0)
+        if d == 0 or self.eps in (0.0, 1.0):
+            return  # eps = 0: all heavy; eps = 1: no degree reaches 3/2 N
+        theta = self.theta
+        if x in self.heavy[rel]:
+            if d < theta / 2:
+                self._move(rel, x, HEAVY, LIGHT)
+        elif d >= 1.5 * theta:
+            self._move(rel, x, LIGHT, HEAVY)
+
+    def _move(self, rel: str, x: Any, src: str, dst: str) -> None:
+        self.stats["minor"] += 1
+        key = self.specs[rel].key
+        sbag, dbag = self.parts[rel][src], self.parts[rel][dst]
+        if dst == HEAVY:
+            self.heavy[rel][x] = True
+        else:
+            self.heavy[rel].pop(x, None)
+        for t, m in list(sbag.match(key, x).items()):
+            self.stats["moved"] += 1
+            self.apply(rel, dst, t, m)
+            dbag.add(t, m)
+            self.apply(rel, src, t, -m)
+            sbag.add(t, -m)
+
+    def major_rebalance(self) -> None:
+        """Strict repartition with the current N (heavy iff degree >= N^eps), then
+        let the operator recompute its views."""
+        self.stats["major"] += 1
+        theta = self.theta
+        for rel, spec in self.specs.items():
+            heavy = self.heavy[rel]
+            hbag, lbag = self.parts[rel][HEAVY], self.parts[rel][LIGHT]
+            rows = list(hbag.rows.items()) + list(lbag.rows.items())
+            hbag.clear()
+            lbag.clear()
+            heavy.clear()
+            degrees = self.degrees[rel]
+            for v, d in degrees.items():
+                if self.eps == 0.0 or (self.eps < 1.0 and d >= theta):
+                    heavy[v] = True
+            for t, m in rows:
+                (hbag if t[spec.key] in heavy else lbag).add(t, m)
+        self.rebuild()
+
+    def check_invariants(self) -> None:
+        """Assert the partition invariants (tests): domain partition, loose degree
+        bounds, degree counters and |D|, and floor(N/4) <= |D| < N."""
+        theta = self.theta
+        size = 0
+        for rel, spec in self.specs.items():
+            h, lt = self.parts[rel][HEAVY], self.parts[rel][LIGHT]
+            size += len(h) + len(lt)
+            hv = set(h.index[spec.key])
+            lv = set(lt.index[spec.key])
+            assert not hv & lv, (rel, hv & lv)
+            assert hv == set(self.heavy[rel]), (rel, hv, set(self.heavy[rel]))
+            for v in hv | lv:
+                d = h.degree(spec.key, v) + lt.degree(spec.key, v)
+                assert self.degrees[rel].get(v) == d, (rel, v, d)
+                if 0.0 < self.eps < 1.0:
+                    assert d >= theta / 2 if v in hv else d < 1.5 * theta, (rel, v, d, theta)
+            assert set(self.degrees[rel]) == hv | lv
+        assert size == self.size, (size, self.size)
+        assert self.base // 4 <= self.size < self.base, (self.size, self.base)
