@@ -443,10 +443,12 @@ def cmd_run(opts: RunOptions) -> int:
 def cmd_explain(query_path: str, eps: float | None = None, parallelism: int = 1) -> int:
     """``ivmflow explain``: print the plan of a query file."""
     query = _compile(query_path)
-    if eps is not None and query.triangle is not None:
-        print(query.explain(parallelism, eps=eps))
-    else:
-        print(query.explain(parallelism))
+    kwargs: dict[str, Any] = {}
+    if parallelism != 1:
+        kwargs["parallelism"] = parallelism
+    if eps is not None and getattr(query, "triangle", None) is not None:
+        kwargs["eps"] = eps
+    print(query.explain(**kwargs))
     return 0
 
 
