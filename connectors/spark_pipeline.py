@@ -86,3 +86,83 @@ def write_lines(df: DataFrame, out: str) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return int(df.where(F.col("line") != "*").count())
+
+
+SOCIAL_SCHEMA_SQL = """CREATE TABLE person(id INT, name TEXT);
+CREATE TABLE knows(p1 INT, p2 INT);
+CREATE TABLE message(id INT, creator INT);
+"""
+"""The tables of :func:`social_updates`, for query files."""
+
+
+def social_updates(
+    spark: SparkSession,
+    persons: int,
+    knows: int,
+    messages: int,
+    *,
+    window: float = 0.2,
+    seed: int = 0,
+    epoch_every: int | None = None,
+) -> DataFrame:
+    """A social-network style stream (``person``, ``knows``, ``message``): all persons
+    first, then ``knows`` and ``message`` insertions in random order, each table under
+    its own FIFO window (a tuple is deleted right after the insertion of the
+    ``window``-th later tuple of its table). Endpoints and creators are skewed (a few
+    persons are very active)."""
+    people = spark.range(persons).select(
+        F.lit(-1).cast("long").alias("k"), F.col("id").alias("k2"),
+        F.concat(F.lit("+,person,"), F.col("id").cast("string"), F.lit(",p"),
+                 F.col("id").cast("string")).alias("line"),
+    )
+    skew = F.floor(F.lit(persons) * F.pow(F.rand(seed + 1), F.lit(2.0))).cast("long")
+    skew2 = F.floor(F.lit(persons) * F.pow(F.rand(seed + 2), F.lit(2.0))).cast("long")
+    edges = (
+        spark.range(knows).select(skew.alias("a"), skew2.alias("b"))
+        .where(F.col("a") != F.col("b"))
+        .dropDuplicates(["a", "b"])
+        .select(F.lit("knows").alias("t"), "a", "b")
+    )
+    creator = F.floor(F.lit(persons) * F.pow(F.rand(seed + 3), F.lit(3.0))).cast("long")
+    posts = spark.range(messages).select(
+        F.lit("message").alias("t"), F.col("id").alias("a"), creator.alias("b")
+    )
+    events = edges.unionByName(posts).orderBy(F.rand(seed + 4), "t", "a", "b")
+    numbered = events.rdd.zipWithIndex().map(
+        lambda p: (p[1], p[0]["t"], p[0]["a"], p[0]["b"])
+    ).toDF(["i", "t", "a", "b"])
+    from pyspark.sql.window import Window
+
+    per_table = numbered.withColumn(
+        "j", F.row_number().over(Window.partitionBy("t").orderBy("i")) - 1
+    )
+    body = F.concat_ws(",", F.col("t"), F.col("a").cast("string"), F.col("b").cast("string"))
+    inserts = per_table.select(F.col("i").alias("k"), F.lit(0).cast("long").alias("k2"),
+                               F.concat(F.lit("+,"), body).alias("line"))
+    sizes = {r["t"]: int(r["n"]) for r in per_table.groupBy("t").agg(F.count("*").alias("n"))
+             .collect()}
+    later = per_table.select(F.col("t").alias("t2"), F.col("j").alias("j2"),
+                             F.col("i").alias("i2"))
+    deletes = None
+    for table, n in sizes.items():
+        w = max(1, int(window * n))
+        part = (
+            per_table.where(F.col("t") == table)
+            .join(later.where(F.col("t2") == table),
+                  (F.col("j") + F.lit(w)) == F.col("j2"))
+            .select(F.col("i2").alias("k"), F.lit(1).cast("long").alias("k2"),
+                    F.concat(F.lit("-,"), body).alias("line"))
+        )
+        deletes = part if deletes is None else deletes.unionByName(part)
+    stream = people.unionByName(inserts)
+    if deletes is not None:
+        stream = stream.unionByName(deletes)
+    ranked = stream.orderBy("k", "k2").rdd.zipWithIndex().map(
+        lambda p: (p[1], p[0]["line"])
+    ).toDF(["pos", "line"])
+    if epoch_every:
+        markers = ranked.where((F.col("pos") + 1) % epoch_every == 0).select(
+            (F.col("pos") + F.lit(0.5)).alias("pos"), F.lit("*").alias("line")
+        )
+        ranked = ranked.select(F.col("pos").cast("double"), "line").unionByName(markers)
+    return ranked

@@ -469,7 +469,10 @@ def _window(text: str) -> int | float:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """``ivmflow generate graph``: a skewed edge list, optionally as a FIFO window stream."""
+    """``ivmflow generate graph``: a skewed edge list, optionally as a FIFO window stream;
+    ``ivmflow generate social``: person/knows/message tables (PySpark)."""
+    if args.kind == "social":
+        return _generate_social(args)
     try:
         from connectors import generators
     except ImportError:
@@ -495,6 +498,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.quiet and args.out != "-":
         print(f"{PROG}: wrote {n} updates ({len(edges)} edges of {args.relation}) "
               f"to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _generate_social(args: argparse.Namespace) -> int:
+    try:
+        from connectors.spark_pipeline import SOCIAL_SCHEMA_SQL, social_updates, write_lines
+        from dataflow.runners.spark import spark_session
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        msg = f"generate social needs pyspark: pip install -e '.[spark]' ({err})"
+        raise UnavailableError(msg) from None
+    spark = spark_session(None, 2)
+    df = social_updates(spark, args.persons, args.knows, args.messages, window=args.window,
+                        seed=args.seed, epoch_every=args.epoch_every)
+    n = write_lines(df, args.out)
+    if not args.quiet:
+        tables = " ".join(SOCIAL_SCHEMA_SQL.split())
+        print(f"{PROG}: wrote {n} updates to {args.out} (spark); tables: {tables}",
+              file=sys.stderr)
     return 0
 
 
@@ -629,6 +650,18 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--out", default="-", help="output file (default: stdout)")
     graph.add_argument("--epoch-every", type=_positive_int, default=None, metavar="N",
                        help="write a '*' line after every N updates")
+    social = gen_sub.add_parser(
+        "social", help="person/knows/message tables under FIFO windows (built with PySpark)"
+    )
+    social.add_argument("--persons", type=_positive_int, required=True)
+    social.add_argument("--knows", type=_positive_int, required=True)
+    social.add_argument("--messages", type=_positive_int, required=True)
+    social.add_argument("--window", type=float, default=0.2,
+                        help="live fraction of each table (default 0.2)")
+    social.add_argument("--seed", type=int, default=0)
+    social.add_argument("--epoch-every", type=_positive_int, default=None, metavar="N")
+    social.add_argument("--out", required=True)
+    social.add_argument("--quiet", "-q", action="store_true")
     graph.add_argument("--engine", choices=("python", "spark"), default="python",
                        help="build the stream in-process (default) or with PySpark")
     graph.add_argument("--edge-list", metavar="FILE",
