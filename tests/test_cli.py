@@ -380,7 +380,6 @@ def test_missing_files(run: Run) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--runner", "flink"], "the flink runner is not available in this build"),
         (["--deltas", "kafka://127.0.0.1:9092/out"], "the kafka:// connector"),
         (["--dead-letter", "x.csv"], "--dead-letter needs --on-error skip"),
     ],

@@ -91,7 +91,23 @@ def run_spark(sql: str, path: Path, epoch: int | None, parallelism: int, tmp: Pa
     return [(d.epoch, d.rows) for d in sink.deltas if d.rows]
 
 
-RUNNERS = ["local", pytest.param("spark", marks=pytest.mark.integration)]
+def run_flink(sql: str, path: Path, epoch: int | None, parallelism: int) -> list[Any]:
+    pytest.importorskip("pyflink")
+    from dataflow.runners.flink import FlinkJob
+
+    q = compile_query(sql)
+    sink = CollectingSink()
+    FlinkJob(q, epoch_size=epoch, parallelism=parallelism).run(
+        read_updates(path, q.schema), Outputs(sink, sink)
+    )
+    return [(d.epoch, d.rows) for d in sink.deltas if d.rows]
+
+
+RUNNERS = [
+    "local",
+    pytest.param("spark", marks=pytest.mark.integration),
+    pytest.param("flink", marks=pytest.mark.integration),
+]
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -107,8 +123,10 @@ def test_runner_matches_local_reference(runner: str, name: str, tmp_path: Path) 
     assert reference, "the stream should change the result"
     if runner == "local":
         got = run_local(sql, path, epoch, 4)
-    else:
+    elif runner == "spark":
         got = run_spark(sql, path, epoch, 2, tmp_path)
+    else:
+        got = run_flink(sql, path, epoch, 2)
     assert got == reference
 
 
