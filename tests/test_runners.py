@@ -166,3 +166,49 @@ def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
 
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     assert deltas.read_text() == local.read_text()
+
+
+@pytest.mark.integration
+def test_spark_reads_a_growing_directory(tmp_path: Path) -> None:
+    """A directory source is unbounded: files added while the job runs are read in name
+    order, and epochs (closed by markers) come out as on the local runner."""
+    pytest.importorskip("pyspark")
+    import threading
+
+    from dataflow.runners.spark import SparkJob
+
+    sql = SCHEMA + QUERIES["hop3_filter"]
+    records = random_stream(11, n=80)
+    cut = len(records) // 2
+    first, second = records[:cut] + [EPOCH_END], records[cut:] + [EPOCH_END]
+    whole = tmp_path / "whole.csv"
+    write_stream(whole, first + second)
+    reference = run_local(sql, whole, None, 1)
+
+    src = tmp_path / "in"
+    src.mkdir()
+    write_stream(src / "001.csv", first)
+    q = compile_query(sql)
+    sink = CollectingSink()
+    job = SparkJob(q, str(src), epoch_size=None, parallelism=2,
+                   checkpoint=str(tmp_path / "ckpt"), batch_lines=9, bounded=False)
+    runner = threading.Thread(target=lambda: job.run(Outputs(sink, sink)), daemon=True)
+    runner.start()
+    markers_first = sum(1 for r in first if not isinstance(r, Update))
+    markers_all = markers_first + sum(1 for r in second if not isinstance(r, Update))
+
+    def wait_for(epochs: int) -> None:
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            done = max((d.epoch for d in sink.deltas), default=0)
+            if job.batches and done >= max((e for e, _ in reference if e <= epochs), default=0):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"spark did not reach epoch {epochs}")
+
+    wait_for(markers_first)
+    write_stream(src / "002.csv", second)
+    wait_for(markers_all)
+    job.stop()
+    runner.join(timeout=60)
+    assert [(d.epoch, d.rows) for d in sink.deltas if d.rows] == reference

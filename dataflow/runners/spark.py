@@ -133,6 +133,12 @@ class SparkJob:
         self.batches = 0
         self.progress: list[dict[str, Any]] = []
         """Spark's progress reports of the run's micro-batches (durations, rows)."""
+        self._query: Any = None
+
+    def stop(self) -> None:
+        """Stop a running (unbounded) job after its current micro-batch."""
+        if self._query is not None:
+            self._query.stop()
 
     def stream(self, spark: SparkSession) -> DataFrame:
         spark.dataSource.register(UpdateCsvSource)
@@ -247,6 +253,7 @@ class SparkJob:
             .trigger(processingTime="0 seconds")
             .start()
         )
+        self._query = query
         try:
             if self.bounded:
                 query.processAllAvailable()
