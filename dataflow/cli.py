@@ -90,13 +90,16 @@ class RunOptions:
 
     @property
     def spark_checkpoint(self) -> str | None:
+        """The checkpoint directory of the Spark and Flink runners."""
         return self.checkpoint or (f"{self.deltas}.checkpoint" if self.deltas else None)
 
     @property
     def resume_outputs(self) -> bool:
-        """``--resume``, or a Spark run restarted from an existing checkpoint."""
+        """``--resume``, or a Spark/Flink run restarted from an existing checkpoint."""
         ckpt = self.spark_checkpoint
-        restarted = self.runner == "spark" and ckpt is not None and Path(ckpt).exists()
+        restarted = (
+            self.runner in ("spark", "flink") and ckpt is not None and Path(ckpt).exists()
+        )
         return self.resume or restarted
 
     @property
@@ -315,7 +318,11 @@ def run_spark(ctx: RunContext) -> DriveStats:
 
 def run_flink(ctx: RunContext) -> DriveStats:
     """The PyFlink runner (``pip install -e '.[flink]'``, Java 17): see
-    :mod:`dataflow.runners.flink`. Bounded file sources; mini-cluster in process."""
+    :mod:`dataflow.runners.flink`. Bounded file sources; mini-cluster in process. The
+    job's epoch merger writes the delta file itself (exactly once per epoch, also
+    across a restart from the checkpoint)."""
+    import tempfile
+
     opts, out = ctx.options, ctx.outputs
     try:
         from dataflow.runners.flink import FlinkJob
@@ -325,8 +332,22 @@ def run_flink(ctx: RunContext) -> DriveStats:
     records = read_updates(
         opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
     )
-    job = FlinkJob(ctx.query, epoch_size=opts.epoch, parallelism=opts.parallelism)
-    job.run(records, out, ctx.progress.stats)
+    scratch = Path(tempfile.mkdtemp(prefix="ivmflow-flink-out-"))
+    deltas = opts.deltas or str(scratch / "deltas.csv")
+    if opts.deltas:
+        out.deltas.close()  # the job's merger owns the file from here on
+    if opts.snapshots and out.snapshots is not None:
+        out.snapshots.close()
+    job = FlinkJob(ctx.query, epoch_size=opts.epoch, parallelism=opts.parallelism,
+                   checkpoint=opts.spark_checkpoint)
+    job.run(records, deltas, opts.snapshots, ctx.progress.stats)
+    text = Path(deltas).read_text() if Path(deltas).exists() else ""
+    body = "".join(text.splitlines(keepends=True)[1:])
+    ctx.progress.stats.delta_rows = body.count("\n")
+    if not opts.deltas:
+        stream = getattr(out.deltas, "stream", sys.stdout)
+        stream.write(body)
+        stream.flush()
     return ctx.progress.stats
 
 

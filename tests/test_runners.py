@@ -96,11 +96,21 @@ def run_flink(sql: str, path: Path, epoch: int | None, parallelism: int) -> list
     from dataflow.runners.flink import FlinkJob
 
     q = compile_query(sql)
-    sink = CollectingSink()
-    FlinkJob(q, epoch_size=epoch, parallelism=parallelism).run(
-        read_updates(path, q.schema), Outputs(sink, sink)
-    )
-    return [(d.epoch, d.rows) for d in sink.deltas if d.rows]
+    out = path.parent / "flink-deltas.csv"
+    FlinkJob(q, epoch_size=epoch, parallelism=parallelism,
+             checkpoint=str(path.parent / "flink-ckpt")).run(read_updates(path, q.schema), str(out))
+    return read_delta_csv(out)
+
+
+def read_delta_csv(path: Path) -> list[Any]:
+    """(epoch, rows) of a delta file, rows as (mult, tuple of ints) in file order."""
+    epochs: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+    for line in path.read_text().splitlines()[1:]:
+        fields = line.split(",")
+        epochs.setdefault(int(fields[0]), []).append(
+            (int(fields[1]), tuple(int(v) for v in fields[2:]))
+        )
+    return [(e, tuple(rows)) for e, rows in epochs.items()]
 
 
 RUNNERS = [
@@ -212,3 +222,40 @@ def test_spark_reads_a_growing_directory(tmp_path: Path) -> None:
     job.stop()
     runner.join(timeout=60)
     assert [(d.epoch, d.rows) for d in sink.deltas if d.rows] == reference
+
+
+@pytest.mark.integration
+def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path) -> None:
+    pytest.importorskip("pyflink")
+    from dataflow.runners.flink import latest_checkpoint
+
+    sql_path = tmp_path / "q.sql"
+    sql_path.write_text(SCHEMA + QUERIES["star_count"] + ";\n")
+    updates = tmp_path / "u.csv"
+    write_stream(updates, random_stream(9, n=1500))
+    local = tmp_path / "local.csv"
+    subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5",
+                            "--deltas", str(local)), cwd=ROOT, check=True)
+
+    deltas = tmp_path / "flink.csv"
+    ckpt = tmp_path / "ckpt"
+    cmd = _ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5", "--runner",
+                   "flink", "--parallelism", "2", "--deltas", str(deltas),
+                   "--checkpoint", str(ckpt))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    commit = Path(str(deltas) + ".commit")
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if commit.exists() and latest_checkpoint(str(ckpt)) is not None:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the first run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert deltas.read_text() != local.read_text(), "the kill should have interrupted the run"
+    assert latest_checkpoint(str(ckpt)) is not None
+
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
+    assert deltas.read_text() == local.read_text()

@@ -1,32 +1,41 @@
 """The PyFlink runner (in-process mini-cluster by default).
 
-Job shape (DESIGN section 6): source (numbered, epoch-cut records) -> partitioner
-(``flat_map``: tags each update with its HyperCube partitions, broadcasts epoch closes;
-parallelism 1 so that every partition sees its rows in stream order) ->
-``key_by(partition)`` -> one keyed process function hosting the engine and output
-finalizer of that partition -> the client, which sums the final changes per
-(epoch, row) over partitions and writes each epoch atomically. Python operators
+Job shape (DESIGN section 6): a checkpointed sequence source over the numbered,
+epoch-cut records (spooled once per run next to the checkpoint, so a restarted job
+reads exactly the same stream) -> partitioner (``flat_map``: tags each update with its
+HyperCube partitions, broadcasts epoch closes; parallelism 1 so that every partition
+sees its rows in stream order) -> ``key_by(partition)`` -> one keyed process function
+hosting the partition's engine and output finalizer -> ``key_by(0)`` -> the epoch
+merger, which sums the partitions' changes per (epoch, row) once every partition has
+closed the epoch and writes the epoch atomically to the sink. Python operators
 exchange pickled objects in thread mode (typed tuples are an order of magnitude slower
 through PyFlink).
 
-State: each partition's engine lives in the operator; its whole state is written to
-Flink keyed ``ValueState`` at every epoch close, so Flink checkpoints hold it.
-Restoring a killed job from a retained checkpoint is not wired up yet.
+State in Flink: a partition keeps its engine in memory and writes it to keyed
+``ValueState`` at every epoch close; the updates since then go to a ``ListState``, so a
+checkpoint taken mid-epoch is complete (restore = last blob + replay of the list). The
+merger keeps unfinished epochs in ``ValueState``. Checkpoints are retained; a run
+started again with the same ``--checkpoint`` resumes from the newest one, and the sink
+skips epochs it already committed: every epoch is written exactly once.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
-from pyflink.common import Configuration, Types
+from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.datastream import (
     KeyedProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
 )
-from pyflink.datastream.state import ValueStateDescriptor
+from pyflink.datastream.connectors.number_seq import NumberSequenceSource
+from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from dataflow.partitioned import (
     CLOSE,
@@ -42,6 +51,8 @@ from dataflow.partitioned import (
 from dataflow.records import EpochDelta, Record
 
 _COMPILED: dict[tuple[str, tuple[float, ...], int], tuple[Any, PartitionLayout]] = {}
+_SPOOLS: dict[str, list[NumberedRecord]] = {}
+DONE = "done"
 
 
 def _compiled(sql: str, rates: tuple[float, ...], parallelism: int) -> tuple[Any, PartitionLayout]:
@@ -56,8 +67,29 @@ def _compiled(sql: str, rates: tuple[float, ...], parallelism: int) -> tuple[Any
     return hit
 
 
+def _spool(path: str) -> list[NumberedRecord]:
+    hit = _SPOOLS.get(path)
+    if hit is None:
+        hit = pickle.loads(Path(path).read_bytes())
+        _SPOOLS[path] = hit
+    return hit
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """The newest retained checkpoint (``<dir>/<job>/chk-N`` with ``_metadata``)."""
+    best: tuple[float, str] | None = None
+    root = Path(directory)
+    if not root.exists():
+        return None
+    for meta in root.glob("*/chk-*/_metadata"):
+        stamp = meta.stat().st_mtime
+        if best is None or stamp > best[0]:
+            best = (stamp, str(meta.parent))
+    return None if best is None else best[1]
+
+
 class PartitionFunction(KeyedProcessFunction):
-    """Hosts one partition's engine per key; state to ValueState at epoch closes."""
+    """Hosts one partition's engine per key."""
 
     def __init__(self, sql: str, rates: tuple[float, ...], parallelism: int) -> None:
         self.sql, self.rates, self.parallelism = sql, rates, parallelism
@@ -67,6 +99,9 @@ class PartitionFunction(KeyedProcessFunction):
         self.blob = runtime_context.get_state(
             ValueStateDescriptor("partition_state", Types.PICKLED_BYTE_ARRAY())
         )
+        self.pending = runtime_context.get_list_state(
+            ListStateDescriptor("open_epoch_rows", Types.PICKLED_BYTE_ARRAY())
+        )
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
         row: TaggedRow = value[1]
@@ -74,57 +109,138 @@ class PartitionFunction(KeyedProcessFunction):
         if task is None:
             q, layout = _compiled(self.sql, self.rates, self.parallelism)
             task = PartitionTask(q, layout, self.blob.value())
+            replay = [r for r in (self.pending.get() or [])]
+            task.process(replay)  # updates only: they emit nothing
             self.tasks[row.partition] = task
         out: list[OutputRow] = task.process([row])
         if row.kind == CLOSE:
             self.blob.update(task.dump())
-        yield from out
+            self.pending.clear()
+            yield from out
+            yield OutputRow(DONE, row.epoch, row.snapshot, ())
+        else:
+            self.pending.add(row)
+
+
+class EpochMerger(KeyedProcessFunction):
+    """Sums the partitions' changes of an epoch once all partitions closed it, and
+    writes the epoch (deltas, and the snapshot it asked for) to the sinks."""
+
+    def __init__(self, partitions: int, deltas: str | None, snapshots: str | None,
+                 columns: tuple[str, ...]) -> None:
+        self.partitions = partitions
+        self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        from connectors.files import DeltaCsvSink, SnapshotCsvSink
+
+        self.open_epochs = runtime_context.get_state(
+            ValueStateDescriptor("open_epochs", Types.PICKLED_BYTE_ARRAY())
+        )
+        self.deltas = (
+            DeltaCsvSink(self.deltas_path, self.columns, resume=True)
+            if self.deltas_path else None
+        )
+        self.snapshots = (
+            SnapshotCsvSink(self.snapshots_path, self.columns, resume=True)
+            if self.snapshots_path else None
+        )
+
+    def close(self) -> None:
+        for sink in (self.deltas, self.snapshots):
+            if sink is not None:
+                sink.close()
+
+    def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
+        out: OutputRow = value
+        epochs: dict[int, dict[str, Any]] = self.open_epochs.value() or {}
+        key = out.epoch if out.kind != "snapshot" else -out.epoch
+        if out.kind == DONE:
+            entry = epochs.setdefault(out.epoch, {"rows": [], "done": 0, "snap": 0})
+            entry["done"] += 1
+            entry["snap"] = out.mult
+            if entry["done"] == self.partitions:
+                self._write(out.epoch, entry, epochs.pop(-entry["snap"], None))
+                del epochs[out.epoch]
+        else:
+            epochs.setdefault(key, {"rows": [], "done": 0, "snap": 0})["rows"].append(out)
+        self.open_epochs.update(epochs)
+        return iter(())
+
+    def _write(self, epoch: int, entry: dict[str, Any], snap: dict[str, Any] | None) -> None:
+        merged = merge_outputs(entry["rows"])
+        if self.deltas is not None and epoch > self.deltas.last_committed_epoch:
+            self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
+        k = entry["snap"]
+        if k and self.snapshots is not None and k > self.snapshots.last_committed_snapshot:
+            rows = merge_outputs(snap["rows"]).get(("snapshot", k), []) if snap else []
+            self.snapshots.write_snapshot(k, rows)
 
 
 class FlinkJob:
-    """Build and run the job on a mini-cluster (or a remote cluster via the
-    ``IVMFLOW_FLINK_*`` configuration of PyFlink)."""
+    """Build and run the job on a mini-cluster."""
 
-    def __init__(self, query: Any, *, epoch_size: int | None, parallelism: int) -> None:
+    def __init__(self, query: Any, *, epoch_size: int | None, parallelism: int,
+                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000) -> None:
         self.query = query
         self.sql = query.cq.sql
         self.rates = tuple(query.plan.rates)
         self.parallelism = parallelism
         self.layout = PartitionLayout(query, parallelism)
         self.epoch_size = epoch_size
+        self.checkpoint = checkpoint
+        self.interval = checkpoint_interval_ms
 
-    def run(self, records: Iterable[Record], outputs: Any, stats: Any = None) -> None:
+    def run(self, records: Iterable[Record], deltas: str | None, snapshots: str | None = None,
+            stats: Any = None) -> None:
+        import tempfile
+
+        ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
+        ckpt.mkdir(parents=True, exist_ok=True)
+        spool = ckpt / "records.pkl"
+        restore = latest_checkpoint(str(ckpt))
+        if restore is None or not spool.exists():
+            numbered = list(EpochCursor().number(records, self.epoch_size, final=True))
+            tmp = ckpt / "records.pkl.tmp"
+            tmp.write_bytes(pickle.dumps(numbered, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(tmp, spool)
+            restore = None
+        numbered = _spool(str(spool))
         conf = Configuration()
         conf.set_string("python.execution-mode", "thread")
+        conf.set_string("execution.checkpointing.interval", f"{self.interval}ms")
+        conf.set_string("execution.checkpointing.dir", ckpt.resolve().as_uri())
+        conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
+                        "RETAIN_ON_CANCELLATION")
+        if restore is not None:
+            conf.set_string("execution.state-recovery.path", restore)
+            print(f"ivmflow: flink: resuming from checkpoint {restore}", file=sys.stderr)
         env = StreamExecutionEnvironment.get_execution_environment(conf)
         env.set_parallelism(max(1, self.layout.partitions))
-        numbered = list(EpochCursor().number(records, self.epoch_size, final=True))
-        payload = [(n.seq, pickle.dumps(n)) for n in numbered]
-        sql, rates, par = self.sql, self.rates, self.parallelism
+        sql, rates, par, spool_path = self.sql, self.rates, self.parallelism, str(spool)
 
-        def tag(item: Any) -> Iterator[Any]:
+        def tag(seq: int) -> Iterator[Any]:
             _q, layout = _compiled(sql, rates, par)
-            rec: NumberedRecord = pickle.loads(bytes(item[1]))
+            rec = _spool(spool_path)[int(seq)]
             for t in tag_records(layout, [rec]):
                 yield (t.partition, t)
 
-        source = env.from_collection(
-            payload, type_info=Types.TUPLE([Types.LONG(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+        if not numbered:
+            return
+        source = env.from_source(
+            NumberSequenceSource(0, len(numbered) - 1), WatermarkStrategy.no_watermarks(),
+            "numbered updates",
         ).set_parallelism(1)
         tagged = source.flat_map(tag, output_type=Types.PICKLED_BYTE_ARRAY()).set_parallelism(1)
-        out = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
+        outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
             PartitionFunction(sql, rates, par), output_type=Types.PICKLED_BYTE_ARRAY()
         )
-        merged = merge_outputs(out.execute_and_collect())
-        written = int(getattr(outputs, "resume_epoch", 0))
-        for (kind, n), rows in sorted(merged.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            if kind == "delta":
-                if n > written:
-                    outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
-                if stats is not None:
-                    stats.delta_rows += len(rows)
-            elif outputs.snapshots is not None:
-                outputs.snapshots.write_snapshot(n, rows)
+        merger = EpochMerger(self.layout.partitions, deltas, snapshots,
+                             tuple(self.query.output_columns))
+        outputs.key_by(lambda o: 0, key_type=Types.INT()).process(
+            merger, output_type=Types.PICKLED_BYTE_ARRAY()
+        ).set_parallelism(1).print()
+        env.execute("ivmflow")
         if stats is not None:
             stats.updates = sum(1 for n in numbered if n.kind != CLOSE)
             stats.epochs = sum(1 for n in numbered if n.kind == CLOSE)
