@@ -47,7 +47,7 @@ DOCS = _docs()
 
 def test_there_are_manifests() -> None:
     kinds = {doc["kind"] for _, doc in DOCS}
-    assert "SparkApplication" in kinds
+    assert {"SparkApplication", "FlinkDeployment", "ConfigMap"} <= kinds
 
 
 @pytest.mark.parametrize(("where", "doc"), DOCS, ids=[w for w, _ in DOCS])
@@ -64,10 +64,14 @@ def test_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
     assert schema is not None, f"{where}: no CRD schema for {api} {kind}"
     jsonschema.validate(doc, schema)
     # Every argument the driver gets must be one the CLI accepts.
-    if kind == "SparkApplication":
-        from dataflow.cli import build_parser
+    from dataflow.cli import build_parser
 
+    if kind == "SparkApplication":
         build_parser().parse_args(doc["spec"]["arguments"])
+    if kind == "FlinkDeployment":
+        args = doc["spec"]["job"]["args"]
+        assert args[:2] == ["-pym", "dataflow.cli"]
+        build_parser().parse_args(args[2:])
 
 
 def test_schema_rejects_a_broken_manifest() -> None:
