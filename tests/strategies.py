@@ -798,8 +798,11 @@ def make_case(c: Chooser, family: str, shape: str | None = None, max_updates: in
     return Case(spec.sql, records, epoch_size, spec, rates)
 
 
-def random_case(rng: random.Random, family: str, shape: str | None = None) -> Case:
-    return make_case(RandomChooser(rng), family, shape)
+def random_case(
+    rng: random.Random, family: str, shape: str | None = None, max_updates: int = 60
+) -> Case:
+    """A seeded-random case (reproducible from the seed, no hypothesis)."""
+    return make_case(RandomChooser(rng), family, shape, max_updates)
 
 
 @st.composite

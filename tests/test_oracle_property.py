@@ -133,7 +133,7 @@ def _event(case: Case) -> None:
 
 
 # -- the oracle itself -----------------------------------------------------------------
-@settings(max_examples=examples(0.3))
+@settings(max_examples=examples(0.6))
 @given(cases(max_updates=30))
 def test_oracle_matches_bruteforce(case: Case) -> None:
     """DuckDB (through the oracle) agrees with a Python nested-loop evaluation."""
@@ -164,6 +164,17 @@ def test_oracle_deletes_exact_copies_with_nulls() -> None:
         oracle.apply(Update("-", "R", (1, None), 2))
 
 
+def test_oracle_self_join_projection_known_answer() -> None:
+    """DuckDB 2.0.0 answers this wrongly unless common_subplan is disabled (oracle.py)."""
+    oracle = DuckDBOracle(
+        "CREATE TABLE G(src INT, dst INT, w INT); SELECT G2.w, G4.dst FROM G G1, G G2, G G3, "
+        "G G4 WHERE G1.dst = G2.src AND G1.src = G3.src AND G3.dst = G4.src;"
+    )
+    oracle.apply(Update("+", "G", (0, 1, 0)))
+    oracle.apply(Update("+", "G", (0, 0, 0)))
+    assert oracle.result() == Counter({(0, 0): 2, (0, 1): 2})
+
+
 def test_oracle_aggregates_on_empty_database() -> None:
     oracle = DuckDBOracle(
         "CREATE TABLE R(a INT, b FLOAT); SELECT COUNT(*), COUNT(b), SUM(a), AVG(b) FROM R;"
@@ -177,7 +188,7 @@ def test_oracle_aggregates_on_empty_database() -> None:
 
 # -- the engine against DuckDB ---------------------------------------------------------
 @pytest.mark.parametrize("family", FAMILIES)
-@settings(max_examples=examples(2.5))
+@settings(max_examples=examples(2.0))
 @given(data=st.data())
 def test_family_against_duckdb(family: str, data: st.DataObject) -> None:
     case = data.draw(cases(family), label="case")
