@@ -232,7 +232,7 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(SCHEMA + QUERIES["star_count"] + ";\n")
     updates = tmp_path / "u.csv"
-    write_stream(updates, random_stream(9, n=1500))
+    write_stream(updates, random_stream(9, n=4000))  # long enough to be killed mid-run
     local = tmp_path / "local.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5",
                             "--deltas", str(local)), cwd=ROOT, check=True)
