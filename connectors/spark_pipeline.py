@@ -66,12 +66,17 @@ def window_updates(
     ranked = stream.orderBy("k", "k2").rdd.zipWithIndex().map(
         lambda p: (p[1], p[0]["line"])
     ).toDF(["pos", "line"])
-    if epoch_every:
-        markers = ranked.where((F.col("pos") + 1) % epoch_every == 0).select(
-            (F.col("pos") + F.lit(0.5)).alias("pos"), F.lit("*").alias("line")
-        )
-        ranked = ranked.select(F.col("pos").cast("double"), "line").unionByName(markers)
-    return ranked
+    return with_epoch_markers(ranked, epoch_every)
+
+
+def with_epoch_markers(ranked: DataFrame, epoch_every: int | None) -> DataFrame:
+    """A ``*`` line after every ``epoch_every`` updates (positions stay sortable)."""
+    if not epoch_every:
+        return ranked
+    markers = ranked.where((F.col("pos") + 1) % epoch_every == 0).select(
+        (F.col("pos") + F.lit(0.5)).alias("pos"), F.lit("*").alias("line")
+    )
+    return ranked.select(F.col("pos").cast("double"), "line").unionByName(markers)
 
 
 def write_lines(df: DataFrame, out: str) -> int:
@@ -160,9 +165,4 @@ def social_updates(
     ranked = stream.orderBy("k", "k2").rdd.zipWithIndex().map(
         lambda p: (p[1], p[0]["line"])
     ).toDF(["pos", "line"])
-    if epoch_every:
-        markers = ranked.where((F.col("pos") + 1) % epoch_every == 0).select(
-            (F.col("pos") + F.lit(0.5)).alias("pos"), F.lit("*").alias("line")
-        )
-        ranked = ranked.select(F.col("pos").cast("double"), "line").unionByName(markers)
-    return ranked
+    return with_epoch_markers(ranked, epoch_every)

@@ -151,6 +151,26 @@ class PartitionLayout:
             )
 
 
+_COMPILED: dict[tuple[str, tuple[float, ...], int], tuple[Any, PartitionLayout]] = {}
+
+
+def compiled_for_workers(
+    sql: str, rates: tuple[float, ...], parallelism: int
+) -> tuple[Any, PartitionLayout]:
+    """The compiled query and its layout, once per worker process (Spark reuses Python
+    workers, Flink keeps one interpreter): runners ship the SQL text and rates, not
+    the compiled objects, so every worker plans exactly the same tree."""
+    key = (sql, rates, parallelism)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        from dataflow.api import compile_query
+
+        q = compile_query(sql, rates=list(rates))
+        hit = (q, PartitionLayout(q, parallelism))
+        _COMPILED[key] = hit
+    return hit
+
+
 def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> list[TaggedRow]:
     """Route updates to partitions (one row per partition and self-join copy) and
     broadcast closes to every partition."""

@@ -45,26 +45,14 @@ from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     TaggedRow,
+    compiled_for_workers,
     merge_outputs,
     tag_records,
 )
 from dataflow.records import EpochDelta, Record
 
-_COMPILED: dict[tuple[str, tuple[float, ...], int], tuple[Any, PartitionLayout]] = {}
 _SPOOLS: dict[str, list[NumberedRecord]] = {}
 DONE = "done"
-
-
-def _compiled(sql: str, rates: tuple[float, ...], parallelism: int) -> tuple[Any, PartitionLayout]:
-    key = (sql, rates, parallelism)
-    hit = _COMPILED.get(key)
-    if hit is None:
-        from dataflow.api import compile_query
-
-        q = compile_query(sql, rates=list(rates))
-        hit = (q, PartitionLayout(q, parallelism))
-        _COMPILED[key] = hit
-    return hit
 
 
 def _spool(path: str) -> list[NumberedRecord]:
@@ -107,7 +95,7 @@ class PartitionFunction(KeyedProcessFunction):
         row: TaggedRow = value[1]
         task = self.tasks.get(row.partition)
         if task is None:
-            q, layout = _compiled(self.sql, self.rates, self.parallelism)
+            q, layout = compiled_for_workers(self.sql, self.rates, self.parallelism)
             task = PartitionTask(q, layout, self.blob.value())
             replay = [r for r in (self.pending.get() or [])]
             task.process(replay)  # updates only: they emit nothing
@@ -220,7 +208,7 @@ class FlinkJob:
         sql, rates, par, spool_path = self.sql, self.rates, self.parallelism, str(spool)
 
         def tag(seq: int) -> Iterator[Any]:
-            _q, layout = _compiled(sql, rates, par)
+            _q, layout = compiled_for_workers(sql, rates, par)
             rec = _spool(spool_path)[int(seq)]
             for t in tag_records(layout, [rec]):
                 yield (t.partition, t)

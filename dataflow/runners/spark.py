@@ -35,6 +35,7 @@ from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     TaggedRow,
+    compiled_for_workers,
     tag_records,
 )
 from dataflow.records import EpochDelta, Update
@@ -47,20 +48,6 @@ TAGGED_SCHEMA = (
 OUTPUT_SCHEMA = "kind STRING, epoch INT, mult LONG, row BINARY"
 STATE_SCHEMA = "blob BINARY"
 
-_COMPILED: dict[tuple[str, tuple[float, ...], int], tuple[Any, PartitionLayout]] = {}
-
-
-def _compiled(sql: str, rates: tuple[float, ...], parallelism: int) -> tuple[Any, PartitionLayout]:
-    """The compiled query and layout, once per Python worker (workers are reused)."""
-    key = (sql, rates, parallelism)
-    hit = _COMPILED.get(key)
-    if hit is None:
-        from dataflow.api import compile_query
-
-        q = compile_query(sql, rates=list(rates))
-        hit = (q, PartitionLayout(q, parallelism))
-        _COMPILED[key] = hit
-    return hit
 
 
 def spark_session(master: str | None = None, partitions: int = 2) -> SparkSession:
@@ -154,7 +141,7 @@ class SparkJob:
         sql, rates, par = self.sql, self.rates, self.parallelism
 
         def tag(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-            _q, layout = _compiled(sql, rates, par)
+            _q, layout = compiled_for_workers(sql, rates, par)
             for pdf in batches:
                 numbered = []
                 for r in pdf.itertuples(index=False):
@@ -183,7 +170,7 @@ class SparkJob:
         def process(
             key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: GroupState
         ) -> Iterator[pd.DataFrame]:
-            q, layout = _compiled(sql, rates, par)
+            q, layout = compiled_for_workers(sql, rates, par)
             blob = state.get[0] if state.exists else None
             task = PartitionTask(q, layout, blob)
             part = int(key[0])
