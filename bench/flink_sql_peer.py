@@ -12,6 +12,7 @@ result is checked against ivmflow's on a small prefix with a collecting run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -93,6 +94,41 @@ def ivmflow_flink(wl: Any, epoch: int) -> float:
     return time.perf_counter() - t
 
 
+class PeakRss:
+    """Peak resident memory of this process and its children (the Flink JVM), sampled
+    every 50 ms while the block runs."""
+
+    def __enter__(self) -> PeakRss:
+        import threading
+
+        import psutil
+
+        self.peak = 0
+        self._stop = threading.Event()
+        me = psutil.Process()
+
+        def sample() -> None:
+            while not self._stop.is_set():
+                total = 0
+                for proc in [me, *me.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):  # a child may just have exited
+                        total += proc.memory_info().rss
+                self.peak = max(self.peak, total)
+                self._stop.wait(0.05)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mib(self) -> float:
+        return self.peak / 2**20
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--edges", type=int, default=10000)
@@ -112,15 +148,23 @@ def main(argv: list[str] | None = None) -> int:
         agree = got == want
         wl = make_workload(name, args.edges, seed=1)
         n = len(wl.updates)
-        local_s, _ = ivmflow_local(wl, args.epoch)
-        flink_s = ivmflow_flink(wl, args.epoch)
-        sql_s, _ = flink_sql(wl, collect=False)
+        with PeakRss() as m_local:
+            local_s, _ = ivmflow_local(wl, args.epoch)
+        with PeakRss() as m_flink:
+            flink_s = ivmflow_flink(wl, args.epoch)
+        with PeakRss() as m_sql:
+            sql_s, _ = flink_sql(wl, collect=False)
         rec = {"query": name, "edges": args.edges, "updates": n, "agree_on_check": agree,
-               "ivmflow_local_s": local_s, "ivmflow_flink_s": flink_s, "flink_sql_s": sql_s}
+               "ivmflow_local_s": local_s, "ivmflow_flink_s": flink_s, "flink_sql_s": sql_s,
+               "peak_rss_mib": {"ivmflow_local": m_local.mib, "ivmflow_flink": m_flink.mib,
+                                "flink_sql": m_sql.mib},
+               "memory_note": "RSS of this process and its children (the JVM), sampled; "
+                              "the JVM stays up between runs, so Flink columns include it"}
         results.append(rec)
-        print(f"{name:13s} {n:>7d} upd  ivmflow local {n / local_s:>9,.0f}/s  "
-              f"ivmflow flink {n / flink_s:>7,.0f}/s  Flink SQL {n / sql_s:>8,.0f}/s  "
-              f"SQL/local {sql_s / local_s:6.1f}x  results agree: {agree}", flush=True)
+        print(f"{name:13s} {n:>7d} upd  ivmflow local {n / local_s:>9,.0f}/s "
+              f"({m_local.mib:5.0f} MiB)  ivmflow flink {n / flink_s:>7,.0f}/s "
+              f"({m_flink.mib:5.0f} MiB)  Flink SQL {n / sql_s:>8,.0f}/s ({m_sql.mib:5.0f} MiB)  "
+              f"SQL/local {sql_s / local_s:6.1f}x  agree: {agree}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "flink_sql_peer_quick.json" if args.quick else "flink_sql_peer.json"
