@@ -171,6 +171,24 @@ def compiled_for_workers(
     return hit
 
 
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What a runner ships to its workers: the SQL text, the planner's rates and the
+    parallelism (plain data), from which :func:`compiled_for_workers` rebuilds the
+    same query and layout in every worker."""
+
+    sql: str
+    rates: tuple[float, ...]
+    parallelism: int
+
+    @classmethod
+    def of(cls, query: Any, parallelism: int) -> WorkerPlan:
+        return cls(query.cq.sql, tuple(query.plan.rates), parallelism)
+
+    def compiled(self) -> tuple[Any, PartitionLayout]:
+        return compiled_for_workers(self.sql, self.rates, self.parallelism)
+
+
 def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> list[TaggedRow]:
     """Route updates to partitions (one row per partition and self-join copy) and
     broadcast closes to every partition."""

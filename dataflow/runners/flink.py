@@ -45,7 +45,7 @@ from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     TaggedRow,
-    compiled_for_workers,
+    WorkerPlan,
     merge_outputs,
     tag_records,
 )
@@ -79,8 +79,8 @@ def latest_checkpoint(directory: str) -> str | None:
 class PartitionFunction(KeyedProcessFunction):
     """Hosts one partition's engine per key."""
 
-    def __init__(self, sql: str, rates: tuple[float, ...], parallelism: int) -> None:
-        self.sql, self.rates, self.parallelism = sql, rates, parallelism
+    def __init__(self, plan: WorkerPlan) -> None:
+        self.plan = plan
         self.tasks: dict[int, PartitionTask] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -95,7 +95,7 @@ class PartitionFunction(KeyedProcessFunction):
         row: TaggedRow = value[1]
         task = self.tasks.get(row.partition)
         if task is None:
-            q, layout = compiled_for_workers(self.sql, self.rates, self.parallelism)
+            q, layout = self.plan.compiled()
             task = PartitionTask(q, layout, self.blob.value())
             replay = [r for r in (self.pending.get() or [])]
             task.process(replay)  # updates only: they emit nothing
@@ -171,9 +171,7 @@ class FlinkJob:
     def __init__(self, query: Any, *, epoch_size: int | None, parallelism: int,
                  checkpoint: str | None = None, checkpoint_interval_ms: int = 1000) -> None:
         self.query = query
-        self.sql = query.cq.sql
-        self.rates = tuple(query.plan.rates)
-        self.parallelism = parallelism
+        self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint
@@ -205,10 +203,10 @@ class FlinkJob:
             print(f"ivmflow: flink: resuming from checkpoint {restore}", file=sys.stderr)
         env = StreamExecutionEnvironment.get_execution_environment(conf)
         env.set_parallelism(max(1, self.layout.partitions))
-        sql, rates, par, spool_path = self.sql, self.rates, self.parallelism, str(spool)
+        plan, spool_path = self.plan, str(spool)
 
         def tag(seq: int) -> Iterator[Any]:
-            _q, layout = compiled_for_workers(sql, rates, par)
+            _q, layout = plan.compiled()
             rec = _spool(spool_path)[int(seq)]
             for t in tag_records(layout, [rec]):
                 yield (t.partition, t)
@@ -221,7 +219,7 @@ class FlinkJob:
         ).set_parallelism(1)
         tagged = source.flat_map(tag, output_type=Types.PICKLED_BYTE_ARRAY()).set_parallelism(1)
         outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
-            PartitionFunction(sql, rates, par), output_type=Types.PICKLED_BYTE_ARRAY()
+            PartitionFunction(plan), output_type=Types.PICKLED_BYTE_ARRAY()
         )
         merger = EpochMerger(self.layout.partitions, deltas, snapshots,
                              tuple(self.query.output_columns))

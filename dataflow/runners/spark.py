@@ -35,7 +35,7 @@ from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     TaggedRow,
-    compiled_for_workers,
+    WorkerPlan,
     tag_records,
 )
 from dataflow.records import EpochDelta, Update
@@ -107,9 +107,7 @@ class SparkJob:
         master: str | None = None,
     ) -> None:
         self.query = query
-        self.sql = query.cq.sql
-        self.rates = tuple(query.plan.rates)
-        self.parallelism = parallelism
+        self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
         self.updates = updates
         self.epoch_size = epoch_size
@@ -138,10 +136,10 @@ class SparkJob:
             .option("bounded", "true" if self.bounded else "false")
             .load()
         )
-        sql, rates, par = self.sql, self.rates, self.parallelism
+        plan = self.plan
 
         def tag(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-            _q, layout = compiled_for_workers(sql, rates, par)
+            _q, layout = plan.compiled()
             for pdf in batches:
                 numbered = []
                 for r in pdf.itertuples(index=False):
@@ -170,7 +168,7 @@ class SparkJob:
         def process(
             key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: GroupState
         ) -> Iterator[pd.DataFrame]:
-            q, layout = compiled_for_workers(sql, rates, par)
+            q, layout = plan.compiled()
             blob = state.get[0] if state.exists else None
             task = PartitionTask(q, layout, blob)
             part = int(key[0])
