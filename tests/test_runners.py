@@ -144,6 +144,24 @@ def _ivmflow(*args: str) -> list[str]:
     return [sys.executable, "-m", "dataflow.cli", "run", *args, "--quiet"]
 
 
+def _run_and_kill(cmd: list[str], ready: Any, settle: float = 0.0) -> dict[str, str]:
+    """Start ``cmd``, SIGKILL its process group once ``ready()`` holds (plus ``settle``
+    seconds); fail if it finished first. Returns the environment to restart it with."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if ready():
+            time.sleep(settle)
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the first run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return env
+
+
 @pytest.mark.integration
 def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
@@ -158,19 +176,9 @@ def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     deltas = tmp_path / "spark.csv"
     cmd = _ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "4", "--runner",
                    "spark", "--parallelism", "2", "--deltas", str(deltas), "--batch-lines", "6")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     commit = Path(str(deltas) + ".commit")
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if commit.exists() and commit.stat().st_size > 0:
-            time.sleep(1.5)  # let it get a batch or two further, then kill it hard
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "the first run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    env = _run_and_kill(cmd, lambda: commit.exists() and commit.stat().st_size > 0,
+                        settle=1.5)  # let it get a batch or two further, then kill it hard
     partial = deltas.read_text() if deltas.exists() else ""
     assert partial != local.read_text(), "the kill should have interrupted the run"
 
@@ -242,18 +250,10 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     cmd = _ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5", "--runner",
                    "flink", "--parallelism", "2", "--deltas", str(deltas),
                    "--checkpoint", str(ckpt))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     commit = Path(str(deltas) + ".commit")
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if commit.exists() and latest_checkpoint(str(ckpt)) is not None:
-            break
-        time.sleep(0.1)
-    assert proc.poll() is None, "the first run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    env = _run_and_kill(
+        cmd, lambda: commit.exists() and latest_checkpoint(str(ckpt)) is not None
+    )
     assert deltas.read_text() != local.read_text(), "the kill should have interrupted the run"
     assert latest_checkpoint(str(ckpt)) is not None
 
