@@ -32,3 +32,59 @@ settings.register_profile("dev", max_examples=10, **_COMMON)
 settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
 settings.register_profile("thorough", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+
+# --- Kafka: one real broker per test session (see tests/kafka_broker.py) ---------------
+
+from collections.abc import Iterator  # noqa: E402
+
+import kafka_broker as kb  # noqa: E402
+import pytest  # noqa: E402
+
+_KAFKA_FIXTURES = {"kafka_broker", "kafka_bootstrap"}
+_KAFKA_STARTED: list[kb.KafkaBroker] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the Kafka broker is an ``integration`` test."""
+    for item in items:
+        if _KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[kb.KafkaBroker]:
+    """The session's broker (``.bootstrap``, ``.mode``: container:docker|podman, process).
+
+    Skips only when ``noida-db`` or ``kafka-python`` is not installed at all; any other
+    failure to start a broker fails the tests with the reasons for each path.
+    """
+    pytest.importorskip("kafka", reason="kafka-python is not installed")
+    if kb.noida_version() is None:
+        pytest.skip("noida-db is not installed (pip install -e .[dev])")
+    try:
+        broker, stop = kb.launch_broker()
+    except Exception as e:
+        pytest.fail(f"no Kafka broker could be started: {e}", pytrace=False)
+    _KAFKA_STARTED.append(broker)
+    try:
+        yield broker
+    finally:
+        stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: kb.KafkaBroker) -> str:
+    """``"127.0.0.1:PORT"`` of the session's Kafka broker."""
+    return kafka_broker.bootstrap
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which way the Kafka broker ran (container via docker/podman, or process)."""
+    for b in _KAFKA_STARTED:
+        terminalreporter.write_line(
+            f"kafka broker: {b.mode} at {b.bootstrap}, started in {b.start_seconds:.2f} s"
+        )
+        for note in b.notes:
+            terminalreporter.write_line(f"  kafka broker note: {note}")
