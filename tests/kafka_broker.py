@@ -32,12 +32,14 @@ Example (needs ``noida-db`` and ``kafka-python`` installed)::
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -173,25 +175,52 @@ def wait_for_broker(bootstrap: str, timeout: float = START_TIMEOUT_S) -> None:
 # --- container runtime discovery -------------------------------------------------------
 
 
-def _docker_api_ok(base_url: str) -> bool:
-    """True when a Docker-API endpoint answers ``/_ping``."""
-    import docker
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (the Docker API's usual transport)."""
 
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def _api_get(url: str, path: str, timeout: float = 5.0) -> tuple[int, dict[str, str]] | None:
+    """``(status, headers)`` of ``GET path`` on the Docker-API endpoint ``url``, or None.
+
+    Plain HTTP rather than docker-py: its client asks ``/version`` first, which takes
+    ~0.5 s on podman, and probing should stay cheap when several endpoints are tried.
+    """
+    conn: http.client.HTTPConnection
+    if url.startswith("unix://"):
+        conn = _UnixHTTPConnection(url[len("unix://") :], timeout)
+    elif url.startswith(("tcp://", "http://")):
+        conn = http.client.HTTPConnection(url.split("://", 1)[1].rstrip("/"), timeout=timeout)
+    else:
+        return None
     try:
-        client = docker.DockerClient(base_url=base_url, timeout=5)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}
+    except OSError:
+        return None
+    finally:
+        conn.close()
 
 
 def find_container_runtime(notes: list[str]) -> tuple[str, str] | None:
     """``(kind, docker_host)`` of a working Docker-API endpoint, or None.
 
-    ``kind`` is ``"docker"`` or ``"podman"``. Candidates: ``DOCKER_HOST``, the default
-    docker socket, then podman sockets. Each unreachable one is noted in ``notes``.
+    ``kind`` is ``"podman"`` when podman serves the API (its ``/_ping`` answer carries a
+    ``Libpod-Api-Version`` header), else ``"docker"``. Candidates: ``DOCKER_HOST``, the
+    default docker socket, then podman sockets (``IVMFLOW_PODMAN_SOCKET``, the one
+    ``.ci/podman_setup.sh`` starts, podman's default). Each one that does not answer is
+    noted in ``notes``.
     """
     candidates: list[str] = []
     if os.environ.get("DOCKER_HOST"):
@@ -208,37 +237,18 @@ def find_container_runtime(notes: list[str]) -> tuple[str, str] | None:
         if url.startswith("unix://") and not Path(url[len("unix://") :]).exists():
             notes.append(f"{url}: no socket")
             continue
-        if not _docker_api_ok(url):
+        answer = _api_get(url, "/_ping")
+        if answer is None or answer[0] != 200:
             notes.append(f"{url}: no Docker API answers")
             continue
-        return _runtime_kind(url), url
+        return ("podman" if "libpod-api-version" in answer[1] else "docker"), url
     return None
 
 
-def _runtime_kind(url: str) -> str:
-    """``"podman"`` when the endpoint is podman's Docker-compatible API, else ``"docker"``."""
-    import docker
-
-    client = docker.DockerClient(base_url=url, timeout=5)
-    try:
-        components = client.version().get("Components") or []
-        names = " ".join(str(c.get("Name", "")) for c in components).lower()
-        return "podman" if "podman" in names else "docker"
-    finally:
-        client.close()
-
-
 def _image_present(url: str, image: str) -> bool:
-    import docker
-
-    client = docker.DockerClient(base_url=url, timeout=10)
-    try:
-        client.images.get(image)
-        return True
-    except Exception:
-        return False
-    finally:
-        client.close()
+    """True when the engine at ``url`` has ``image`` locally (nothing is ever pulled)."""
+    answer = _api_get(url, f"/images/{urllib.parse.quote(image, safe='')}/json")
+    return answer is not None and answer[0] == 200
 
 
 # --- the two ways to run the broker ----------------------------------------------------

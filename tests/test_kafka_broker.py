@@ -8,10 +8,12 @@ broker that returned stale or fixed data would fail.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Iterable
 
+import kafka_broker as kb
 import pytest
 from kafka_broker import KafkaBroker, create_topic, unique_name
 
@@ -50,6 +52,23 @@ def test_fixture_reports_its_mode(kafka_broker: KafkaBroker, kafka_bootstrap: st
     assert host == "127.0.0.1" and 0 < int(port) < 65536
 
 
+def test_fixture_uses_a_container_whenever_one_can_run(kafka_broker: KafkaBroker) -> None:
+    """No silent fallback: with a reachable runtime and the built image, auto mode must
+    have taken the testcontainers path (CI sets both up in .ci/podman_setup.sh)."""
+    if os.environ.get("IVMFLOW_KAFKA_MODE", "auto") == "process":
+        pytest.skip("IVMFLOW_KAFKA_MODE=process forces the broker process")
+    runtime = kb.find_container_runtime([])
+    if runtime is None or not kb._image_present(runtime[1], kb.default_image()):
+        assert kafka_broker.mode == "process"
+        return
+    assert kafka_broker.mode == f"container:{runtime[0]}", kafka_broker.notes
+
+
+def test_bad_mode_is_named() -> None:
+    with pytest.raises(ValueError, match="IVMFLOW_KAFKA_MODE.*'podman'"):
+        kb.launch_broker("podman")
+
+
 def test_round_trip_preserves_order_and_bytes(kafka_bootstrap: str) -> None:
     topic = unique_name("roundtrip")
     create_topic(kafka_bootstrap, topic, partitions=1)
@@ -57,9 +76,7 @@ def test_round_trip_preserves_order_and_bytes(kafka_bootstrap: str) -> None:
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     _send_all(producer, topic, sent)
     producer.close()
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest"
-    )
+    consumer = KafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest")
     try:
         assert _consume(consumer, len(sent)) == sent
     finally:
@@ -173,9 +190,7 @@ def test_idempotent_producer_writes_each_record_once(kafka_bootstrap: str) -> No
     topic = unique_name("idem")
     create_topic(kafka_bootstrap, topic, partitions=1)
     sent = _payloads(300, random.Random(5))
-    producer = KafkaProducer(
-        bootstrap_servers=kafka_bootstrap, enable_idempotence=True, acks="all"
-    )
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=True, acks="all")
     _send_all(producer, topic, sent)
     producer.close()
     consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest")
