@@ -90,8 +90,16 @@ class RunOptions:
 
     @property
     def spark_checkpoint(self) -> str | None:
-        """The checkpoint directory of the Spark and Flink runners."""
-        return self.checkpoint or (f"{self.deltas}.checkpoint" if self.deltas else None)
+        """The checkpoint directory of the Spark and Flink runners (for a Kafka delta
+        topic: ``ivmflow-checkpoints/<runner>-<host_port>-<topic>`` in the working
+        directory)."""
+        if self.checkpoint or not self.deltas:
+            return self.checkpoint
+        if "://" in self.deltas:
+            name = "".join(c if c.isalnum() or c in "-_." else "_"
+                           for c in self.deltas.split("://", 1)[1].split("?", 1)[0])
+            return str(Path("ivmflow-checkpoints") / f"{self.runner}-{name}")
+        return f"{self.deltas}.checkpoint"
 
     @property
     def resume_outputs(self) -> bool:
@@ -310,9 +318,11 @@ def run_spark(ctx: RunContext) -> DriveStats:
         parallelism=opts.parallelism,
         checkpoint=checkpoint,
         batch_lines=opts.batch_lines,
-        bounded=not Path(opts.updates).is_dir() or opts.stop_at_end,
+        bounded=opts.stop_at_end or not (
+            _scheme(opts.updates) == "kafka" or Path(opts.updates).is_dir()
+        ),
     )
-    job.run(out, ctx.progress.stats)
+    job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
     return ctx.progress.stats
 
 
@@ -484,7 +494,9 @@ def cmd_explain(query_path: str, eps: float | None = None, parallelism: int = 1)
     kwargs: dict[str, Any] = {}
     if parallelism != 1:
         kwargs["parallelism"] = parallelism
-    if eps is not None and getattr(query, "triangle", None) is not None:
+    if eps is not None and (
+        getattr(query, "triangle", None) is not None or getattr(query, "ghd", None) is not None
+    ):
         kwargs["eps"] = eps
     print(query.explain(**kwargs))
     return 0

@@ -20,7 +20,7 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -126,8 +126,20 @@ class SparkJob:
             self._query.stop()
 
     def stream(self, spark: SparkSession) -> DataFrame:
+        if self.updates.lower().startswith("kafka://"):
+            from connectors.spark_kafka import kafka_update_stream
+
+            source = kafka_update_stream(
+                spark, self.updates, self.query.schema, epoch_size=self.epoch_size,
+                batch_records=self.batch_lines, stop_at_end=self.bounded,
+            )
+        else:
+            source = self._file_stream(spark)
+        return self._job(source)
+
+    def _file_stream(self, spark: SparkSession) -> DataFrame:
         spark.dataSource.register(UpdateCsvSource)
-        source = (
+        return (
             spark.readStream.format(SOURCE_NAME)
             .option("path", self.updates)
             .option("schema", pickle.dumps(self.query.schema).hex())
@@ -136,6 +148,8 @@ class SparkJob:
             .option("bounded", "true" if self.bounded else "false")
             .load()
         )
+
+    def _job(self, source: DataFrame) -> DataFrame:
         plan = self.plan
 
         def tag(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -198,9 +212,11 @@ class SparkJob:
             process_fn, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout
         )
 
-    def run(self, outputs: Any, stats: Any = None) -> None:
+    def run(self, outputs: Any, stats: Any = None,
+            should_stop: Callable[[], bool] | None = None) -> None:
         """Run until the bounded source is consumed (or forever for a growing
-        directory, until stopped), writing each closed epoch once."""
+        directory or a Kafka topic, until stopped: :meth:`stop`, or ``should_stop()``
+        turning true, e.g. on SIGTERM), writing each closed epoch once."""
         spark = spark_session(self.master, self.layout.partitions)
         written = {"delta": int(getattr(outputs, "resume_epoch", 0)),
                    "snapshot": int(getattr(outputs, "resume_snapshot", 0))}
@@ -242,8 +258,11 @@ class SparkJob:
         try:
             if self.bounded:
                 query.processAllAvailable()
-            else:
+            elif should_stop is None:
                 query.awaitTermination()
+            else:
+                while not query.awaitTermination(1) and not should_stop():
+                    pass
         except Exception as exc:  # noqa: BLE001 - re-raised with the user's message
             raise _unwrap(exc) from None
         finally:

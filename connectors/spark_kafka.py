@@ -1,0 +1,122 @@
+"""A PySpark streaming data source over a Kafka update topic (``kafka://host:port/topic``).
+
+The Spark offset of a micro-batch is a :class:`connectors.kafka_epochs.ReadPosition`
+(next offset per topic partition, at an epoch boundary, plus the epoch cursor and the
+``--stop-at-end`` target): Spark writes it to the query's checkpoint before the batch
+runs, so a restarted query re-reads exactly the batch it had planned
+(``readBetweenOffsets``) and goes on from there. No consumer group is used.
+
+Rows have the schema of :mod:`connectors.spark_source` (the file source), so the
+Spark runner's job is the same after the source.
+
+This module imports pyspark and kafka-python; ``operators/`` and ``plans/`` never do.
+
+Example (needs a broker and a SparkSession)::
+
+    source = kafka_update_stream(spark, "kafka://127.0.0.1:9092/updates", schema,
+                                 epoch_size=None, batch_records=10_000, stop_at_end=True)
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from connectors.kafka_epochs import EpochReader, ReadPosition, parse_url
+from connectors.spark_source import ROW_SCHEMA
+from dataflow.partitioned import CLOSE, NumberedRecord
+from plans.schema import Schema
+
+SOURCE_NAME = "ivmflow_kafka_updates"
+
+
+def kafka_update_stream(
+    spark: SparkSession,
+    url: str,
+    schema: Schema,
+    *,
+    epoch_size: int | None,
+    batch_records: int,
+    stop_at_end: bool,
+) -> DataFrame:
+    """The streaming DataFrame of numbered updates read from the topic at ``url``."""
+    spark.dataSource.register(KafkaUpdateSource)
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .option("url", url)
+        .option("schema", pickle.dumps(schema).hex())
+        .option("epoch", str(epoch_size or 0))
+        .option("batch_records", str(batch_records))
+        .option("stop_at_end", "true" if stop_at_end else "false")
+        .load()
+    )
+
+
+def to_rows(numbered: list[NumberedRecord]) -> list[tuple[Any, ...]]:
+    """Numbered records as rows of the file source's schema."""
+    rows: list[tuple[Any, ...]] = []
+    for n in numbered:
+        if n.kind == CLOSE:
+            rows.append((n.seq, n.epoch, CLOSE, None, None, 0, None, n.snapshot))
+        else:
+            u = n.update
+            assert u is not None
+            rows.append((n.seq, n.epoch, "u", u.relation, u.op, u.mult,
+                         pickle.dumps((u.row, u.source)), 0))
+    return rows
+
+
+class KafkaUpdateSource(DataSource):
+    """``spark.readStream.format("ivmflow_kafka_updates")``. Options: ``url``,
+    ``schema`` (pickled-then-hex :class:`Schema`), ``epoch`` (updates per epoch, 0 =
+    markers only), ``batch_records`` (records per partition and micro-batch, at most),
+    ``stop_at_end``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return ROW_SCHEMA
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        return KafkaUpdateStreamReader(dict(self.options))
+
+
+class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
+    """Runs on the driver (Spark's simple stream reader): one kafka-python consumer for
+    the query's life, positioned by the offsets Spark hands in."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        schema: Schema = pickle.loads(bytes.fromhex(options["schema"]))
+        self.reader = EpochReader(parse_url(options["url"]), schema)
+        self.epoch_size = int(options.get("epoch", "0")) or None
+        self.batch_records = int(options.get("batch_records", "10000"))
+        self.stop_at_end = options.get("stop_at_end", "false") == "true"
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self.reader.initial(self.stop_at_end).to_dict()
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
+        pos = ReadPosition.from_dict(start)
+        numbered, end = self.reader.read(pos, self.batch_records, self.epoch_size,
+                                         timeout_s=1.0)
+        if not numbered and not (end.done and not pos.done):
+            return iter(()), start  # nothing new: Spark runs no batch
+        return iter(to_rows(numbered)), end.to_dict()
+
+    def readBetweenOffsets(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[tuple[Any, ...]]:
+        numbered = self.reader.read_between(
+            ReadPosition.from_dict(start), ReadPosition.from_dict(end), self.epoch_size
+        )
+        return iter(to_rows(numbered))
+
+    def commit(self, end: dict[str, Any]) -> None:
+        return None
