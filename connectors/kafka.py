@@ -95,6 +95,7 @@ __all__ = [
     "KafkaDeadLetterSink",
     "KafkaDeltaSink",
     "KafkaEndpoint",
+    "KafkaUrl",
     "KafkaUpdateSource",
     "StopRequested",
     "decode_delta",
@@ -188,6 +189,19 @@ class KafkaEndpoint:
             return [(self.topic, None)]
         return [(self.topic_for(r), r) for r in sorted(schema.relations)]
 
+    @classmethod
+    def parse(cls, url: str, options: Iterable[str] | Mapping[str, str] = ()) -> KafkaEndpoint:
+        """Same as :func:`parse_kafka_url`."""
+        return parse_kafka_url(url, options)
+
+    def consumer_config(self) -> dict[str, Any]:
+        """``client_config("consumer")``."""
+        return self.client_config("consumer")
+
+    def producer_config(self) -> dict[str, Any]:
+        """``client_config("producer")``."""
+        return self.client_config("producer")
+
     def with_defaults(self, **props: str) -> KafkaEndpoint:
         """A copy with Kafka properties set where the URL did not set them."""
         config = {**props, **self.config}
@@ -212,6 +226,10 @@ class KafkaEndpoint:
             if name in known:
                 out[name] = _option_value(value)
         return out
+
+
+KafkaUrl = KafkaEndpoint
+"""Alias: ``KafkaUrl.parse("kafka://h:p/topic")``."""
 
 
 def _option_name(key: str) -> str:
@@ -347,11 +365,19 @@ def _kind(value: object) -> str:
 
 
 def decode_update(
-    value: bytes | None, schema: Schema, *, source: str, relation: str | None = None
+    value: bytes | None,
+    schema: Schema,
+    *,
+    source: str | None = None,
+    relation: str | None = None,
+    topic: str = "?",
+    partition: int = -1,
+    offset: int = -1,
 ) -> Record:
     """Decode one JSON update record (DESIGN section 3).
 
-    ``relation`` is the relation of a per-relation topic (the record may then omit its
+    ``source`` names the record in errors and ``Update.source``; by default it is
+    :func:`record_source` of ``topic``, ``partition`` and ``offset``.  ``relation`` is the relation of a per-relation topic (the record may then omit its
     ``relation`` field).  Raises :class:`InputError` (source = ``source``) on malformed
     JSON, a missing or unknown op or relation, wrong arity, a value of the wrong type or
     a bad multiplicity.
@@ -367,6 +393,8 @@ def decode_update(
     ...
     dataflow.errors.InputError: t: bad update record '{"op": "+", "relation": "G", "row": [1]}': expected 2 values for G(src, dst), found 1 value; fix the record or run with --on-error skip to send it to the dead-letter topic
     """  # noqa: E501
+    if source is None:
+        source = record_source(topic, partition, offset)
     shown = _shown(value)
 
     def bad(expected: str, found: str) -> NoReturn:
