@@ -26,6 +26,7 @@ from typing import Any
 from connectors.files import format_update
 from dataflow.engine import Engine, aggregate_layout, make_ring
 from dataflow.errors import InputError, UnsupportedQueryError
+from dataflow.ghd import GhdEngine, compile_ghd_dataflow
 from dataflow.graph import Dataflow
 from dataflow.partitioner import Partitioner
 from dataflow.records import EpochDelta, EpochEnd, Record, Update
@@ -36,7 +37,8 @@ from operators.state import DictState
 from plans.cq import ConjunctiveQuery
 from plans.dag import compile_dataflow, finalize_mode
 from plans.explain import explain
-from plans.plan import Plan, build_plan
+from plans.ghd import GhdPlan, build_ghd, explain_ghd
+from plans.plan import Plan, build_plan, classify
 from plans.schema import Relation, Row, Schema
 from plans.sql import parse_query
 from plans.triangle import (
@@ -76,7 +78,9 @@ class CompiledQuery:
     triangle: TrianglePlan | None = None
     """Set for triangle queries, maintained with heavy/light IVM-epsilon."""
     eps: float = 0.5
-    """IVM-epsilon's threshold exponent (triangle queries only)."""
+    """IVM-epsilon's threshold exponent (triangle queries and triangle bags of a GHD)."""
+    ghd: GhdPlan | None = None
+    """Set for the other cyclic queries: bags maintained inside, CROWN across bags."""
 
     @property
     def schema(self) -> Schema:
@@ -91,6 +95,10 @@ class CompiledQuery:
             _check_triangle_parallelism(parallelism)
             e = self.eps if eps is None else eps
             return explain_triangle(self.triangle, self.dataflow, e)
+        if self.ghd is not None:
+            parts = Partitioner(self.plan, parallelism).describe() if parallelism > 1 else ""
+            e = self.eps if eps is None else eps
+            return explain_ghd(self.ghd, self.dataflow, e, parallelism, parts)
         parts = ""
         if parallelism > 1:
             parts = Partitioner(self.plan, parallelism).describe()
@@ -98,7 +106,7 @@ class CompiledQuery:
 
     def replanned(self, prefix: Iterable[Record]) -> CompiledQuery:
         """The same query planned with update rates estimated from a stream prefix."""
-        if self.triangle is not None:  # IVM-epsilon has no join tree to choose
+        if self.triangle is not None or self.ghd is not None:  # no join tree to choose
             return self
         rates = estimate_rates(self.cq, prefix)
         plan = build_plan(self.cq, rates)
@@ -144,6 +152,9 @@ def compile_query(
     if tri is not None:
         dataflow = compile_triangle_dataflow(tri)
         return CompiledQuery(cq, tri.plan, dataflow, source_name, triangle=tri, eps=eps)
+    if classify(cq)[0] == "cyclic":
+        gp = build_ghd(cq)
+        return CompiledQuery(cq, gp.plan, compile_ghd_dataflow(gp), source_name, ghd=gp, eps=eps)
     if rates is None and prefix is not None:
         rates = estimate_rates(cq, prefix)
     plan = build_plan(cq, rates)
@@ -210,12 +221,18 @@ class View:
         self.query = query
         plan = query.plan
         self.partitioner = Partitioner(plan, parallelism)
-        self.engines: list[Engine] | list[TriangleEngine]
+        self.engines: list[Engine] | list[TriangleEngine] | list[GhdEngine]
         if query.triangle is not None:
             _check_triangle_parallelism(parallelism)
             self.eps = query.eps if eps is None else eps
             _check_eps(self.eps)
             self.engines = [TriangleEngine(query.triangle, self.eps)]
+        elif query.ghd is not None:
+            self.eps = query.eps if eps is None else eps
+            _check_eps(self.eps)
+            self.engines = [
+                GhdEngine(query.ghd, self.eps) for _ in range(self.partitioner.partitions)
+            ]
         else:
             self.engines = [
                 Engine(plan, query.dataflow) for _ in range(self.partitioner.partitions)
@@ -226,7 +243,8 @@ class View:
             plan,
             count_supports=bool(plan.extra_vars)
             or len(self.engines) > 1
-            or query.triangle is not None,
+            or query.triangle is not None
+            or query.ghd is not None,
         )
         cq = plan.cq
         self.routes: dict[str, _RelationRoute] = {}

@@ -134,6 +134,12 @@ class PartitionLayout:
         if getattr(query, "triangle", None) is not None:
             msg = "triangle queries (IVM-epsilon) run on the local runner only for now"
             raise UnsupportedQueryError(msg)
+        if getattr(query, "ghd", None) is not None:
+            msg = (
+                "cyclic queries planned with a GHD run on the local runner only for now "
+                "(--runner local, any --parallelism)"
+            )
+            raise UnsupportedQueryError(msg)
         plan = query.plan
         stateful_output = finalize_mode(plan) != "bag"
         restrict = None

@@ -1,0 +1,206 @@
+"""The engine of a cyclic query planned as a generalized hypertree decomposition
+(:mod:`plans.ghd`): each bag maintained inside, CROWN's :class:`dataflow.engine.Engine`
+over the bags. It has the interface of :class:`dataflow.engine.Engine`
+(``apply_atom``, ``atom_nodes``, ``take_delta``, ``full``, ``state_entries``, ``ring``).
+
+Every atom update is turned into the change of its bag's relation right away (the
+triangle listing's per-update deltas, a delta join, or the tuple itself) and each
+changed bag tuple is one update of the CROWN engine; applied in sequence, these are
+exact for self-joins too (the copies of one base update are fed one after the other).
+
+Example (a 4-cycle R(a,b), S(b,c), T(c,d), U(d,a) counted):
+    >>> from dataflow.api import compile_query
+    >>> q = compile_query("CREATE TABLE E(s INT, d INT); SELECT COUNT(*) FROM E r, E s, E t,"
+    ...     " E u WHERE r.d = s.s AND s.d = t.s AND t.d = u.s AND u.d = r.s")
+    >>> from operators.input import RelationInput
+    >>> inputs = [RelationInput(atom, q.cq.join_vars) for atom in q.cq.atoms]
+    >>> e = GhdEngine(q.ghd, 0.5)
+    >>> for edge in [(1, 2), (2, 3), (3, 4), (4, 1)]:
+    ...     for k, project in enumerate(inputs):
+    ...         e.apply_atom(k, project(edge), 1)
+    >>> e.take_delta(), e.full()
+    ({(): 4}, {(): 4})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dataflow.engine import Engine
+from dataflow.graph import Dataflow, Edge, Op
+from dataflow.triangle import TriangleEngine
+from operators.deltajoin import DeltaJoin
+from operators.state import DictState
+from plans.dag import compile_dataflow, finalize_mode
+from plans.ghd import Bag, GhdPlan
+
+
+def _projector(src: tuple[str, ...], dst: tuple[str, ...]) -> Any:
+    if src == dst:
+        return None
+    pos = tuple(src.index(v) for v in dst)
+    return lambda t: tuple(t[p] for p in pos)
+
+
+class _Feed:
+    """Sends a bag's row changes to the CROWN engine as updates of the bag relation."""
+
+    def __init__(self, crown: Engine, bag: int) -> None:
+        self.node = crown.atom_nodes[bag]
+
+    def rows(self, delta: dict[Any, int]) -> None:
+        node = self.node
+        for row, m in delta.items():
+            if m:
+                node.apply(row, m)
+
+
+class _AtomPort:
+    """A single-atom bag: the (projected) tuple is the bag tuple."""
+
+    def __init__(self, feed: _Feed, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
+        self.node = feed.node
+        self.project = _projector(src, dst)
+
+    def apply(self, t: tuple[Any, ...], dm: int) -> None:
+        self.node.apply(t if self.project is None else self.project(t), dm)
+
+
+class _TrianglePort:
+    """One FROM item of a triangle bag (IVM-epsilon listing, projected to the bag)."""
+
+    def __init__(
+        self, tri: TriangleEngine, k: int, feed: _Feed, src: tuple[str, ...],
+        dst: tuple[str, ...],
+    ) -> None:
+        self.tri = tri
+        self.k = k
+        self.feed = feed
+        self.project = _projector(src, dst)
+
+    def apply(self, t: tuple[Any, ...], dm: int) -> None:
+        tri = self.tri
+        tri.apply_atom(self.k, t, dm)
+        delta = tri.take_delta()
+        if self.project is not None:
+            out: dict[Any, int] = {}
+            for row, m in delta.items():
+                key = self.project(row)
+                out[key] = out.get(key, 0) + m
+            delta = out
+        self.feed.rows(delta)
+
+
+class _JoinPort:
+    """One FROM item of a delta-join bag."""
+
+    def __init__(self, join: DeltaJoin, k: int, feed: _Feed) -> None:
+        self.join = join
+        self.k = k
+        self.feed = feed
+
+    def apply(self, t: tuple[Any, ...], dm: int) -> None:
+        self.feed.rows(self.join.update(self.k, t, dm))
+
+
+class GhdEngine:
+    """One partition: the bag operators and CROWN over the bags."""
+
+    def __init__(self, gp: GhdPlan, eps: float) -> None:
+        self.gp = gp
+        self.plan = gp.plan
+        self.eps = eps
+        self.crown = Engine(gp.bag_plan, compile_dataflow(gp.bag_plan))
+        self.ring = self.crown.ring
+        self.triangles: dict[int, TriangleEngine] = {}
+        self.joins: dict[int, tuple[DeltaJoin, DictState]] = {}
+        self.atom_nodes: dict[int, _AtomPort | _TrianglePort | _JoinPort] = {}
+        cq = gp.cq
+        for bag in gp.bags:
+            feed = _Feed(self.crown, bag.index)
+            if bag.kind == "atom":
+                a = bag.atoms[0]
+                self.atom_nodes[a] = _AtomPort(feed, cq.atoms[a].vars, bag.vars)
+            elif bag.kind == "triangle":
+                assert bag.triangle is not None
+                tri = TriangleEngine(bag.triangle, eps)
+                self.triangles[bag.index] = tri
+                tri_vars = tuple(c.var for c in bag.triangle.cq.columns if c.var is not None)
+                for k, a in enumerate(bag.atoms):
+                    self.atom_nodes[a] = _TrianglePort(tri, k, feed, tri_vars, bag.vars)
+            else:
+                state = DictState()
+                join = DeltaJoin(
+                    [cq.atoms[a].vars for a in bag.atoms], bag.vars, state, name=bag.name
+                )
+                self.joins[bag.index] = (join, state)
+                for k, a in enumerate(bag.atoms):
+                    self.atom_nodes[a] = _JoinPort(join, k, feed)
+
+    def apply_atom(self, atom: int, t: tuple[Any, ...], dm: int) -> None:
+        """Apply a (filtered, projected) update of one FROM item's copy."""
+        self.atom_nodes[atom].apply(t, dm)
+
+    def take_delta(self) -> dict[Any, Any]:
+        """Row payload changes since the last call (zero entries possible)."""
+        return self.crown.take_delta()
+
+    def full(self) -> dict[Any, Any]:
+        """Full enumeration from CROWN's structure over the bags."""
+        return self.crown.full()
+
+    def state_entries(self) -> int:
+        total = self.crown.state_entries()
+        total += sum(t.state_entries() for t in self.triangles.values())
+        total += sum(s.entries() for _, s in self.joins.values())
+        return total
+
+
+def _bag_op(bag: Bag, names: list[str]) -> Op:
+    how = {"triangle": "ivm-eps listing", "deltajoin": "delta join", "atom": "pass-through"}
+    return Op(f"bag_{bag.name}", "bag", (
+        ("atoms", tuple(names[a] for a in bag.atoms)),
+        ("vars", bag.vars),
+        ("maintained", how[bag.kind]),
+    ))
+
+
+def compile_ghd_dataflow(gp: GhdPlan) -> Dataflow:
+    """The operator DAG: inputs -> bag operators -> CROWN over the bags -> finalizer."""
+    cq = gp.cq
+    inner = compile_dataflow(gp.bag_plan)
+    ops: list[Op] = []
+    edges: list[Edge] = []
+    relations = tuple(sorted({a.relation.name for a in cq.atoms}))
+    ops.append(Op("source", "source", (("relations", relations),)))
+    ops.append(Op("validate", "validate", (("state", "base multiplicities"),)))
+    edges.append(Edge("source", "validate", "updates"))
+    ops.append(Op("partition", "partition", (("join_vars", tuple(sorted(cq.join_vars))),)))
+    names = [a.alias for a in cq.atoms]
+    for atom in cq.atoms:
+        filters = tuple(f.render(atom.alias) for f in atom.filters)
+        ops.append(Op(f"input_{atom.alias}", "input", (
+            ("atom", atom.index), ("relation", atom.relation.name), ("vars", atom.vars),
+            ("filters", filters),
+        )))
+        edges.append(Edge("validate", f"input_{atom.alias}", atom.relation.name))
+        edges.append(Edge(f"input_{atom.alias}", "partition", atom.alias))
+    for bag in gp.bags:
+        ops.append(_bag_op(bag, names))
+        for a in bag.atoms:
+            edges.append(Edge("partition", f"bag_{bag.name}", names[a]))
+    skip = {"source", "validate", "partition"} | {f"input_{b.name}" for b in gp.bags}
+    ops.extend(op for op in inner.ops if op.id not in skip)
+    for e in inner.edges:
+        if e.src in skip:
+            if e.src == "partition":
+                edges.append(Edge(f"bag_{e.label}", e.dst, f"delta {e.label}"))
+            continue
+        edges.append(e)
+    mode = finalize_mode(gp.plan)
+    ops = [
+        Op(op.id, op.kind, tuple((k, mode if k == "mode" else v) for k, v in op.params))
+        if op.kind == "finalize" else op
+        for op in ops
+    ]
+    return Dataflow("ghd_" + "_".join(names), tuple(ops), tuple(edges))

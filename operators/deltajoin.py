@@ -1,0 +1,180 @@
+"""Delta join: the join of a few indexed atoms maintained by standard change propagation,
+reported as deltas of its projection (a GHD bag that is not a triangle, CROWN 2.9:
+"standard change propagation inside each bag").
+
+Nothing but the atoms and their indexes is stored: an update ``dm`` of atom ``i`` with
+tuple ``t`` yields ``dm * (t joined with the current state of every other atom)``,
+projected on the output variables, and then ``t`` is applied. Feeding the copies of a
+self-join one after the other (as the input operators do) is the delta query's
+product rule: each copy joins the others' states with the earlier copies already
+updated, so several atoms changed by one base update stay exact.
+
+Example (a 2-path R(a,b) * S(b,c) projected on (a, c)):
+    >>> from operators.state import DictState
+    >>> j = DeltaJoin([("a", "b"), ("b", "c")], ("a", "c"), DictState())
+    >>> j.update(0, (1, 2), 2)
+    {}
+    >>> j.update(1, (2, 3), 1)
+    {(1, 3): 2}
+    >>> j.update(0, (5, 2), 1), j.update(1, (2, 3), -1)
+    ({(5, 3): 1}, {(1, 3): -2, (5, 3): -1})
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping, Sequence
+from typing import Any
+
+from operators.state import State
+
+Step = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""(atom, key positions in the atom, their variable slots, the atom's new variable slots
+(-1 for an already bound position))."""
+
+
+class DeltaJoin:
+    """The join of ``atom_vars`` (each a tuple of distinct variables) projected on
+    ``out_vars``, with bag semantics (multiplicities multiply)."""
+
+    def __init__(
+        self,
+        atom_vars: Sequence[tuple[str, ...]],
+        out_vars: tuple[str, ...],
+        state: State,
+        name: str = "dj",
+    ) -> None:
+        self.atom_vars = [tuple(a) for a in atom_vars]
+        variables: list[str] = []
+        for a in self.atom_vars:
+            for v in a:
+                if v not in variables:
+                    variables.append(v)
+        missing = [v for v in out_vars if v not in variables]
+        if missing:
+            msg = f"delta join: output variables {missing} occur in no atom"
+            raise ValueError(msg)
+        self.variables = tuple(variables)
+        slot = {v: i for i, v in enumerate(variables)}
+        self.slots = [tuple(slot[v] for v in a) for a in self.atom_vars]
+        self.out_slots = tuple(slot[v] for v in out_vars)
+        self.rel: list[MutableMapping[tuple[Any, ...], int]] = [
+            state.map(f"{name}.atom{i}") for i in range(len(self.atom_vars))
+        ]
+        # Indexes: (atom, key positions) -> key -> {tuple: multiplicity}.
+        self.indexes: dict[tuple[int, tuple[int, ...]], MutableMapping[Any, dict[Any, int]]] = {}
+        self.plans: list[list[Step]] = []
+        for i in range(len(self.atom_vars)):
+            steps = self._order(i)
+            for j, key, _slots, _new in steps:
+                if 0 < len(key) < len(self.atom_vars[j]) and (j, key) not in self.indexes:
+                    label = ",".join(str(p) for p in key)
+                    self.indexes[(j, key)] = state.map(f"{name}.atom{j}.by{label}")
+                elif not key and (j, key) not in self.indexes:
+                    self.indexes[(j, key)] = state.map(f"{name}.atom{j}.all")
+            self.plans.append(steps)
+        self._by_atom: list[list[tuple[tuple[int, ...], MutableMapping[Any, dict[Any, int]]]]]
+        self._by_atom = [[] for _ in self.atom_vars]
+        for (j, key), idx in sorted(self.indexes.items(), key=lambda kv: kv[0]):
+            self._by_atom[j].append((key, idx))
+
+    def _order(self, i: int) -> list[Step]:
+        """Greedy join order after an update of atom ``i``: next the atom with the most
+        bound variables (then the fewest new ones, then the lowest index), so that every
+        probe goes through an index on the bound positions."""
+        bound = set(self.slots[i])
+        rest = [j for j in range(len(self.atom_vars)) if j != i]
+        steps: list[Step] = []
+        while rest:
+            j = min(
+                rest,
+                key=lambda j: (
+                    -sum(s in bound for s in self.slots[j]),
+                    sum(s not in bound for s in self.slots[j]),
+                    j,
+                ),
+            )
+            rest.remove(j)
+            key = tuple(p for p, s in enumerate(self.slots[j]) if s in bound)
+            key_slots = tuple(self.slots[j][p] for p in key)
+            new = tuple(-1 if s in bound else s for s in self.slots[j])
+            bound.update(self.slots[j])
+            steps.append((j, key, key_slots, new))
+        return steps
+
+    def update(self, i: int, t: tuple[Any, ...], dm: int) -> dict[tuple[Any, ...], int]:
+        """Apply ``dm`` copies of ``t`` to atom ``i``; return the projected join's change
+        (zero entries dropped)."""
+        out: dict[tuple[Any, ...], int] = {}
+        binding: list[Any] = [None] * len(self.variables)
+        for s, v in zip(self.slots[i], t):
+            binding[s] = v
+        self._extend(self.plans[i], 0, binding, dm, out)
+        self._apply(i, t, dm)
+        return {k: v for k, v in out.items() if v}
+
+    def _extend(
+        self, steps: list[Step], k: int, binding: list[Any], m: int, out: dict[Any, int]
+    ) -> None:
+        if k == len(steps):
+            key = tuple(binding[s] for s in self.out_slots)
+            out[key] = out.get(key, 0) + m
+            return
+        j, key, key_slots, new = steps[k]
+        if len(key) == len(new):  # every variable bound: a lookup
+            tm = self.rel[j].get(tuple(binding[s] for s in key_slots), 0)
+            if tm:
+                self._extend(steps, k + 1, binding, m * tm, out)
+            return
+        probe: Any
+        if not key:
+            probe = ()
+        elif len(key) == 1:
+            probe = binding[key_slots[0]]
+        else:
+            probe = tuple(binding[s] for s in key_slots)
+        matches = self.indexes[(j, key)].get(probe)
+        if not matches:
+            return
+        for tup, tm in matches.items():
+            for p, s in enumerate(new):
+                if s >= 0:
+                    binding[s] = tup[p]
+            self._extend(steps, k + 1, binding, m * tm, out)
+        for s in new:
+            if s >= 0:
+                binding[s] = None
+
+    def _apply(self, i: int, t: tuple[Any, ...], dm: int) -> None:
+        rel = self.rel[i]
+        new = rel.get(t, 0) + dm
+        if new < 0:
+            msg = f"delta join: atom {i} would hold {new} copies of {t!r}"
+            raise AssertionError(msg)
+        if new:
+            rel[t] = new
+        else:
+            rel.pop(t, None)
+        for key, idx in self._by_atom[i]:
+            k: Any = () if not key else (t[key[0]] if len(key) == 1 else tuple(t[p] for p in key))
+            bucket = idx.get(k)
+            if new:
+                if bucket is None:
+                    idx[k] = {t: new}
+                else:
+                    bucket[t] = new
+            elif bucket is not None:
+                bucket.pop(t, None)
+                if not bucket:
+                    del idx[k]
+
+    def full(self) -> dict[tuple[Any, ...], int]:
+        """The whole projected join, recomputed from the atoms (tests, snapshots)."""
+        out: dict[tuple[Any, ...], int] = {}
+        if not self.atom_vars:
+            return out
+        binding: list[Any] = [None] * len(self.variables)
+        for t, m in self.rel[0].items():
+            for s, v in zip(self.slots[0], t):
+                binding[s] = v
+            self._extend(self.plans[0], 0, binding, m, out)
+        return {k: v for k, v in out.items() if v}
