@@ -4,6 +4,8 @@ kubernetes-validate."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT.parent / "shared" / "k8s-crds"
+# Minimal schemas of our own for CRDs that ../shared lacks (Strimzi KafkaNodePool and
+# KafkaTopic); a CRD in CRDS always wins.
+LOCAL_CRDS = ROOT / "tests" / "fixtures" / "k8s-crds"
 MANIFESTS = sorted((ROOT / "deploy" / "k8s").rglob("*.yaml"))
 BUILTIN_GROUPS = {"v1", "apps/v1", "batch/v1", "rbac.authorization.k8s.io/v1"}
 
@@ -26,11 +31,12 @@ def _docs() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+@functools.cache  # parsing the CRDs (2 MB of YAML) takes seconds: once per session
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     schemas: dict[tuple[str, str], dict[str, Any]] = {}
     if not CRDS.exists():
         return schemas
-    for path in sorted(CRDS.iterdir()):
+    for path in sorted(CRDS.iterdir()) + sorted(LOCAL_CRDS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
@@ -38,7 +44,7 @@ def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
             kind = doc["spec"]["names"]["kind"]
             for version in doc["spec"]["versions"]:
                 api = f"{group}/{version['name']}"
-                schemas[(api, kind)] = version["schema"]["openAPIV3Schema"]
+                schemas.setdefault((api, kind), version["schema"]["openAPIV3Schema"])
     return schemas
 
 
@@ -82,3 +88,62 @@ def test_schema_rejects_a_broken_manifest() -> None:
     broken = {**doc, "spec": {**doc["spec"], "type": "Cobol"}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schemas[(doc["apiVersion"], "SparkApplication")])
+
+
+def _strimzi(kind: str) -> list[dict[str, Any]]:
+    return [d for _, d in DOCS if d["apiVersion"].startswith("kafka.strimzi.io/") and
+            d["kind"] == kind]  # fmt: skip
+
+
+def test_strimzi_resources_fit_together() -> None:
+    """Node pools and topics name an existing Kafka cluster; KRaft needs controllers and
+    brokers; no topic asks for more replicas than there are brokers."""
+    clusters = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in _strimzi("Kafka")}
+    assert clusters, "deploy/k8s/kafka has no Kafka resource"
+    pools = _strimzi("KafkaNodePool")
+    brokers: dict[tuple[str, str], int] = {}
+    roles: dict[tuple[str, str], set[str]] = {}
+    for pool in pools + _strimzi("KafkaTopic"):
+        key = (pool["metadata"]["namespace"], pool["metadata"]["labels"]["strimzi.io/cluster"])
+        assert key in clusters, f"{pool['kind']} {pool['metadata']['name']}: no Kafka {key}"
+    for pool in pools:
+        key = (pool["metadata"]["namespace"], pool["metadata"]["labels"]["strimzi.io/cluster"])
+        roles.setdefault(key, set()).update(pool["spec"]["roles"])
+        if "broker" in pool["spec"]["roles"]:
+            brokers[key] = brokers.get(key, 0) + pool["spec"]["replicas"]
+    for key, kafka in clusters.items():
+        assert roles.get(key) == {"controller", "broker"}, f"Kafka {key}: node pool roles"
+        config = kafka["spec"]["kafka"].get("config", {})
+        assert config.get("min.insync.replicas", 1) < brokers[key]
+        assert "topicOperator" in kafka["spec"].get("entityOperator", {})
+    topics = _strimzi("KafkaTopic")
+    for topic in topics:
+        key = (topic["metadata"]["namespace"], topic["metadata"]["labels"]["strimzi.io/cluster"])
+        assert topic["spec"].get("replicas", 1) <= brokers[key], topic["metadata"]["name"]
+    names = {t["spec"].get("topicName", t["metadata"]["name"]) for t in topics}
+    for role in ("updates", "deltas", "dead-letter"):
+        assert any(n.endswith(f"-{role}") for n in names), f"no {role} topic in {names}"
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value"),
+    [
+        ("KafkaNodePool", ("spec", "roles"), ["zookeeper"]),
+        ("KafkaTopic", ("spec", "partitions"), 0),
+        ("KafkaTopic", ("spec", "replica"), 3),  # a typo of "replicas"
+        ("Kafka", ("spec", "kafka", "listeners"), [{"name": "plain", "port": 9092}]),
+    ],
+)
+def test_strimzi_schemas_reject_broken_resources(
+    kind: str, path: tuple[str, ...], value: Any
+) -> None:
+    schemas = _crd_schemas()
+    if not schemas:
+        pytest.skip(f"no CRD schemas at {CRDS}")
+    doc = copy.deepcopy(_strimzi(kind)[0])
+    node = doc
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schemas[(doc["apiVersion"], kind)])
