@@ -6,11 +6,29 @@
 #
 # Prints `DOCKER_HOST=...` as its last line on success, for the caller to export.
 # Exits non-zero on failure; the tests then fall back to a broker process.
+#
+# `.ci/podman_setup.sh stop` (the end of .ci/run) removes the containers testcontainers
+# left (no reaper runs: a killed test session leaves its broker running) and stops the
+# API service this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SOCK=${IVMFLOW_PODMAN_SOCKET:-/run/ivmflow-podman/podman.sock}
 DIR=$(dirname "$SOCK")
+
+if [ "${1:-}" = stop ]; then
+  if command -v podman >/dev/null 2>&1; then
+    export CONTAINERS_CONF="$DIR/containers.conf"
+    for id in $(podman ps -aq --filter label=org.testcontainers=true 2>/dev/null); do
+      podman rm -f "$id" >/dev/null 2>&1 || true
+    done
+  fi
+  if [ -f "$DIR/service.pid" ]; then
+    kill "$(cat "$DIR/service.pid")" 2>/dev/null || true
+    rm -f "$DIR/service.pid"
+  fi
+  exit 0
+fi
 t0=$(date +%s.%N)
 elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
 

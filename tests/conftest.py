@@ -34,7 +34,6 @@ settings.register_profile("thorough", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-
 # --- Kafka: one real broker per test session (see tests/kafka_broker.py) ---------------
 
 from collections.abc import Iterator  # noqa: E402
