@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from connectors.kafka_epochs import EpochReader, ReadPosition, parse_url
+from connectors.kafka_epochs import EpochReader, ReadPosition, parse_kafka_url
 from connectors.spark_source import ROW_SCHEMA
 from dataflow.partitioned import CLOSE, NumberedRecord
 from plans.schema import Schema
@@ -94,7 +94,7 @@ class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         schema: Schema = pickle.loads(bytes.fromhex(options["schema"]))
-        self.reader = EpochReader(parse_url(options["url"]), schema)
+        self.reader = EpochReader(parse_kafka_url(options["url"]), schema)
         self.epoch_size = int(options.get("epoch", "0")) or None
         self.batch_records = int(options.get("batch_records", "10000"))
         self.stop_at_end = options.get("stop_at_end", "false") == "true"

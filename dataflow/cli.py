@@ -339,9 +339,6 @@ def run_flink(ctx: RunContext) -> DriveStats:
     except ImportError as err:  # pragma: no cover - depends on the installation
         msg = f"the flink runner needs PyFlink: pip install -e '.[flink]' ({err})"
         raise UnavailableError(msg) from None
-    records = read_updates(
-        opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
-    )
     scratch = Path(tempfile.mkdtemp(prefix="ivmflow-flink-out-"))
     deltas = opts.deltas or str(scratch / "deltas.csv")
     if opts.deltas:
@@ -350,7 +347,17 @@ def run_flink(ctx: RunContext) -> DriveStats:
         out.snapshots.close()
     job = FlinkJob(ctx.query, epoch_size=opts.epoch, parallelism=opts.parallelism,
                    checkpoint=opts.spark_checkpoint)
-    job.run(records, deltas, opts.snapshots, ctx.progress.stats)
+    if _scheme(opts.updates) == "kafka":
+        job.run_kafka(opts.updates, deltas, opts.snapshots, stop_at_end=opts.stop_at_end,
+                      batch_records=opts.batch_lines,
+                      should_stop=lambda: ctx.progress.stop_requested)
+    else:
+        records = read_updates(
+            opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
+        )
+        job.run(records, deltas, opts.snapshots, ctx.progress.stats)
+    if _scheme(deltas) == "kafka":
+        return ctx.progress.stats
     text = Path(deltas).read_text() if Path(deltas).exists() else ""
     body = "".join(text.splitlines(keepends=True)[1:])
     ctx.progress.stats.delta_rows = body.count("\n")

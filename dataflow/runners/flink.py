@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,19 +121,11 @@ class EpochMerger(KeyedProcessFunction):
         self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        from connectors.files import DeltaCsvSink, SnapshotCsvSink
-
         self.open_epochs = runtime_context.get_state(
             ValueStateDescriptor("open_epochs", Types.PICKLED_BYTE_ARRAY())
         )
-        self.deltas = (
-            DeltaCsvSink(self.deltas_path, self.columns, resume=True)
-            if self.deltas_path else None
-        )
-        self.snapshots = (
-            SnapshotCsvSink(self.snapshots_path, self.columns, resume=True)
-            if self.snapshots_path else None
-        )
+        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch")
+        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot")
 
     def close(self) -> None:
         for sink in (self.deltas, self.snapshots):
@@ -165,6 +158,24 @@ class EpochMerger(KeyedProcessFunction):
             self.snapshots.write_snapshot(k, rows)
 
 
+def _open_sink(target: str | None, columns: tuple[str, ...], kind: str) -> Any:
+    """The merger's sink: a CSV file (resumed) or a Kafka topic (transactional, skipping
+    the epochs already in the topic; a stable transactional id per topic, so a
+    restarted job fences the crashed one and aborts its open transaction)."""
+    if not target:
+        return None
+    if target.lower().startswith("kafka://"):
+        from connectors.kafka import KafkaDeltaSink, default_id, parse_kafka_url
+
+        return KafkaDeltaSink(parse_kafka_url(target), columns, kind=kind,  # type: ignore[arg-type]
+                              transactional_id=default_id("flink", kind, target))
+    from connectors.files import DeltaCsvSink, SnapshotCsvSink
+
+    if kind == "epoch":
+        return DeltaCsvSink(target, columns, resume=True)
+    return SnapshotCsvSink(target, columns, resume=True)
+
+
 class FlinkJob:
     """Build and run the job on a mini-cluster."""
 
@@ -192,17 +203,7 @@ class FlinkJob:
             os.replace(tmp, spool)
             restore = None
         numbered = _spool(str(spool))
-        conf = Configuration()
-        conf.set_string("python.execution-mode", "thread")
-        conf.set_string("execution.checkpointing.interval", f"{self.interval}ms")
-        conf.set_string("execution.checkpointing.dir", ckpt.resolve().as_uri())
-        conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
-                        "RETAIN_ON_CANCELLATION")
-        if restore is not None:
-            conf.set_string("execution.state-recovery.path", restore)
-            print(f"ivmflow: flink: resuming from checkpoint {restore}", file=sys.stderr)
-        env = StreamExecutionEnvironment.get_execution_environment(conf)
-        env.set_parallelism(max(1, self.layout.partitions))
+        env = self._environment(ckpt, restore)
         plan, spool_path = self.plan, str(spool)
 
         def tag(seq: int) -> Iterator[Any]:
@@ -218,15 +219,82 @@ class FlinkJob:
             "numbered updates",
         ).set_parallelism(1)
         tagged = source.flat_map(tag, output_type=Types.PICKLED_BYTE_ARRAY()).set_parallelism(1)
+        self._partitions_and_merger(tagged, deltas, snapshots)
+        env.execute("ivmflow")
+        if stats is not None:
+            stats.updates = sum(1 for n in numbered if n.kind != CLOSE)
+            stats.epochs = sum(1 for n in numbered if n.kind == CLOSE)
+
+    def _environment(self, ckpt: Path, restore: str | None) -> StreamExecutionEnvironment:
+        conf = Configuration()
+        conf.set_string("python.execution-mode", "thread")
+        conf.set_string("execution.checkpointing.interval", f"{self.interval}ms")
+        conf.set_string("execution.checkpointing.dir", ckpt.resolve().as_uri())
+        conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
+                        "RETAIN_ON_CANCELLATION")
+        if restore is not None:
+            conf.set_string("execution.state-recovery.path", restore)
+            print(f"ivmflow: flink: resuming from checkpoint {restore}", file=sys.stderr)
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
+        env.set_parallelism(max(1, self.layout.partitions))
+        return env
+
+    def _partitions_and_merger(self, tagged: Any, deltas: str | None,
+                               snapshots: str | None) -> None:
+        """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink."""
         outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
-            PartitionFunction(plan), output_type=Types.PICKLED_BYTE_ARRAY()
+            PartitionFunction(self.plan), output_type=Types.PICKLED_BYTE_ARRAY()
         )
         merger = EpochMerger(self.layout.partitions, deltas, snapshots,
                              tuple(self.query.output_columns))
         outputs.key_by(lambda o: 0, key_type=Types.INT()).process(
             merger, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1).print()
-        env.execute("ivmflow")
-        if stats is not None:
-            stats.updates = sum(1 for n in numbered if n.kind != CLOSE)
-            stats.epochs = sum(1 for n in numbered if n.kind == CLOSE)
+
+    def run_kafka(self, url: str, deltas: str | None, snapshots: str | None = None, *,
+                  stop_at_end: bool = False, batch_records: int = 10_000,
+                  should_stop: Callable[[], bool] | None = None) -> None:
+        """Read the update topic(s) at ``url`` (:mod:`connectors.flink_kafka`: a source in
+        the job, read position in Flink state) until the end known at the first start
+        (``stop_at_end``) or until ``should_stop()`` (then the job is cancelled; its
+        checkpoints are kept, and the same command resumes from the newest)."""
+        import tempfile
+
+        from connectors.flink_kafka import KafkaEpochSource, start_position
+
+        ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
+        ckpt.mkdir(parents=True, exist_ok=True)
+        restore = latest_checkpoint(str(ckpt))
+        start, ticks = start_position(url, self.query.schema, ckpt, stop_at_end,
+                                      fresh=restore is None)
+        env = self._environment(ckpt, restore)
+        source = env.from_source(
+            NumberSequenceSource(0, ticks - 1), WatermarkStrategy.no_watermarks(), "ticks"
+        ).set_parallelism(1)
+        kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
+                                 batch_records)
+        tagged = source.key_by(lambda t: 0, key_type=Types.INT()).process(
+            kafka, output_type=Types.PICKLED_BYTE_ARRAY()
+        ).set_parallelism(1)
+        self._partitions_and_merger(tagged, deltas, snapshots)
+        client = env.execute_async("ivmflow")
+        # Wait for the result in a thread (the mini-cluster shuts down with the job, so
+        # its status cannot be polled afterwards) while watching for a stop request.
+        failure: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                client.get_job_execution_result().result()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                failure.append(exc)
+
+        waiter = threading.Thread(target=wait, name="ivmflow-flink-wait", daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            if should_stop is not None and should_stop():
+                client.cancel().result()  # checkpoints are retained on cancellation
+                waiter.join(30)
+                return
+            waiter.join(0.3)
+        if failure:
+            raise failure[0]
