@@ -87,6 +87,8 @@ class RunOptions:
     ``<deltas>.checkpoint``. Restarting with the same checkpoint resumes the run."""
     batch_lines: int = 10_000
     """Spark: input lines per micro-batch."""
+    kafka_options: list[str] = field(default_factory=list)
+    """``KEY=VALUE`` Kafka client properties for every ``kafka://`` source and sink."""
 
     @property
     def spark_checkpoint(self) -> str | None:
@@ -265,6 +267,8 @@ def run_local(ctx: RunContext) -> DriveStats:
     memory) but not written again.
     """
     opts, out = ctx.options, ctx.outputs
+    if _scheme(opts.updates) == "kafka":
+        return CONNECTOR_SCHEMES["kafka"]().run_local_kafka(ctx)
     records = read_updates(
         opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
     )
@@ -371,8 +375,19 @@ def run_flink(ctx: RunContext) -> DriveStats:
 RUNNERS: dict[str, Runner] = {"local": run_local, "spark": run_spark, "flink": run_flink}
 """Runner name -> runner; the Spark and Flink runners register here when built."""
 
-CONNECTOR_SCHEMES: dict[str, Callable[..., Any]] = {}
-"""URL scheme (``kafka``) -> connector factory; empty in this build."""
+def _kafka_connector() -> Any:
+    """The Kafka glue (:mod:`dataflow.kafka_run`), imported on first use."""
+    try:
+        from dataflow import kafka_run
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        msg = f"the kafka:// connector needs kafka-python: pip install -e '.[kafka]' ({err})"
+        raise UnavailableError(msg) from None
+    return kafka_run
+
+
+CONNECTOR_SCHEMES: dict[str, Callable[..., Any]] = {"kafka": _kafka_connector}
+"""URL scheme -> function returning the connector module (``open_outputs``,
+``run_local_kafka``)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -406,6 +421,9 @@ def _check_available(opts: RunOptions) -> None:
 
 
 def _open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
+    targets = (opts.updates, opts.deltas, opts.snapshots, opts.dead_letter)
+    if any(_scheme(t) == "kafka" for t in targets):
+        return CONNECTOR_SCHEMES["kafka"]().open_outputs(opts, columns)
     dead: DeadLetterSink | None = None
     out: Outputs | None = None
     try:
@@ -682,6 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="spark: streaming checkpoint (default: <deltas>.checkpoint)")
     run.add_argument("--batch-lines", type=_positive_int, default=10_000, metavar="N",
                      help="spark: input lines per micro-batch (default 10000)")
+    run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="Kafka client property for kafka:// sources and sinks, e.g. "
+                          "security.protocol=SASL_SSL (repeatable)")
     run.add_argument("--quiet", "-q", action="store_true",
                      help="no progress line and no summary")
 
@@ -692,6 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--parallelism", type=_positive_int, default=1, metavar="P",
                          help="show the partitioning for P partitions")
 
+    CONNECTOR_SCHEMES["kafka"]().add_commands(sub)
     gen = sub.add_parser("generate", help="write synthetic update streams")
     gen_sub = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
     graph = gen_sub.add_parser("graph", help="a skewed directed graph, optionally as a "
@@ -736,6 +758,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         eps=args.eps, on_error=args.on_error, dead_letter=args.dead_letter,
         stop_at_end=args.stop_at_end, quiet=args.quiet, resume=args.resume,
         fsync=args.fsync, checkpoint=args.checkpoint, batch_lines=args.batch_lines,
+        kafka_options=args.kafka_option,
     )
 
 
@@ -762,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
             if opts.dead_letter and opts.on_error != "skip":
                 return _error("--dead-letter needs --on-error skip", 2)
             return cmd_run(opts)
+        if args.command in ("produce", "consume"):
+            return CONNECTOR_SCHEMES["kafka"]().run_command(args)
         if args.command == "explain":
             return cmd_explain(args.query, args.eps, args.parallelism)
         return cmd_generate(args)

@@ -380,7 +380,9 @@ def test_missing_files(run: Run) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--deltas", "kafka://127.0.0.1:9092/out"], "the kafka:// connector"),
+        (["--deltas", "kafka://127.0.0.1:9092"], "expected kafka://host:port/topic"),
+        (["--deltas", "kafka://127.0.0.1:9092/d?no.such.option=1"],
+         "unknown Kafka client property 'no.such.option'"),
         (["--dead-letter", "x.csv"], "--dead-letter needs --on-error skip"),
     ],
 )
@@ -389,9 +391,10 @@ def test_usage_errors_exit_2(run: Run, args: list[str], message: str) -> None:
     assert run.err.startswith("ivmflow: error: ") and message in run.err
 
 
-def test_kafka_source_not_available(run: Run) -> None:
-    assert run("run", run.query, "--updates", "kafka://127.0.0.1:9092/updates") == 2
-    assert "kafka:// connector (--updates kafka://127.0.0.1:9092/updates)" in run.err
+def test_kafka_option_must_be_key_value(run: Run) -> None:
+    assert run("run", run.query, "--updates", "kafka://127.0.0.1:9092/updates",
+               "--kafka-option", "security.protocol") == 2
+    assert "Kafka option 'security.protocol': expected KEY=VALUE" in run.err
 
 
 def test_argparse_errors_and_help(run: Run) -> None:

@@ -1,0 +1,399 @@
+"""Kafka in the local runner and the command line: ``ivmflow run`` with ``kafka://``
+sources and sinks, ``ivmflow produce`` and ``ivmflow consume``.
+
+The local runner over a Kafka update topic (see :mod:`connectors.kafka` for the epoch
+order and the delivery guarantee):
+
+* the engine replays the update topic from its beginning on every start; epochs already
+  in a Kafka delta topic (read ``read_committed`` at start) are recomputed but not
+  written again, each later epoch is written in one transaction with the source offsets
+  of its end, so after ``kill -9`` and a restart every epoch is in the topic exactly once;
+* ``--stop-at-end`` stops after the records present at start; otherwise the run goes on
+  until SIGINT/SIGTERM: it then finishes the epoch it is in if that epoch's records are
+  already in the topic (else the incomplete epoch is left for the next run), commits and
+  exits 0;
+* bad records stop the run (exit 1, the error names topic, partition and offset) or,
+  with ``--on-error skip``, go to the dead-letter topic ``<updates topic>.dead-letter``
+  (or ``dead-letter=`` in the URL, or ``--dead-letter FILE|kafka://...``), written in the
+  epoch transactions when deltas go to Kafka on the same broker;
+* the rate-based re-planning of file runs (buffering a prefix) is not done: it would hold
+  back live input.
+
+Example (with a broker on 127.0.0.1:9092)::
+
+    ivmflow produce updates.csv kafka://127.0.0.1:9092/updates --partitions 3
+    ivmflow run q.sql --updates kafka://127.0.0.1:9092/updates \\
+        --deltas kafka://127.0.0.1:9092/deltas --stop-at-end
+    ivmflow consume kafka://127.0.0.1:9092/deltas
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from connectors.base import DeadLetterSink, DeltaSink, SnapshotSink
+from connectors.files import (
+    CsvStreamSink,
+    DeadLetterCsvSink,
+    DeltaCsvSink,
+    SnapshotCsvSink,
+    format_value,
+    read_updates,
+)
+from connectors.kafka import (
+    KafkaConfigError,
+    KafkaDeadLetterSink,
+    KafkaDeltaSink,
+    KafkaEndpoint,
+    KafkaUpdateSource,
+    StopRequested,
+    default_id,
+    parse_kafka_url,
+    produce_updates,
+    read_deltas,
+    unique_columns,
+)
+from dataflow.errors import InputError, IvmflowError
+from dataflow.local import DriveStats, drive
+from dataflow.records import EpochDelta, EpochEnd, Op, Record, Update
+from plans.schema import Row, Schema
+
+if TYPE_CHECKING:
+    from dataflow.cli import Outputs, Progress, RunContext, RunOptions
+
+__all__ = ["add_commands", "is_kafka", "open_outputs", "run_command", "run_local_kafka"]
+
+
+class KafkaUnreachableError(IvmflowError):
+    """kafka-python could not talk to the broker (exit code 1)."""
+
+
+def is_kafka(target: str | None) -> bool:
+    """True for a ``kafka://`` URL.
+
+    >>> is_kafka("kafka://h:1/t"), is_kafka("out.csv"), is_kafka(None)
+    (True, False, False)
+    """
+    return bool(target) and str(target).lower().startswith("kafka://")
+
+
+def _endpoint(url: str, opts: RunOptions | None = None) -> KafkaEndpoint:
+    from dataflow.cli import UsageError
+
+    try:
+        return parse_kafka_url(url, opts.kafka_options if opts is not None else ())
+    except KafkaConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _query_text(opts: RunOptions) -> str:
+    try:
+        return Path(opts.query).read_text(encoding="utf-8")
+    except OSError:
+        return opts.query
+
+
+def _kafka_errors(what: str, bootstrap: str) -> Any:
+    """Turn kafka-python's errors into a clear :class:`KafkaUnreachableError`."""
+    from kafka.errors import KafkaError
+
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        try:
+            yield
+        except KafkaError as exc:
+            msg = (f"{what}: Kafka at {bootstrap} failed: {type(exc).__name__}: {exc}; "
+                   f"check that the broker runs and the connection options are right")
+            raise KafkaUnreachableError(msg) from None
+
+    return guard()
+
+
+# ---------------------------------------------------------------------------------------
+# ivmflow run
+
+
+def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
+    """The sinks of a run where some source or sink is ``kafka://`` (files otherwise,
+    as :func:`dataflow.cli._open_outputs`).  Kafka sinks always resume: epochs already in
+    the topic are not written again."""
+    from dataflow.cli import Outputs
+
+    text = _query_text(opts)
+    opened: list[Any] = []
+    try:
+        deltas: DeltaSink
+        resume_epoch = 0
+        if is_kafka(opts.deltas):
+            ep = _endpoint(str(opts.deltas), opts)
+            with _kafka_errors(f"--deltas {ep.url}", ep.bootstrap):
+                ksink = KafkaDeltaSink(ep, columns,
+                                       transactional_id=default_id("txn", text, ep.url))
+            deltas, resume_epoch = ksink, ksink.last_committed_epoch
+        elif opts.deltas:
+            dsink = DeltaCsvSink(opts.deltas, columns, resume=opts.resume_outputs,
+                                 fsync=opts.fsync)
+            deltas, resume_epoch = dsink, dsink.last_committed_epoch
+        else:
+            deltas = CsvStreamSink(sys.stdout, columns)
+        opened.append(deltas)
+        snapshots: SnapshotSink | None = None
+        resume_snapshot = 0
+        if is_kafka(opts.snapshots):
+            ep = _endpoint(str(opts.snapshots), opts)
+            with _kafka_errors(f"--snapshots {ep.url}", ep.bootstrap):
+                snap = KafkaDeltaSink(ep, columns, kind="snapshot",
+                                      transactional_id=default_id("snap", text, ep.url))
+            snapshots, resume_snapshot = snap, snap.last_committed_snapshot
+        elif opts.snapshots:
+            ssink = SnapshotCsvSink(opts.snapshots, columns, resume=opts.resume_outputs,
+                                    fsync=opts.fsync)
+            snapshots, resume_snapshot = ssink, ssink.last_committed_snapshot
+        if snapshots is not None:
+            opened.append(snapshots)
+        dead = _open_dead_letter(opts, deltas) if opts.on_error == "skip" else None
+        return Outputs(deltas, snapshots, dead, resume_epoch, resume_snapshot)
+    except BaseException:
+        for sink in opened:
+            sink.close()
+        raise
+
+
+def dead_letter_target(opts: RunOptions) -> str:
+    """Where ``--on-error skip`` sends bad records: ``--dead-letter``, else for a Kafka
+    source its topic's ``dead-letter=`` or ``<topic>.dead-letter`` on the same broker,
+    else the file default of the command line."""
+    if opts.dead_letter:
+        return opts.dead_letter
+    if is_kafka(opts.updates):
+        ep = _endpoint(opts.updates, opts)
+        topic = ep.dead_letter_topic or f"{ep.topic}.dead-letter"
+        query = opts.updates.split("?", 1)[1] if "?" in opts.updates else ""
+        return f"kafka://{ep.bootstrap}/{topic}" + (f"?{query}" if query else "")
+    return opts.dead_letter_path
+
+
+def _open_dead_letter(opts: RunOptions, deltas: DeltaSink) -> DeadLetterSink:
+    target = dead_letter_target(opts)
+    if not is_kafka(target):
+        return DeadLetterCsvSink(target)
+    ep = _endpoint(target, opts)
+    with _kafka_errors(f"dead-letter topic {ep.url}", ep.bootstrap):
+        if isinstance(deltas, KafkaDeltaSink) and deltas.endpoint.bootstrap == ep.bootstrap:
+            return deltas.dead_letter_sink(ep.topic)
+        return KafkaDeadLetterSink(ep, ep.topic)
+
+
+def run_local_kafka(ctx: RunContext) -> DriveStats:
+    """The local runner fed from a ``kafka://`` update source (module docstring)."""
+    from dataflow.cli import UsageError
+
+    opts, out = ctx.options, ctx.outputs
+    ep = _endpoint(opts.updates, opts)
+    group = ep.group_id or default_id("group", _query_text(opts), opts.deltas or "-")
+    with _kafka_errors(f"--updates {ep.url}", ep.bootstrap):
+        source = KafkaUpdateSource(
+            ep, ctx.query.schema, group_id=group, on_error=opts.on_error,
+            dead_letter=out.dead_letter, stop_at_end=opts.stop_at_end,
+            stop_requested=lambda: ctx.progress.stop_requested,
+        )
+    try:
+        if opts.epoch is not None and len(source.streams) > 1:
+            msg = (f"--epoch {opts.epoch}: epochs of N updates are defined for a "
+                   f"single-partition update topic only, and {ep.url} has "
+                   f"{len(source.streams)} partitions (streams); cut epochs with "
+                   f'{{"op": "*"}} markers in every partition instead (ivmflow produce '
+                   f"writes them for every '*' line)")
+            raise UsageError(msg)
+        if isinstance(out.dead_letter, KafkaDeadLetterSink):
+            out.dead_letter.raw = source.raw_record
+        with _kafka_errors(f"run over {ep.url}", ep.bootstrap):
+            return _drive(ctx, source)
+    finally:
+        source.close()
+
+
+def _drive(ctx: RunContext, source: KafkaUpdateSource) -> DriveStats:
+    opts, out = ctx.options, ctx.outputs
+    deltas, snapshots = out.deltas, out.snapshots
+    if isinstance(deltas, KafkaDeltaSink):
+        deltas.bind_source(source)
+    view = ctx.query.maintain(**_maintain_kwargs(opts))
+
+    def on_delta(delta: EpochDelta) -> None:
+        if isinstance(deltas, KafkaDeltaSink):
+            deltas.write_epoch(delta)  # skips the epochs already in the topic itself
+        elif delta.epoch > out.resume_epoch:
+            deltas.write_epoch(delta)
+            source.commit()  # after the file commit: offsets never run ahead of output
+        if ctx.progress.stop_requested:
+            raise StopRequested
+
+    on_snapshot: Callable[[int, Sequence[tuple[int, Row]]], None] | None = None
+    if snapshots is not None:
+        def on_snapshot(k: int, rows: Sequence[tuple[int, Row]]) -> None:
+            if isinstance(snapshots, KafkaDeltaSink) or k > out.resume_snapshot:
+                snapshots.write_snapshot(k, rows)
+
+    # StopRequested: stopped by a signal at an epoch boundary, everything written is whole.
+    with contextlib.suppress(StopRequested):
+        drive(
+            view,
+            _drawing(ctx.progress, source),
+            epoch_size=opts.epoch,
+            on_delta=on_delta,
+            on_snapshot=on_snapshot,
+            on_error=opts.on_error,
+            dead_letter=out.dead_letter,
+            stats=ctx.progress.stats,
+        )
+    return ctx.progress.stats
+
+
+def _maintain_kwargs(opts: RunOptions) -> dict[str, Any]:
+    from dataflow.cli import maintain_kwargs
+
+    return maintain_kwargs(opts)
+
+
+def _drawing(progress: Progress, records: Iterable[Record]) -> Iterator[Record]:
+    """Pass records through, redrawing the progress line now and then (unlike
+    ``Progress.watch`` this never ends early: the source stops at epoch boundaries)."""
+    for i, rec in enumerate(records, 1):
+        yield rec
+        if progress.enabled and not i & 255:
+            now = time.monotonic()
+            if now - progress._last_draw >= progress.interval:
+                progress._last_draw = now
+                progress.draw(now)
+
+
+# ---------------------------------------------------------------------------------------
+# ivmflow produce / consume
+
+_OP_RE = re.compile(r"([+-])([0-9]*)")
+
+
+def _untyped_updates(path: str) -> Iterator[Record]:
+    """Update-CSV records without a query: values stay text (the reader parses them by
+    the column types, as for CSV files); empty fields are NULL."""
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8", newline="")  # noqa: SIM115
+    try:
+        for lineno, line in enumerate(stream, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            if text == "*":
+                yield EpochEnd(f"{path}:{lineno}")
+                continue
+            fields = next(csv.reader([text]))
+            m = _OP_RE.fullmatch(fields[0].strip())
+            if m is None or len(fields) < 2 or (m.group(2) and int(m.group(2)) < 1):
+                where = f"{path}:{lineno}"
+                raise InputError(where, text, "op,relation,v1,...,vn with op +, -, +N or -N",
+                                 f"{fields[0]!r}" if m is None else "no relation")
+            op: Op = "+" if m.group(1) == "+" else "-"
+            row = tuple(None if f == "" else f for f in fields[2:])
+            yield Update(op, fields[1].strip(), row, int(m.group(2) or 1), f"{path}:{lineno}")
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _schema(query: str | None) -> tuple[Schema | None, tuple[str, ...]]:
+    if not query:
+        return None, ()
+    from dataflow.api import compile_query
+
+    q = compile_query(Path(query).read_text(encoding="utf-8"), source_name=query)
+    return q.schema, tuple(q.output_columns)
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    """``ivmflow produce UPDATES.csv kafka://.../topic``: update CSV -> JSON records."""
+    from dataflow.cli import PROG, UsageError
+
+    if not is_kafka(args.topic):
+        msg = f"expected a kafka://host:port/topic URL, found {args.topic!r}"
+        raise UsageError(msg)
+    try:
+        ep = parse_kafka_url(args.topic, args.kafka_option or ())
+    except KafkaConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if args.partitions < 1:
+        msg = f"--partitions: expected a positive integer, found {args.partitions}"
+        raise UsageError(msg)
+    schema, _ = _schema(args.query)
+    if args.updates != "-" and not Path(args.updates).exists():
+        raise FileNotFoundError(2, "update file not found", args.updates)
+    records = (read_updates(args.updates, schema) if schema is not None
+               else _untyped_updates(args.updates))
+    with _kafka_errors(f"produce to {ep.url}", ep.bootstrap):
+        n = produce_updates(ep, records, schema, partitions=args.partitions)
+    if not args.quiet:
+        print(f"{PROG}: wrote {n} records to {ep.url}", file=sys.stderr)
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    """``ivmflow consume kafka://.../deltas``: the committed delta (or snapshot) records
+    as delta CSV (``epoch,mult,<columns>``) on stdout, in epoch order."""
+    from dataflow.cli import UsageError
+
+    if not is_kafka(args.topic):
+        msg = f"expected a kafka://host:port/topic URL, found {args.topic!r}"
+        raise UsageError(msg)
+    try:
+        ep = parse_kafka_url(args.topic, args.kafka_option or ())
+    except KafkaConfigError as exc:
+        raise UsageError(str(exc)) from None
+    key = "snapshot" if args.snapshots else "epoch"
+    _, columns = _schema(args.query)
+    with _kafka_errors(f"consume {ep.url}", ep.bootstrap):
+        rows = read_deltas(ep, key=key)
+    names = list(unique_columns(columns)) if columns else (list(rows[0][2]) if rows else [])
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([key, "mult", *names])
+    for epoch, mult, row in rows:
+        writer.writerow([epoch, mult, *(format_value(row.get(c)) for c in names)])
+    sys.stdout.flush()
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``produce`` and ``consume`` to the ``ivmflow`` sub-command parsers."""
+    prod = sub.add_parser("produce", help="write an update CSV file to a Kafka topic",
+                          description="Write UPDATES.csv as JSON update records to a topic: "
+                                      "updates keyed by relation and row, every '*' as a "
+                                      "marker to every partition.")
+    prod.add_argument("updates", metavar="UPDATES.csv", help="update CSV file ('-': stdin)")
+    prod.add_argument("topic", metavar="kafka://HOST:PORT/TOPIC")
+    prod.add_argument("--partitions", type=int, default=1, metavar="P",
+                      help="partitions of a topic created here (default 1)")
+    prod.add_argument("--query", metavar="QUERY.sql",
+                      help="type the values by the query's CREATE TABLEs (default: text)")
+    prod.add_argument("--kafka-option", action="append", metavar="KEY=VALUE")
+    prod.add_argument("--quiet", "-q", action="store_true")
+    cons = sub.add_parser("consume", help="print the committed deltas of a Kafka topic",
+                          description="Print the committed (read_committed) delta records "
+                                      "of a topic as delta CSV, in epoch order.")
+    cons.add_argument("topic", metavar="kafka://HOST:PORT/TOPIC")
+    cons.add_argument("--query", metavar="QUERY.sql", help="column order of the output")
+    cons.add_argument("--snapshots", action="store_true",
+                      help="the topic holds snapshots (snapshot,mult,...)")
+    cons.add_argument("--kafka-option", action="append", metavar="KEY=VALUE")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Dispatch ``produce`` / ``consume``."""
+    if args.command == "produce":
+        return cmd_produce(args)
+    return cmd_consume(args)
