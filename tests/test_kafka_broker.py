@@ -20,6 +20,9 @@ from kafka_broker import KafkaBroker, create_topic, unique_name
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed")
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
+if kb.noida_version() is None:
+    pytest.skip("noida-db is not installed (pip install -e .[dev])", allow_module_level=True)
+
 pytestmark = pytest.mark.integration
 
 
@@ -67,6 +70,19 @@ def test_fixture_uses_a_container_whenever_one_can_run(kafka_broker: KafkaBroker
 def test_bad_mode_is_named() -> None:
     with pytest.raises(ValueError, match="IVMFLOW_KAFKA_MODE.*'podman'"):
         kb.launch_broker("podman")
+
+
+def test_missing_image_falls_back_to_a_process_with_a_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("IVMFLOW_KAFKA_IMAGE", "ivmflow/no-such-image:0")
+    with kb.start_broker("auto") as broker:
+        assert broker.mode == "process"
+        create_topic(broker.bootstrap, unique_name("fallback"), partitions=2)
+    if kb.find_container_runtime([]) is not None:
+        assert any("no-such-image" in n for n in broker.notes), broker.notes
+    with pytest.raises(kb.BrokerUnavailable, match="container"):
+        kb.launch_broker("container")
 
 
 def test_round_trip_preserves_order_and_bytes(kafka_bootstrap: str) -> None:
