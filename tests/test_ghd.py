@@ -232,3 +232,14 @@ def test_delta_join_self_join_copies_stay_exact() -> None:
     expected = Counter(after)
     expected.subtract(before)
     assert +total == +expected and -total == -expected
+
+
+def test_dumbbell_benchmark_quick_run_agrees(tmp_path: Any) -> None:
+    """The benchmark's systems (ivmflow at three eps and SCP) agree update by update on a
+    tiny hub graph (the script raises Disagreement otherwise); no timing is asserted."""
+    from bench.dumbbell_bench import main
+
+    doc = main(["--sizes", "150,300", "--no-plot", "--out-dir", str(tmp_path)], log=lambda _: None)
+    assert doc["agree"] and (tmp_path / "dumbbell.json").exists()
+    systems = {r["system"] for r in doc["results"] if not r["aborted"]}
+    assert systems == {"ivm_eps0.5", "ivm_eps0", "ivm_eps1", "scp"}
