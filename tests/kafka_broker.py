@@ -4,9 +4,10 @@ Order of preference (first that works wins):
 
 1. **container via docker**: a reachable Docker engine (``DOCKER_HOST`` or
    ``/var/run/docker.sock``) runs the local broker image with testcontainers;
-2. **container via podman**: the podman API socket (``IVMFLOW_PODMAN_SOCKET``, else
-   ``/run/podman/podman.sock``, else the socket ``.ci/run`` starts) runs the same image
-   through testcontainers' ``DockerContainer`` (podman speaks the Docker API);
+2. **container via podman**: a podman API socket (``IVMFLOW_PODMAN_SOCKET``, else the
+   one ``.ci/podman_setup.sh`` starts, ``/run/ivmflow-podman/podman.sock``, else
+   ``/run/podman/podman.sock``) runs the same image through testcontainers'
+   ``DockerContainer`` (podman serves the Docker API);
 3. **process**: ``noida-db`` from the Python environment as a subprocess on a free
    loopback port with a temporary data directory, only when no container runtime can
    run the image.
@@ -51,8 +52,8 @@ START_TIMEOUT_S = 30.0
 # Where .ci/run starts `podman system service` (a fixed path both sides know).
 CI_PODMAN_SOCKET = Path("/run/ivmflow-podman/podman.sock")
 DEFAULT_PODMAN_SOCKETS = (CI_PODMAN_SOCKET, Path("/run/podman/podman.sock"))
-# Docker/podman container settings that the podman-in-a-container setup here needs
-# (runc, and finite ulimits: the default "unlimited" nofile is refused by the kernel).
+# Finite ulimits: here podman's defaults make runc fail with "error setting rlimit
+# type 7 (nofile): operation not permitted" (the runtime, runc, is set by containers.conf).
 _CONTAINER_ULIMITS = {"nofile": (1024, 1024), "nproc": (1024, 1024)}
 
 
@@ -258,10 +259,14 @@ def _image_present(url: str, image: str) -> bool:
 
 def _start_container(kind: str, url: str, image: str) -> tuple[KafkaBroker, Callable[[], None]]:
     """Run ``image`` with testcontainers' ``DockerContainer`` on the endpoint ``url``."""
+    from testcontainers.core.config import testcontainers_config
     from testcontainers.core.container import DockerContainer
 
-    # testcontainers reads these when it builds its client; the reaper image (Ryuk)
-    # cannot be pulled here, and stop() below removes the container anyway.
+    # No reaper (Ryuk): its image cannot be pulled here, and stop() below removes the
+    # container. The setting is cached on first read, hence the explicit assignment.
+    testcontainers_config.ryuk_disabled = True
+    # testcontainers resolves DOCKER_HOST (and writes it back to the environment) when it
+    # builds its client: point it at the endpoint found, and restore the variables after.
     saved = {k: os.environ.get(k) for k in ("DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED")}
     os.environ["DOCKER_HOST"] = url
     os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
@@ -278,7 +283,7 @@ def _start_container(kind: str, url: str, image: str) -> tuple[KafkaBroker, Call
     # Host networking: the broker advertises the address it binds, so it must bind the
     # very 127.0.0.1:PORT the tests connect to (noida-db has no advertised-listener flag).
     container = (
-        DockerContainer(image)
+        DockerContainer(image, docker_client_kw={"environment": {"DOCKER_HOST": url}})
         .with_command(f"start --data-dir /data --host 127.0.0.1 --only kafka --kafka-port {port}")
         .with_kwargs(network_mode="host", ulimits=_ulimits())
     )
