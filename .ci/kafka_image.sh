@@ -5,16 +5,23 @@
 #
 #   .ci/kafka_image.sh [IMAGE]        (default: ivmflow/noida-db:<noida-db version>)
 #
-# Uses $PYTHON (default: python) to find the wheel, and $CONTAINER_CLI (default: podman,
-# else docker) to import the tarball. Works as root on a fresh Debian machine.
+# Uses $IVMFLOW_PYTHON (default: python, i.e. the active venv) to find the wheel, and
+# $CONTAINER_CLI (default: podman, else docker) to import the tarball. Works as root on a
+# fresh Debian machine.
 set -euo pipefail
 
-PY=${PYTHON:-python}
+# (not $PYTHON: .ci/run uses that for the interpreter that creates the venv)
+PY=${IVMFLOW_PYTHON:-python}
 read -r VERSION BIN < <("$PY" - <<'PYEOF'
 from importlib import metadata, resources
 print(metadata.version("noida-db"), resources.files("noida_db").joinpath("noida-db"))
 PYEOF
-)
+) || true
+if [ -z "${BIN:-}" ]; then
+  echo "kafka_image.sh: noida-db is not installed for $PY ($(command -v "$PY")); activate" \
+    "the project venv (pip install -e .[dev]) or set IVMFLOW_PYTHON" >&2
+  exit 1
+fi
 IMAGE=${1:-${IVMFLOW_KAFKA_IMAGE:-ivmflow/noida-db:$VERSION}}
 CLI=${CONTAINER_CLI:-}
 if [ -z "$CLI" ]; then
@@ -22,6 +29,16 @@ if [ -z "$CLI" ]; then
 fi
 if [ ! -x "$BIN" ]; then
   chmod 755 "$BIN"
+fi
+
+# Rebuild only when the binary changed (a rebuild while a test broker runs would leave
+# the old image behind, in use).
+SUM=$(sha256sum "$BIN" | cut -c1-64)
+HAVE=$("$CLI" image inspect --format '{{ index .Config.Labels "ivmflow.noida-sha256" }}' \
+  "$IMAGE" 2>/dev/null || true)
+if [ "$HAVE" = "$SUM" ]; then
+  echo "$IMAGE is up to date ($CLI)"
+  exit 0
 fi
 
 ROOT=$(mktemp -d)
@@ -43,6 +60,7 @@ trap 'rm -rf "$ROOT" "$ROOT.tar"' EXIT
 if ! out=$("$CLI" import \
   --change 'ENTRYPOINT ["/usr/local/bin/noida-db"]' \
   --change 'CMD ["start", "--data-dir", "/data", "--host", "127.0.0.1", "--only", "kafka"]' \
+  --change "LABEL ivmflow.noida-sha256=$SUM" \
   "$ROOT.tar" "$IMAGE" 2>&1); then
   echo "$CLI import of $IMAGE failed:" >&2
   echo "$out" >&2
