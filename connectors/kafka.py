@@ -403,7 +403,7 @@ def decode_update(
     if value is None:
         bad("a JSON update record", "a record without value (tombstone)")
     try:
-        obj = json.loads(value)
+        obj = json.loads(value.decode("utf-8"))  # bytes: json would guess UTF-16/32 too
     except UnicodeDecodeError:
         bad("UTF-8 JSON", "bytes that are not valid UTF-8")
     except ValueError as exc:
