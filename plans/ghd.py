@@ -8,12 +8,12 @@ Each atom belongs to exactly one bag (so it is counted once). A bag is the virtu
 relation ``B_i`` over its *interface*: the variables of its atoms that another bag, the
 output, GROUP BY or an aggregate needs (summing out bag-private variables is exact under
 bag semantics). The decomposition is chosen by exhaustive search over partitions of the
-atoms into connected groups (at most :data:`MAX_SEARCH_ATOMS` atoms; beyond that one
-delta-join bag holds everything): the bag query must be acyclic; lowest width (max
-over bags of the space exponent: 1.5 for a triangle, the integral edge cover of the
-interface otherwise) after the lowest per-update exponent (bag maintenance and bag
-delta size), then the most triangle bags (IVM-epsilon), the lowest totals, the fewest
-bags.
+atoms into connected groups (at most :data:`MAX_SEARCH_ATOMS` atoms; beyond that a
+greedy merge starting from disjoint triangles). The bag query must be acyclic; then, in
+order: the lowest per-update exponent (bag maintenance and bag delta size), the lowest
+maintenance exponent, the most triangle bags (IVM-epsilon), the lowest width (max over
+bags of the space exponent: 1.5 for a triangle, the integral edge cover of the
+interface otherwise), the lowest totals, the fewest bags.
 
 Example (the dumbbell: two triangles joined by an edge):
     >>> from plans.sql import parse_query
@@ -49,7 +49,7 @@ BagKind = Literal["triangle", "deltajoin", "atom"]
 DELTA_EXPONENT: dict[str, float] = {"triangle": 1.0, "atom": 0.0}
 """Worst-case size of a bag's delta per base update, as an exponent of N (delta joins:
 their update exponent)."""
-_Key = tuple[float, float, int, float, float, int, str]
+_Key = tuple[float, float, int, float, float, float, int, str]
 MAX_SEARCH_ATOMS = 9
 """Above this many atoms the partition search (Bell numbers) is skipped."""
 
@@ -187,18 +187,20 @@ def _score(
     # Per update: the bag's maintenance and the size of its delta (each delta tuple is
     # one CROWN update); a triangle listing's delta is O(N).
     upds = [max(c[2], DELTA_EXPONENT[c[0]]) if c[0] != "deltajoin" else c[2] for c in costs]
+    maintenance = [c[2] for c in costs]
     text = "|".join(",".join(str(a) for a in b) for b in blocks)
     triangles = sum(c[0] == "triangle" for c in costs)
-    key = (max(upds), max(widths), -triangles, sum(upds), sum(widths), len(blocks), text)
+    key = (max(upds), max(maintenance), -triangles, max(widths), sum(upds), sum(widths),
+           len(blocks), text)
     return key, costs
 
 
 def choose_bags(cq: ConjunctiveQuery) -> tuple[list[list[int]], bool]:
     """The atom groups of the chosen decomposition (sorted by first atom) and whether
-    the search ran (False: too many atoms, one bag holds them all)."""
+    the exhaustive search ran (False: too many atoms, :func:`_greedy_bags`)."""
     n = len(cq.atoms)
     if n > MAX_SEARCH_ATOMS:
-        return [list(range(n))], False
+        return _greedy_bags(cq), False
     best: tuple[_Key, list[list[int]]] | None = None
     for blocks in _partitions(list(range(n))):
         blocks = sorted((sorted(b) for b in blocks), key=lambda b: b[0])
@@ -210,6 +212,48 @@ def choose_bags(cq: ConjunctiveQuery) -> tuple[list[list[int]], bool]:
     if best is None:  # pragma: no cover - the single bag is always acyclic
         return [list(range(n))], True
     return best[1], True
+
+
+def _greedy_bags(cq: ConjunctiveQuery) -> list[list[int]]:
+    """For large queries: disjoint triangles (first found) and single atoms, then merge
+    the two variable-sharing groups whose union scores best until the bag query is
+    acyclic (one bag holding everything always is)."""
+    n = len(cq.atoms)
+    edges = cq.hyperedges()
+    used: set[int] = set()
+    blocks: list[list[int]] = []
+    for combo in itertools.combinations(range(n), 3):
+        if used.isdisjoint(combo) and _is_triangle([cq.atoms[a] for a in combo]):
+            blocks.append(list(combo))
+            used.update(combo)
+    blocks += [[a] for a in range(n) if a not in used]
+
+    def norm(bs: list[list[int]]) -> list[list[int]]:
+        return sorted((sorted(b) for b in bs), key=lambda b: b[0])
+
+    blocks = norm(blocks)
+    while _score(cq, blocks) is None and len(blocks) > 1:
+        best: tuple[_Key, list[list[int]]] | None = None
+        fallback: list[list[int]] | None = None  # no merge is acyclic yet: the smallest
+        fallback_size = 0
+        for i, j in itertools.combinations(range(len(blocks)), 2):
+            vi = frozenset().union(*(edges[a] for a in blocks[i]))
+            vj = frozenset().union(*(edges[a] for a in blocks[j]))
+            if not vi & vj:
+                continue
+            merged = norm([b for k, b in enumerate(blocks) if k not in (i, j)]
+                          + [blocks[i] + blocks[j]])
+            if fallback is None or len(blocks[i]) + len(blocks[j]) < fallback_size:
+                fallback, fallback_size = merged, len(blocks[i]) + len(blocks[j])
+            scored = _score(cq, merged)
+            if scored is not None and (best is None or scored[0] < best[0]):
+                best = (scored[0], merged)
+        if best is not None:
+            return best[1]
+        if fallback is None:  # pragma: no cover - connected queries share variables
+            return [list(range(n))]
+        blocks = fallback
+    return blocks
 
 
 def _triangle_subplan(cq: ConjunctiveQuery, block: Sequence[int]) -> TrianglePlan:
@@ -369,7 +413,7 @@ def describe(gp: GhdPlan, eps: float) -> list[str]:
     lines = [
         f"decomposition: generalized hypertree decomposition, {len(gp.bags)} bags, width "
         f"{_fmt(gp.width)}" + ("" if gp.searched else
-                               f" (more than {MAX_SEARCH_ATOMS} atoms: one bag, no search)"),
+                               f" (more than {MAX_SEARCH_ATOMS} atoms: greedy, not searched)"),
     ]
     for b in gp.bags:
         body = " * ".join(
