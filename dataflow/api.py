@@ -92,9 +92,9 @@ class CompiledQuery:
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
         if self.triangle is not None:
-            _check_triangle_parallelism(parallelism)
             e = self.eps if eps is None else eps
-            return explain_triangle(self.triangle, self.dataflow, e)
+            parts = Partitioner(self.plan, parallelism).describe() if parallelism > 1 else ""
+            return explain_triangle(self.triangle, self.dataflow, e, parts)
         if self.ghd is not None:
             parts = Partitioner(self.plan, parallelism).describe() if parallelism > 1 else ""
             e = self.eps if eps is None else eps
@@ -140,15 +140,21 @@ def compile_query(
     rates: list[float] | None = None,
     prefix: Iterable[Record] | None = None,
     eps: float = 0.5,
+    triangle_partitioning: str = "single",
 ) -> CompiledQuery:
     """Parse, classify, plan and compile a query file's text.
 
     ``rates`` (one per FROM item) or a ``prefix`` of the update stream steer the join
     tree choice (sum of depth * update rate); without them rates are uniform. Triangle
-    queries are planned for IVM-epsilon with threshold exponent ``eps``."""
+    queries are planned for IVM-epsilon with threshold exponent ``eps``;
+    ``triangle_partitioning="double"`` picks the double-partitioned triangle count."""
     _check_eps(eps)
     cq = parse_query(sql, source_name)
-    tri = recognise_triangle(cq)
+    tri = recognise_triangle(cq, triangle_partitioning)  # type: ignore[arg-type]
+    if tri is None and triangle_partitioning != "single":
+        msg = (f"triangle_partitioning={triangle_partitioning!r} (--partitioning): only "
+               "triangle queries have heavy/light partitions; use single")
+        raise UnsupportedQueryError(msg)
     if tri is not None:
         dataflow = compile_triangle_dataflow(tri)
         return CompiledQuery(cq, tri.plan, dataflow, source_name, triangle=tri, eps=eps)
@@ -165,15 +171,6 @@ def _check_eps(eps: float) -> None:
     if not 0.0 <= eps <= 1.0:
         msg = f"eps must be between 0 and 1, got {eps}"
         raise ValueError(msg)
-
-
-def _check_triangle_parallelism(parallelism: int) -> None:
-    if parallelism > 1:
-        msg = (
-            f"parallelism {parallelism}: triangle queries (IVM-epsilon) run on one "
-            "partition for now; use parallelism 1"
-        )
-        raise UnsupportedQueryError(msg)
 
 
 def make_finalizer(plan: Plan, count_supports: bool) -> OutputFinalizer:
@@ -223,10 +220,12 @@ class View:
         self.partitioner = Partitioner(plan, parallelism)
         self.engines: list[Engine] | list[TriangleEngine] | list[GhdEngine]
         if query.triangle is not None:
-            _check_triangle_parallelism(parallelism)
             self.eps = query.eps if eps is None else eps
             _check_eps(self.eps)
-            self.engines = [TriangleEngine(query.triangle, self.eps)]
+            self.engines = [
+                TriangleEngine(query.triangle, self.eps)
+                for _ in range(self.partitioner.partitions)
+            ]
         elif query.ghd is not None:
             self.eps = query.eps if eps is None else eps
             _check_eps(self.eps)

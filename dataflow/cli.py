@@ -76,6 +76,8 @@ class RunOptions:
     snapshots: str | None = None
     parallelism: int = 1
     eps: float | None = None
+    partitioning: str = "single"
+    """Triangle count: ``single`` or ``double`` heavy/light partitioning."""
     on_error: OnError = "fail"
     dead_letter: str | None = None
     stop_at_end: bool = False
@@ -394,11 +396,16 @@ CONNECTOR_SCHEMES: dict[str, Callable[..., Any]] = {"kafka": _kafka_connector}
 # Commands
 
 
-def _compile(path: str) -> Any:
+def _compile(path: str, eps: float | None = None, partitioning: str = "single") -> Any:
     text = Path(path).read_text(encoding="utf-8")
     from dataflow.api import compile_query
 
-    return compile_query(text, source_name=path)
+    kwargs: dict[str, Any] = {}
+    if eps is not None and _accepts(compile_query, "eps"):
+        kwargs["eps"] = eps
+    if partitioning != "single":
+        kwargs["triangle_partitioning"] = partitioning
+    return compile_query(text, source_name=path, **kwargs)
 
 
 def _scheme(target: str | None) -> str | None:
@@ -474,7 +481,9 @@ def _stop_on_signals(progress: Progress) -> Iterator[None]:
 def cmd_run(opts: RunOptions) -> int:
     """``ivmflow run``: compile, open the source and the sinks, run, report."""
     _check_available(opts)
-    query = _compile(opts.query)  # unsupported SQL fails before any input is read
+    # Unsupported SQL fails before any input is read; eps and the partitioning are
+    # compiled in so that the Spark and Flink workers plan the same triangle engine.
+    query = _compile(opts.query, opts.eps, opts.partitioning)
     if opts.eps is not None and not _accepts(query.maintain, "eps"):
         msg = "--eps is not supported by the engine of this build"
         raise UsageError(msg)
@@ -513,9 +522,11 @@ def cmd_run(opts: RunOptions) -> int:
     return 0
 
 
-def cmd_explain(query_path: str, eps: float | None = None, parallelism: int = 1) -> int:
+def cmd_explain(
+    query_path: str, eps: float | None = None, parallelism: int = 1, partitioning: str = "single"
+) -> int:
     """``ivmflow explain``: print the plan of a query file."""
-    query = _compile(query_path)
+    query = _compile(query_path, partitioning=partitioning)
     kwargs: dict[str, Any] = {}
     if parallelism != 1:
         kwargs["parallelism"] = parallelism
@@ -682,6 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--eps", type=_unit_float, metavar="E",
                      help="IVM-epsilon heavy/light threshold exponent, 0 <= E <= 1 "
                           "(default: the engine's choice)")
+    run.add_argument("--partitioning", choices=("single", "double"), default="single",
+                     help="triangle COUNT(*): heavy/light partition each relation on one "
+                          "column (default) or on both (lower space)")
     run.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                      help="on a bad record: stop (default) or write it to the dead-letter "
                           "file and go on")
@@ -712,6 +726,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="IVM-epsilon exponent for triangle queries (default 0.5)")
     explain.add_argument("--parallelism", type=_positive_int, default=1, metavar="P",
                          help="show the partitioning for P partitions")
+    explain.add_argument("--partitioning", choices=("single", "double"), default="single",
+                         help="triangle COUNT(*): single or double heavy/light partitioning")
 
     CONNECTOR_SCHEMES["kafka"]().add_commands(sub)
     gen = sub.add_parser("generate", help="write synthetic update streams")
@@ -755,7 +771,8 @@ def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         query=args.query, updates=args.updates, runner=args.runner, epoch=args.epoch,
         deltas=args.deltas, snapshots=args.snapshots, parallelism=args.parallelism,
-        eps=args.eps, on_error=args.on_error, dead_letter=args.dead_letter,
+        eps=args.eps, partitioning=args.partitioning, on_error=args.on_error,
+        dead_letter=args.dead_letter,
         stop_at_end=args.stop_at_end, quiet=args.quiet, resume=args.resume,
         fsync=args.fsync, checkpoint=args.checkpoint, batch_lines=args.batch_lines,
         kafka_options=args.kafka_option,
@@ -788,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("produce", "consume"):
             return CONNECTOR_SCHEMES["kafka"]().run_command(args)
         if args.command == "explain":
-            return cmd_explain(args.query, args.eps, args.parallelism)
+            return cmd_explain(args.query, args.eps, args.parallelism, args.partitioning)
         return cmd_generate(args)
     except QueryError as exc:
         return _error(str(exc), 2)

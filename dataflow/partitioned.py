@@ -40,6 +40,7 @@ from dataflow.engine import Engine
 from dataflow.errors import InputError, UnsupportedQueryError
 from dataflow.partitioner import Partitioner
 from dataflow.records import EpochEnd, Record, Update
+from dataflow.triangle import TriangleEngine
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
 from operators.state import DictState
@@ -131,9 +132,6 @@ class PartitionLayout:
     variables when the finalizer keeps state."""
 
     def __init__(self, query: Any, parallelism: int) -> None:
-        if getattr(query, "triangle", None) is not None:
-            msg = "triangle queries (IVM-epsilon) run on the local runner only for now"
-            raise UnsupportedQueryError(msg)
         if getattr(query, "ghd", None) is not None:
             msg = (
                 "cyclic queries planned with a GHD run on the local runner only for now "
@@ -157,21 +155,25 @@ class PartitionLayout:
             )
 
 
-_COMPILED: dict[tuple[str, tuple[float, ...], int], tuple[Any, PartitionLayout]] = {}
+_COMPILED: dict[tuple[Any, ...], tuple[Any, PartitionLayout]] = {}
 
 
 def compiled_for_workers(
-    sql: str, rates: tuple[float, ...], parallelism: int
+    sql: str,
+    rates: tuple[float, ...],
+    parallelism: int,
+    eps: float = 0.5,
+    partitioning: str = "single",
 ) -> tuple[Any, PartitionLayout]:
     """The compiled query and its layout, once per worker process (Spark reuses Python
     workers, Flink keeps one interpreter): runners ship the SQL text and rates, not
     the compiled objects, so every worker plans exactly the same tree."""
-    key = (sql, rates, parallelism)
+    key = (sql, rates, parallelism, eps, partitioning)
     hit = _COMPILED.get(key)
     if hit is None:
         from dataflow.api import compile_query
 
-        q = compile_query(sql, rates=list(rates))
+        q = compile_query(sql, rates=list(rates), eps=eps, triangle_partitioning=partitioning)
         hit = (q, PartitionLayout(q, parallelism))
         _COMPILED[key] = hit
     return hit
@@ -186,13 +188,21 @@ class WorkerPlan:
     sql: str
     rates: tuple[float, ...]
     parallelism: int
+    eps: float = 0.5
+    """IVM-epsilon's exponent and partitioning (triangle queries)."""
+    partitioning: str = "single"
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:
-        return cls(query.cq.sql, tuple(query.plan.rates), parallelism)
+        tri = getattr(query, "triangle", None)
+        return cls(query.cq.sql, tuple(query.plan.rates), parallelism,
+                   float(getattr(query, "eps", 0.5)),
+                   tri.partitioning if tri is not None else "single")
 
     def compiled(self) -> tuple[Any, PartitionLayout]:
-        return compiled_for_workers(self.sql, self.rates, self.parallelism)
+        return compiled_for_workers(
+            self.sql, self.rates, self.parallelism, self.eps, self.partitioning
+        )
 
 
 def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> list[TaggedRow]:
@@ -229,15 +239,23 @@ class PartitionTask:
         for name, m in saved.get("maps", {}).items():
             state.map(name).update(m)
         plan = query.plan
-        self.engine = Engine(plan, query.dataflow, state)
+        tri = getattr(query, "triangle", None)
+        self.engine: Engine | TriangleEngine
+        if tri is not None:  # IVM-epsilon, same operators as the local runner
+            self.engine = TriangleEngine(tri, query.eps, state)
+        else:
+            self.engine = Engine(plan, query.dataflow, state)
         self.engine.acc = saved.get("acc", {})
         from dataflow.api import make_finalizer
 
-        self.finalizer: OutputFinalizer = make_finalizer(plan, bool(plan.extra_vars))
+        # A triangle engine emits bag multiplicities: DISTINCT needs support counts.
+        self.finalizer: OutputFinalizer = make_finalizer(
+            plan, bool(plan.extra_vars) or tri is not None
+        )
         self.finalizer.state.update(saved.get("fin", {}))
         self.finalizer.emitted_once = saved.get("emitted_once", False)
         self.state = state
-        self.atom_nodes = self.engine.atom_nodes
+        self.atom_nodes: dict[int, Any] = self.engine.atom_nodes
 
     def process(self, rows: Sequence[TaggedRow]) -> list[OutputRow]:
         out: list[OutputRow] = []

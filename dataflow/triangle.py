@@ -23,23 +23,35 @@ from typing import Any
 from operators.ring import IntRing
 from operators.state import DictState, State
 from operators.triangle import TriangleCount, TriangleListing
+from operators.triangle_free import TriangleBinary, TriangleCountDouble, TriangleUnary
 from plans.triangle import TrianglePlan
+
+TriangleOp = TriangleCount | TriangleListing | TriangleBinary | TriangleUnary | TriangleCountDouble
 
 
 class _AtomPort:
-    """One FROM item: turns its projected tuple into its role's (first, second)."""
+    """One FROM item: turns its projected tuple into its role's (first, second).
+    ``base`` reads the copy's multiplicities (the partitioned runners validate deletes
+    with it)."""
 
-    def __init__(self, op: TriangleCount | TriangleListing, role: int, swapped: bool) -> None:
+    def __init__(self, op: TriangleOp, role: int, swapped: bool) -> None:
         self.op = op
         self.role = role
         self.swapped = swapped
+        self.base = self
+
+    def get(self, t: tuple[Any, ...], default: int = 0) -> int:
+        """Multiplicity of the projected tuple ``t`` in this copy."""
+        key = (t[1], t[0]) if self.swapped else (t[0], t[1])
+        return self.op.whole(self.role, key) or default
 
     def apply(self, t: tuple[Any, ...], dm: int) -> None:
         self.op.update(self.role, (t[1], t[0]) if self.swapped else (t[0], t[1]), dm)
 
 
 class TriangleEngine:
-    """One partition (the only one: triangle queries run with parallelism 1)."""
+    """One partition of a triangle query (with P > 1 partitions, HyperCube shares over
+    A, B, C put every triangle in exactly one partition)."""
 
     def __init__(self, tp: TrianglePlan, eps: float, state: State | None = None) -> None:
         self.tp = tp
@@ -47,9 +59,15 @@ class TriangleEngine:
         self.eps = eps
         self.state = state if state is not None else DictState()
         self.ring = IntRing()
-        self.op: TriangleCount | TriangleListing
-        if tp.kind == "count":
+        self.op: TriangleOp
+        if tp.kind == "count" and tp.partitioning == "double":
+            self.op = TriangleCountDouble(self.state, eps)
+        elif tp.kind == "count":
             self.op = TriangleCount(self.state, eps)
+        elif tp.kind == "binary":
+            self.op = TriangleBinary(self.state, eps)
+        elif tp.kind == "unary":
+            self.op = TriangleUnary(self.state, eps)
         else:
             self.op = TriangleListing(self.state, eps)
         self.atom_nodes: dict[int, _AtomPort] = {
@@ -61,17 +79,31 @@ class TriangleEngine:
     def router(self) -> Any:
         return self.op.router
 
+    @property
+    def acc(self) -> dict[Any, int]:
+        """Result changes not yet taken (kept with the state by the partitioned
+        runners; the counts keep theirs in the state already)."""
+        return getattr(self.op, "acc", {})
+
+    @acc.setter
+    def acc(self, value: dict[Any, int]) -> None:
+        if hasattr(self.op, "acc"):
+            self.op.acc = value
+
     def apply_atom(self, atom: int, t: tuple[Any, ...], dm: int) -> None:
         """Apply a (filtered, projected) update of one FROM item's copy."""
         self.atom_nodes[atom].apply(t, dm)
 
-    def _rows(self, triangles: dict[tuple[Any, Any, Any], int]) -> dict[Any, Any]:
+    def _rows(self, results: dict[Any, int]) -> dict[Any, Any]:
+        """Operator keys ((a,b,c), (a,b) or a) -> rows of the engine's row variables."""
         pos = self._positions
-        if pos == (0, 1, 2):
-            return triangles
+        kind = self.tp.kind
+        if kind == "listing" and pos == (0, 1, 2) or kind == "binary" and pos == (0, 1):
+            return results
         out: dict[Any, Any] = {}
-        for t, m in triangles.items():
-            row = tuple(t[p] for p in pos)
+        for t, m in results.items():
+            key = (t,) if kind == "unary" else t
+            row = tuple(key[p] for p in pos)
             out[row] = out.get(row, 0) + m
         return out
 
@@ -82,12 +114,14 @@ class TriangleEngine:
         if isinstance(op, TriangleCount):
             d = op.take_delta()
             return {(): d} if d else {}
+        if isinstance(op, TriangleCountDouble):
+            return op.take_delta()
         return self._rows(op.take_delta())
 
     def full(self) -> dict[Any, Any]:
         """The whole result from the maintained views."""
         op = self.op
-        if isinstance(op, TriangleCount):
+        if isinstance(op, (TriangleCount, TriangleCountDouble)):
             return {(): op.count} if op.count else {}
         return self._rows(op.full())
 
