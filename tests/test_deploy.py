@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,28 @@ def test_strimzi_schemas_reject_broken_resources(
     node[path[-1]] = value
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, schemas[(doc["apiVersion"], kind)])
+
+
+def test_kafka_form_of_the_driver_args_matches_the_strimzi_resources() -> None:
+    """The kafka:// arguments the Spark/Flink manifests' comments give (K = the Strimzi
+    bootstrap Service) parse with the CLI and name the declared topics."""
+    from connectors.kafka import parse_kafka_url
+    from dataflow.cli import build_parser
+
+    (kafka,) = _strimzi("Kafka")
+    meta = kafka["metadata"]
+    port = next(x["port"] for x in kafka["spec"]["kafka"]["listeners"] if not x["tls"])
+    bootstrap = f"{meta['name']}-kafka-bootstrap.{meta['namespace']}.svc:{port}"
+    topics = {t["spec"].get("topicName", t["metadata"]["name"]) for t in _strimzi("KafkaTopic")}
+    for path in ("spark/sparkapplication.yaml", "flink/flinkdeployment.yaml"):
+        text = (ROOT / "deploy" / "k8s" / path).read_text()
+        k = re.search(r"with K = (kafka://\S+)", text)
+        assert k is not None, f"{path}: no 'with K = kafka://...' comment"
+        assert k.group(1) == f"kafka://{bootstrap}", path
+        lines = re.findall(r"#\s+(--(?:updates|deltas) K/.*)", text)
+        args = " ".join(lines).replace("K/", f"{k.group(1)}/").split()
+        opts = build_parser().parse_args(["run", "q.sql", *args])
+        updates, deltas = parse_kafka_url(opts.updates), parse_kafka_url(opts.deltas)
+        assert opts.on_error == "skip"
+        assert {updates.topic, deltas.topic, updates.dead_letter_topic} <= topics, path
+        assert {updates.bootstrap, deltas.bootstrap} == {bootstrap}
