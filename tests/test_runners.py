@@ -23,6 +23,7 @@ from dataflow.records import EPOCH_END, Record, Update
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "CREATE TABLE G(src INT, dst INT);\n"
+TRIANGLE = "FROM G G1, G G2, G G3 WHERE G1.dst = G2.src AND G2.dst = G3.src AND G3.dst = G1.src"
 QUERIES = {
     "hop3_filter": "SELECT G1.src, G2.src, G3.src, G3.dst FROM G G1, G G2, G G3 "
     "WHERE G1.dst = G2.src AND G2.dst = G3.src AND G3.dst > 1",
@@ -32,6 +33,10 @@ QUERIES = {
     "WHERE G1.src = G2.src AND G1.src = G3.src GROUP BY G1.src",
     "endpoints_sum": "SELECT G1.src, G3.dst, SUM(G2.dst) FROM G G1, G G2, G G3 "
     "WHERE G1.dst = G2.src AND G2.dst = G3.src GROUP BY G1.src, G3.dst",
+    # Triangles (IVM-epsilon): the same heavy/light operators on every runner.
+    "triangle_count": f"SELECT COUNT(*) {TRIANGLE}",
+    "triangle_listing": f"SELECT G1.src, G2.src, G3.src {TRIANGLE}",
+    "triangle_pairs": f"SELECT DISTINCT G2.dst, G1.src {TRIANGLE}",
 }
 
 
