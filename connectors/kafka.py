@@ -1003,6 +1003,9 @@ class KafkaDeadLetterSink:
         self._via = via
         self._producer: Any = None
         self.count = 0
+        self.skip_while: Callable[[], bool] | None = None
+        """Standalone sinks: drop records while this holds (a runner re-running epochs
+        that are already committed sets it, so their bad records are not sent again)."""
         if via is None:
             from kafka import KafkaProducer
 
@@ -1012,6 +1015,8 @@ class KafkaDeadLetterSink:
             self._producer = KafkaProducer(**cfg)
 
     def write(self, error: InputError) -> None:
+        if self.skip_while is not None and self.skip_while():
+            return
         raw = self.raw(error.source) if self.raw is not None else None
         value, headers = _dead_letter_record(error, raw)
         self.count += 1

@@ -185,6 +185,7 @@ def _open_dead_letter(opts: RunOptions, deltas: DeltaSink) -> DeadLetterSink:
     target = dead_letter_target(opts)
     if not is_kafka(target):
         return DeadLetterCsvSink(target)
+    opts.dead_letter = target  # so that the run's summary names the topic
     ep = _endpoint(target, opts)
     with _kafka_errors(f"dead-letter topic {ep.url}", ep.bootstrap):
         if isinstance(deltas, KafkaDeltaSink) and deltas.endpoint.bootstrap == ep.bootstrap:
@@ -213,8 +214,12 @@ def run_local_kafka(ctx: RunContext) -> DriveStats:
                    f'{{"op": "*"}} markers in every partition instead (ivmflow produce '
                    f"writes them for every '*' line)")
             raise UsageError(msg)
-        if isinstance(out.dead_letter, KafkaDeadLetterSink):
-            out.dead_letter.raw = source.raw_record
+        dead = out.dead_letter
+        if isinstance(dead, KafkaDeadLetterSink):
+            dead.raw = source.raw_record
+            # A standalone dead-letter topic (deltas not in a Kafka transaction): the
+            # bad records of epochs re-run on restart are not sent again.
+            dead.skip_while = lambda: ctx.progress.stats.epochs < out.resume_epoch
         with _kafka_errors(f"run over {ep.url}", ep.bootstrap):
             return _drive(ctx, source)
     finally:
