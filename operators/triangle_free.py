@@ -597,32 +597,46 @@ class TriangleCountDouble(_PartitionedTriangle):
     def rules(self, i: int, label: str, x: Any, y: Any, m: int) -> None:
         j, k = (i + 1) % 3, (i + 2) % 3
         S, T = self.p[j], self.p[k]
+        s_hh, s_hl, s_lh, s_ll = (S[p].rows for p in ("HH", "HL", "LH", "LL"))
+        t_hh, t_hl, t_lh, t_ll = (T[p].rows for p in ("HH", "HL", "LH", "LL"))
+        s_lh_y, s_ll_y = S["LH"].match(0, y), S["LL"].match(0, y)
+        t_hh_x, t_hl_x = T["HH"].match(1, x), T["HL"].match(1, x)
         d = 0
-        s_l_y = [S[p].match(0, y) for p in L_]
-        t_h_x = [T[p].match(1, x) for p in H_]
         # S^{H-} T^{H-}: iterate T^{H-} by x (heavy on C: <= 2N^(1-eps)).
-        for bucket in t_h_x:
+        for bucket in (t_hh_x, t_hl_x):
             for (z, _), tm in bucket.items():
-                d += _get(S, H_, (y, z)) * tm
+                sm = s_hh.get((y, z), 0) + s_hl.get((y, z), 0)
+                if sm:
+                    d += sm * tm
         # S^{L-} T^{H-}: the smaller index list, O(N^min(eps,1-eps)).
-        if sum(map(len, s_l_y)) <= sum(map(len, t_h_x)):
-            for bucket in s_l_y:
+        if len(s_lh_y) + len(s_ll_y) <= len(t_hh_x) + len(t_hl_x):
+            for bucket in (s_lh_y, s_ll_y):
                 for (_, z), sm in bucket.items():
-                    d += sm * _get(T, H_, (z, x))
+                    tm = t_hh.get((z, x), 0) + t_hl.get((z, x), 0)
+                    if tm:
+                        d += sm * tm
         else:
-            for bucket in t_h_x:
+            for bucket in (t_hh_x, t_hl_x):
                 for (z, _), tm in bucket.items():
-                    d += _get(S, L_, (y, z)) * tm
+                    sm = s_lh.get((y, z), 0) + s_ll.get((y, z), 0)
+                    if sm:
+                        d += sm * tm
         # S^{L-} T^{L-}: iterate S^{L-} by y (light on B: < 3/2 N^eps).
-        for bucket in s_l_y:
+        for bucket in (s_lh_y, s_ll_y):
             for (_, z), sm in bucket.items():
-                d += sm * _get(T, L_, (z, x))
+                tm = t_lh.get((z, x), 0) + t_ll.get((z, x), 0)
+                if tm:
+                    d += sm * tm
         # S^HH T^{L-}: S^HH by y, heavy on C.
         for (_, z), sm in S["HH"].match(0, y).items():
-            d += sm * _get(T, L_, (z, x))
+            tm = t_lh.get((z, x), 0) + t_ll.get((z, x), 0)
+            if tm:
+                d += sm * tm
         # S^HL T^LL: T^LL by x, light on A.
         for (z, _), tm in T["LL"].match(1, x).items():
-            d += S["HL"].rows.get((y, z), 0) * tm
+            sm = s_hl.get((y, z), 0)
+            if sm:
+                d += sm * tm
         # S^HL T^LH: the view.
         d += self.vs[j].get((y, x), 0)
         if d:
@@ -630,11 +644,11 @@ class TriangleCountDouble(_PartitionedTriangle):
             self.meta["delta"] += m * d
         if label == "HL":  # V_i(x,z) += m S^LH(y,z): light on B, heavy on C
             vi = self.vs[i]
-            for (_, z), sm in S["LH"].match(0, y).items():
+            for (_, z), sm in s_lh_y.items():
                 _add(vi, (x, z), m * sm)
         elif label == "LH":  # V_{i+2}(z,y) += T^HL(z,x) m: heavy on C, light on A
             vk = self.vs[k]
-            for (z, _), tm in T["HL"].match(1, x).items():
+            for (z, _), tm in t_hl_x.items():
                 _add(vk, (z, y), tm * m)
 
     def enumerate(self) -> Iterator[tuple[Any, int]]:
