@@ -74,6 +74,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import time
 import zlib
 from collections import OrderedDict, deque
@@ -858,12 +859,27 @@ class KafkaUpdateSource:
 # Sinks
 
 
+_SOURCE_RE = re.compile(r"kafka topic '(.*)' partition (-?[0-9]+) offset (-?[0-9]+)")
+"""Parses :func:`record_source` (topic names hold no quote: Kafka allows ``[a-zA-Z0-9._-]``)."""
+
+
 def _dead_letter_record(
     error: InputError, raw: bytes | None
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """Value = the original record bytes; headers = reason, source, topic/partition/offset."""
+    """Value = the original record bytes; headers ``reason``, ``source``, ``hint`` and
+    (for Kafka records) ``topic``, ``partition``, ``offset``.
+
+    >>> err = InputError(record_source("u", 1, 9), "{", "JSON", "'{'")
+    >>> value, headers = _dead_letter_record(err, b"{")
+    >>> value, dict(headers)["offset"], dict(headers)["reason"]
+    (b'{', b'9', b"expected JSON, found '{'")
+    """
     value = raw if raw is not None else error.record.encode("utf-8")
     headers = [("reason", error.reason.encode()), ("source", error.source.encode())]
+    m = _SOURCE_RE.fullmatch(error.source)
+    if m is not None:  # machine-readable too
+        headers += [("topic", m.group(1).encode()), ("partition", m.group(2).encode()),
+                    ("offset", m.group(3).encode())]
     if error.hint:
         headers.append(("hint", error.hint.encode()))
     return value, headers

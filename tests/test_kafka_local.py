@@ -495,6 +495,8 @@ def test_bad_records_go_to_the_dead_letter_topic(kafka_bootstrap: str, tmp_path:
         headers = dict(rec.headers)
         assert headers["source"].decode() == f"kafka topic {topic!r} partition 0 offset {at}"
         assert headers["reason"].decode().startswith("expected ")
+        assert (headers["topic"], headers["partition"], headers["offset"]) == (
+            topic.encode(), b"0", str(at).encode())
     assert b"not present" in dict(dead[-1].headers)["reason"] or b"delete" in dict(
         dead[-1].headers)["reason"]
 
