@@ -319,3 +319,19 @@ def test_cli_partitioning_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert outs["double"].splitlines()[1:] == ["1,1,3", "2,1,0", "2,-1,3"]
     assert main(["explain", str(sql), "--partitioning", "double"]) == 0
     assert "partitioning (double" in capsys.readouterr().out
+
+
+def test_bench_quick_path_runs_and_every_system_agrees(tmp_path: Path) -> None:
+    """bench/triangle_free_bench.py --quick in-process: it fails (SystemExit) when two
+    systems of a query end with different results; no timing assertions."""
+    import sys
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:  # bench/ is not an installed package
+        sys.path.insert(0, root)
+    from bench import triangle_free_bench as tfb
+
+    doc = tfb.main(["--quick", "--no-plot", "--out-dir", str(tmp_path)])
+    assert (tmp_path / "triangle_free_quick.json").exists()
+    assert {r["system"] for r in doc["results"]} == set(tfb.SYSTEMS)
+    assert all(r["enum_rows"] > 0 for r in doc["results"] if r["query"] != "count")
