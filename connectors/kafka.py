@@ -18,9 +18,12 @@ Reusable by every runner.  The pieces, from pure to broker-bound:
   partitions (and topics) become one deterministic stream, see below.
 * **Broker-bound** -- :class:`KafkaUpdateSource`, :class:`KafkaDeltaSink` (the
   ``DeltaSink`` and ``SnapshotSink`` protocols of :mod:`connectors.base`, transactional),
-  :class:`KafkaDeadLetterSink`, :func:`read_deltas`, :func:`produce_updates`,
-  :func:`ensure_topic`.  kafka-python is imported lazily, so the pure parts import
-  without it.
+  :class:`KafkaDeadLetterSink` (value = the original record bytes; headers ``reason``,
+  ``source``, ``topic``, ``partition``, ``offset``), :func:`read_deltas`,
+  :func:`read_last_epoch`, :func:`produce_updates` (updates to :func:`partition_of`,
+  markers to every partition), :func:`ensure_topic`.  kafka-python is imported lazily,
+  so the pure parts import without it.  The source turns kafka-python's pure-Python CRC
+  check off unless ``check.crcs=true`` is given (it cost a tenth of the run time).
 
 Deterministic order of a multi-partition input
 ----------------------------------------------
@@ -106,9 +109,12 @@ __all__ = [
     "encode_delta",
     "ensure_topic",
     "parse_kafka_url",
+    "partition_of",
     "produce_updates",
     "read_deltas",
+    "read_last_epoch",
     "record_source",
+    "unique_columns",
 ]
 
 SKIP_HINT = "fix the record or run with --on-error skip to send it to the dead-letter topic"
