@@ -11,7 +11,8 @@ The same update stream (a benchmark workload with a ``*`` marker every
   (``ivmflow produce``, timed separately), deltas to a topic (one transaction per epoch
   with the source offsets), ``--stop-at-end``;
 * ``kafka replay``: the same Kafka run again: every epoch is already committed, so this is
-  the restart cost (re-read and rebuild state, write nothing).
+  the restart cost (re-read and rebuild state, write nothing);
+* ``kafka -> file`` and ``file -> kafka``: Kafka on one side only (where the time goes).
 
 Without ``--bootstrap`` a ``noida-db`` broker process is started on a free loopback port
 (tests/kafka_broker.py).  Writes bench/results/kafka_local.json (``_quick`` with
@@ -100,6 +101,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if parts == 3:
                     rows.setdefault("kafka replay (3 partitions, all committed)", []).append(
                         _timed(cmd))
+                    # Where the time goes: Kafka only in, Kafka only out.
+                    rows.setdefault("kafka -> file (3 partitions)", []).append(_timed(
+                        ["run", str(q), "--updates", up, "--deltas", str(tmp / f"kf-{rep}.csv"),
+                         "--stop-at-end", "-q"]))
+                    rows.setdefault("file -> kafka", []).append(_timed(
+                        ["run", str(q), "--updates", str(u), "--deltas", f"{dl}-f", "-q"]))
                     got = len(read_deltas(parse_kafka_url(dl)))
                     if got != delta_rows:
                         msg = f"Kafka run wrote {got} delta rows, the file run {delta_rows}"
