@@ -145,7 +145,10 @@ def recognise_triangle(
         msg = f"triangle partitioning must be single or double, got {partitioning!r}"
         raise ValueError(msg)
     if partitioning == "double" and kind != "count":
-        raise _unsupported(cq, f"--partitioning double for the {kind} query (count only)")
+        msg = (f"triangle query with output ({', '.join(cq.output_names)}): double "
+               f"heavy/light partitioning (--partitioning double) is for the triangle "
+               f"COUNT(*) only, not the {kind} query; use single")
+        raise UnsupportedQueryError(msg)
     roles, swapped, variables = _orient(cq, r_index, a, b)
     positions = tuple(variables.index(v) for v in row_vars)
     mode: Mode = "set" if cq.distinct else "bag"
