@@ -15,7 +15,9 @@ order and the delivery guarantee):
 * bad records stop the run (exit 1, the error names topic, partition and offset) or,
   with ``--on-error skip``, go to the dead-letter topic ``<updates topic>.dead-letter``
   (or ``dead-letter=`` in the URL, or ``--dead-letter FILE|kafka://...``), written in the
-  epoch transactions when deltas go to Kafka on the same broker;
+  epoch transactions when deltas go to Kafka on the same broker (exactly once); otherwise
+  sent at once, at least once: a restart does not resend those of epochs up to the last
+  epoch with rows in a resumed delta file, but may resend later ones;
 * the rate-based re-planning of file runs (buffering a prefix) is not done: it would hold
   back live input.
 

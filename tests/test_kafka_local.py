@@ -411,7 +411,9 @@ def test_kill_9_and_restart_writes_every_epoch_exactly_once(kafka_bootstrap: str
     assert _kafka_epochs(out) == want  # Counter equality: a duplicated epoch would differ
 
 
-def test_sigterm_finishes_the_epoch_and_exits_0(kafka_bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_finishes_the_epoch_and_exits_0(kafka_bootstrap: str, tmp_path: Path,
+                                               sig: signal.Signals) -> None:
     q, u = _long_stream(tmp_path, 3000, 15, seed=8)
     want = _reference(TWO_HOP, u, None)
     up = f"kafka://{kafka_bootstrap}/{_topic('up')}"
@@ -419,12 +421,16 @@ def test_sigterm_finishes_the_epoch_and_exits_0(kafka_bootstrap: str, tmp_path: 
     assert _run("produce", u, up, "--partitions", 2, "-q") == 0
     proc = _start(_cli("run", q, "--updates", up, "--deltas", out))  # unbounded
     _wait(lambda: read_last_epoch(parse_kafka_url(out)) >= 10, proc)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     assert proc.wait(timeout=30) == 0
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert "stopped by signal after epoch" in err
     got = _kafka_epochs(out)
-    assert got and got == {e: want[e] for e in want if e <= max(got)}
+    assert got and got == {e: want[e] for e in want if e <= max(got)}  # whole epochs
+    assert max(got) < max(want), "the signal should land mid-run"
+    # The next run continues exactly where the stopped one committed.
+    assert _run("run", q, "--updates", up, "--deltas", out, "--stop-at-end", "-q") == 0
+    assert _kafka_epochs(out) == want
 
 
 def _send_raw(bootstrap: str, topic: str, values: Sequence[bytes]) -> None:
