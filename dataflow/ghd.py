@@ -30,9 +30,26 @@ from dataflow.engine import Engine
 from dataflow.graph import Dataflow, Edge, Op
 from dataflow.triangle import TriangleEngine
 from operators.deltajoin import DeltaJoin
-from operators.state import DictState
+from operators.state import DictState, State
 from plans.dag import compile_dataflow, finalize_mode
 from plans.ghd import Bag, GhdPlan
+
+
+class PrefixedState:
+    """A namespace inside another State (each bag's operators use their own map names,
+    e.g. two triangle bags both call theirs ``tri.*``), so one State holds the whole
+    partition and round-trips as one blob."""
+
+    def __init__(self, inner: State, prefix: str) -> None:
+        self.inner = inner
+        self.prefix = prefix
+
+    def map(self, name: str) -> Any:
+        return self.inner.map(self.prefix + name)
+
+    def names(self) -> list[str]:
+        n = len(self.prefix)
+        return [x[n:] for x in self.inner.names() if x.startswith(self.prefix)]
 
 
 def _projector(src: tuple[str, ...], dst: tuple[str, ...]) -> Any:
@@ -61,6 +78,9 @@ class _AtomPort:
     def __init__(self, feed: _Feed, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
         self.node = feed.node
         self.project = _projector(src, dst)
+        # A lone atom's join variables all occur in other bags, so it is never summed
+        # out: its CROWN node's base holds the copy's multiplicities.
+        self.base = self.node.base if self.project is None else None
 
     def apply(self, t: tuple[Any, ...], dm: int) -> None:
         self.node.apply(t if self.project is None else self.project(t), dm)
@@ -77,6 +97,7 @@ class _TrianglePort:
         self.k = k
         self.feed = feed
         self.project = _projector(src, dst)
+        self.base = tri.atom_nodes[k].base  # the copy's multiplicities (delete checks)
 
     def apply(self, t: tuple[Any, ...], dm: int) -> None:
         tri = self.tri
@@ -98,6 +119,7 @@ class _JoinPort:
         self.join = join
         self.k = k
         self.feed = feed
+        self.base = join.rel[k]  # the copy's multiplicities (delete checks)
 
     def apply(self, t: tuple[Any, ...], dm: int) -> None:
         self.feed.rows(self.join.update(self.k, t, dm))
@@ -106,14 +128,17 @@ class _JoinPort:
 class GhdEngine:
     """One partition: the bag operators and CROWN over the bags."""
 
-    def __init__(self, gp: GhdPlan, eps: float) -> None:
+    def __init__(self, gp: GhdPlan, eps: float, state: State | None = None) -> None:
         self.gp = gp
         self.plan = gp.plan
         self.eps = eps
-        self.crown = Engine(gp.bag_plan, compile_dataflow(gp.bag_plan))
+        self.state = state if state is not None else DictState()
+        self.crown = Engine(
+            gp.bag_plan, compile_dataflow(gp.bag_plan), PrefixedState(self.state, "crown.")
+        )
         self.ring = self.crown.ring
         self.triangles: dict[int, TriangleEngine] = {}
-        self.joins: dict[int, tuple[DeltaJoin, DictState]] = {}
+        self.joins: dict[int, DeltaJoin] = {}
         self.atom_nodes: dict[int, _AtomPort | _TrianglePort | _JoinPort] = {}
         cq = gp.cq
         for bag in gp.bags:
@@ -123,23 +148,31 @@ class GhdEngine:
                 self.atom_nodes[a] = _AtomPort(feed, cq.atoms[a].vars, bag.vars)
             elif bag.kind == "triangle":
                 assert bag.triangle is not None
-                tri = TriangleEngine(bag.triangle, eps)
+                tri = TriangleEngine(bag.triangle, eps, PrefixedState(self.state, f"{bag.name}."))
                 self.triangles[bag.index] = tri
                 tri_vars = tuple(c.var for c in bag.triangle.cq.columns if c.var is not None)
                 for k, a in enumerate(bag.atoms):
                     self.atom_nodes[a] = _TrianglePort(tri, k, feed, tri_vars, bag.vars)
             else:
-                state = DictState()
                 join = DeltaJoin(
-                    [cq.atoms[a].vars for a in bag.atoms], bag.vars, state, name=bag.name
+                    [cq.atoms[a].vars for a in bag.atoms], bag.vars, self.state, name=bag.name
                 )
-                self.joins[bag.index] = (join, state)
+                self.joins[bag.index] = join
                 for k, a in enumerate(bag.atoms):
                     self.atom_nodes[a] = _JoinPort(join, k, feed)
 
     def apply_atom(self, atom: int, t: tuple[Any, ...], dm: int) -> None:
         """Apply a (filtered, projected) update of one FROM item's copy."""
         self.atom_nodes[atom].apply(t, dm)
+
+    @property
+    def acc(self) -> dict[Any, Any]:
+        """The row payload changes not taken yet (the partitioned runners save them)."""
+        return self.crown.acc
+
+    @acc.setter
+    def acc(self, value: dict[Any, Any]) -> None:
+        self.crown.acc = value
 
     def take_delta(self) -> dict[Any, Any]:
         """Row payload changes since the last call (zero entries possible)."""
@@ -150,10 +183,8 @@ class GhdEngine:
         return self.crown.full()
 
     def state_entries(self) -> int:
-        total = self.crown.state_entries()
-        total += sum(t.state_entries() for t in self.triangles.values())
-        total += sum(s.entries() for _, s in self.joins.values())
-        return total
+        entries = getattr(self.state, "entries", None)
+        return int(entries()) if callable(entries) else 0
 
 
 def _bag_op(bag: Bag, names: list[str]) -> Op:

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.engine import Engine
-from dataflow.errors import InputError, UnsupportedQueryError
+from dataflow.errors import InputError
+from dataflow.ghd import GhdEngine
 from dataflow.partitioner import Partitioner
 from dataflow.records import EpochEnd, Record, Update
 from dataflow.triangle import TriangleEngine
@@ -132,12 +133,6 @@ class PartitionLayout:
     variables when the finalizer keeps state."""
 
     def __init__(self, query: Any, parallelism: int) -> None:
-        if getattr(query, "ghd", None) is not None:
-            msg = (
-                "cyclic queries planned with a GHD run on the local runner only for now "
-                "(--runner local, any --parallelism)"
-            )
-            raise UnsupportedQueryError(msg)
         plan = query.plan
         stateful_output = finalize_mode(plan) != "bag"
         restrict = None
@@ -240,9 +235,12 @@ class PartitionTask:
             state.map(name).update(m)
         plan = query.plan
         tri = getattr(query, "triangle", None)
-        self.engine: Engine | TriangleEngine
+        ghd = getattr(query, "ghd", None)
+        self.engine: Engine | TriangleEngine | GhdEngine
         if tri is not None:  # IVM-epsilon, same operators as the local runner
             self.engine = TriangleEngine(tri, query.eps, state)
+        elif ghd is not None:  # bags inside, CROWN across them, all in ``state``
+            self.engine = GhdEngine(ghd, query.eps, state)
         else:
             self.engine = Engine(plan, query.dataflow, state)
         self.engine.acc = saved.get("acc", {})
@@ -250,7 +248,7 @@ class PartitionTask:
 
         # A triangle engine emits bag multiplicities: DISTINCT needs support counts.
         self.finalizer: OutputFinalizer = make_finalizer(
-            plan, bool(plan.extra_vars) or tri is not None
+            plan, bool(plan.extra_vars) or tri is not None or ghd is not None
         )
         self.finalizer.state.update(saved.get("fin", {}))
         self.finalizer.emitted_once = saved.get("emitted_once", False)
