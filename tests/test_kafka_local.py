@@ -411,7 +411,7 @@ def test_kill_9_and_restart_writes_every_epoch_exactly_once(kafka_bootstrap: str
     assert _kafka_epochs(out) == want  # Counter equality: a duplicated epoch would differ
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_finishes_the_epoch_and_exits_0(kafka_bootstrap: str, tmp_path: Path,
                                                sig: signal.Signals) -> None:
     q, u = _long_stream(tmp_path, 3000, 15, seed=8)
