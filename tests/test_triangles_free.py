@@ -48,6 +48,7 @@ RST_QUERIES: dict[str, tuple[str, str]] = {
     "unary_distinct": (f"SELECT DISTINCT R.b {W}", "single"),
     "unary_group": (f"SELECT COUNT(*) AS n, T.a {W} GROUP BY T.a", "single"),
     "count_double": (f"SELECT COUNT(*) {W}", "double"),
+    "listing_group": (f"SELECT R.a, S.b, T.c, COUNT(*) {W} GROUP BY T.c, R.a, S.b", "single"),
 }
 G_QUERIES: dict[str, tuple[str, str]] = {
     "self_binary": (f"SELECT g2.src, g2.dst {GW}", "single"),
