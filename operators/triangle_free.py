@@ -20,9 +20,11 @@ result are collected per update (``take_delta``) in time proportional to the rul
 plus the size of the change. A self-join applies each base update to the copy of every
 occurrence in turn (the product rule, as :mod:`operators.triangle` does).
 
-A major rebalance rebuilds the views by replaying the strictly repartitioned parts
-through the same rules: O(|D| N^max(eps,1-eps)), amortized over the >= N/4 updates
-before the next one to O(N^max(eps,1-eps)), the update bound.
+A major rebalance of the binary and unary queries rebuilds the views by replaying the
+strictly repartitioned parts through the same rules: O(|D| N^max(eps,1-eps)),
+amortized over the >= N/4 updates before the next one to O(N^max(eps,1-eps)), the
+update bound (P0 recomputes them in O(|D|^(3/2)) with a worst-case optimal join). The
+count recomputes its three views directly, O(|D|^(1+min(eps,1-eps))).
 
 Example (two triangles through the edge (1, 2) of R):
     >>> from operators.state import DictState
@@ -585,10 +587,19 @@ class TriangleCountDouble(_PartitionedTriangle):
         return list(self.vs)
 
     def _rebuild(self) -> None:
-        delta = self.meta["delta"]
-        self.meta["count"] = 0
-        super()._rebuild()
-        self.meta["delta"] = delta
+        """Major rebalance: recompute the three views from the strictly repartitioned
+        parts, O(N^(1+min(eps,1-eps))); the count does not change (P1 section 4)."""
+        for i in range(3):
+            v = self.vs[i]
+            v.clear()
+            nxt = self.p[(i + 1) % 3]["LH"]
+            for y, rows in self.p[i]["HL"].index[1].items():
+                s_rows = nxt.match(0, y)
+                if not s_rows:
+                    continue
+                for (x, _), rm in rows.items():
+                    for (_, z), sm in s_rows.items():
+                        _add(v, (x, z), rm * sm)
 
     def view_entries(self) -> int:
         """Entries of the auxiliary views (the space the double partition saves)."""
