@@ -1,0 +1,111 @@
+"""The Spark and Flink runners on Kafka, against a real broker (``kafka_bootstrap``).
+
+A randomized update stream with deletes is produced to a 2-partition topic (markers to
+every partition, each tuple's updates to one partition), the runner reads it with
+``--stop-at-end`` and writes the delta topic; consumed ``read_committed``, every epoch
+equals (as a multiset) the local runner's delta on the same stream as a CSV file. Then
+kill -9 mid-run and restart from the checkpoint: the delta topic holds each epoch exactly
+once and equals the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_broker import unique_name
+from test_runners import QUERIES, ROOT, SCHEMA, _ivmflow, _run_and_kill, random_stream, write_stream
+
+from dataflow.api import compile_query
+
+pytestmark = pytest.mark.integration
+kafka = pytest.importorskip("connectors.kafka")
+
+Epochs = dict[int, Counter[tuple[int, tuple[Any, ...]]]]
+QUERY = SCHEMA + QUERIES["endpoints_sum"] + ";\n"
+
+
+def local_epochs(sql_path: Path, updates: Path, tmp: Path) -> Epochs:
+    """Per-epoch deltas of the local runner on the CSV file."""
+    out = tmp / "local.csv"
+    subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--deltas", str(out)),
+                   cwd=ROOT, check=True, timeout=120)
+    epochs: Epochs = {}
+    for line in out.read_text().splitlines()[1:]:
+        f = line.split(",")
+        row = tuple(int(v) if v else None for v in f[2:])
+        epochs.setdefault(int(f[0]), Counter())[(int(f[1]), row)] += 1
+    return epochs
+
+
+def topic_epochs(bootstrap: str, topic: str) -> Epochs:
+    """Per-epoch delta records of the topic, consumed read_committed."""
+    epochs: Epochs = {}
+    for epoch, mult, row in kafka.read_deltas(kafka.parse_kafka_url(f"kafka://{bootstrap}/{topic}")):
+        values = tuple(int(v) if v is not None else None for v in row.values())
+        epochs.setdefault(epoch, Counter())[(mult, values)] += 1
+    return epochs
+
+
+def setup_stream(bootstrap: str, tmp: Path, seed: int, n: int) -> tuple[Path, Path, str]:
+    """The query file, the stream as CSV, and the update topic (2 partitions) holding it."""
+    sql_path = tmp / "q.sql"
+    sql_path.write_text(QUERY)
+    records = random_stream(seed, n=n)
+    updates = tmp / "u.csv"
+    write_stream(updates, records)
+    topic = unique_name("updates")
+    endpoint = kafka.parse_kafka_url(f"kafka://{bootstrap}/{topic}")
+    kafka.produce_updates(endpoint, records, compile_query(QUERY).schema, partitions=2)
+    return sql_path, updates, topic
+
+
+def runner_cmd(runner: str, sql_path: Path, bootstrap: str, topic: str, deltas: str,
+               tmp: Path, batch: int) -> list[str]:
+    return _ivmflow(str(sql_path), "--updates", f"kafka://{bootstrap}/{topic}",
+                    "--deltas", f"kafka://{bootstrap}/{deltas}", "--runner", runner,
+                    "--parallelism", "2", "--stop-at-end", "--batch-lines", str(batch),
+                    "--checkpoint", str(tmp / f"{runner}-ckpt"))
+
+
+RUNNERS = ["spark", "flink"]
+
+
+def _needs(runner: str) -> None:
+    pytest.importorskip("pyspark" if runner == "spark" else "pyflink")
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_runner_on_kafka_matches_local_file_run(runner: str, kafka_bootstrap: str,
+                                                tmp_path: Path) -> None:
+    _needs(runner)
+    sql_path, updates, topic = setup_stream(kafka_bootstrap, tmp_path, seed=11, n=90)
+    expected = local_epochs(sql_path, updates, tmp_path)
+    deltas = unique_name("deltas")
+    subprocess.run(runner_cmd(runner, sql_path, kafka_bootstrap, topic, deltas, tmp_path, 7),
+                   cwd=ROOT, check=True, timeout=300)
+    got = topic_epochs(kafka_bootstrap, deltas)
+    assert len(expected) >= 3, "the stream should span several non-empty epochs"
+    assert got == expected
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_kill_and_restart_writes_every_epoch_once(runner: str, kafka_bootstrap: str,
+                                                  tmp_path: Path) -> None:
+    _needs(runner)
+    # Long enough that the kill lands mid-run (Spark: about a second per micro-batch).
+    n, batch = (160, 4) if runner == "spark" else (400, 3)
+    sql_path, updates, topic = setup_stream(kafka_bootstrap, tmp_path, seed=5, n=n)
+    expected = local_epochs(sql_path, updates, tmp_path)
+    deltas = unique_name("deltas")
+    cmd = runner_cmd(runner, sql_path, kafka_bootstrap, topic, deltas, tmp_path, batch)
+    env = _run_and_kill(cmd, lambda: bool(topic_epochs(kafka_bootstrap, deltas)), settle=1.0)
+    partial = topic_epochs(kafka_bootstrap, deltas)
+    assert partial != expected, "the kill should have interrupted the run"
+    assert all(partial[e] == expected[e] for e in partial), "committed epochs are whole"
+
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
+    assert topic_epochs(kafka_bootstrap, deltas) == expected
