@@ -35,7 +35,7 @@ import json
 import os
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +53,14 @@ IDLE_SLEEP_S = 0.2
 
 
 def start_position(url: str, schema: Schema, checkpoint_dir: Path, stop_at_end: bool,
-                   fresh: bool) -> tuple[ReadPosition, int]:
+                   fresh: bool, kafka_options: Sequence[str] = ()) -> tuple[ReadPosition, int]:
     """The first run's start position and tick count, kept in ``kafka-start.json`` so
     that a restarted run uses the same ones (``fresh``: a new run, take them anew)."""
     path = checkpoint_dir / "kafka-start.json"
     if not fresh and path.exists():
         saved = json.loads(path.read_text())
         return ReadPosition.from_dict(saved["position"]), int(saved["ticks"])
-    reader = EpochReader(parse_kafka_url(url), schema)
+    reader = EpochReader(parse_kafka_url(url, kafka_options), schema)
     try:
         pos = reader.initial(stop_at_end)
     finally:
@@ -81,8 +81,10 @@ class KafkaEpochSource(KeyedProcessFunction):
     """Per tick: the next whole epochs of the input, tagged ``(partition, TaggedRow)``."""
 
     def __init__(self, url: str, schema: Schema, start: ReadPosition, plan: WorkerPlan,
-                 epoch_size: int | None, batch_records: int) -> None:
+                 epoch_size: int | None, batch_records: int,
+                 kafka_options: Sequence[str] = ()) -> None:
         self.url = url
+        self.kafka_options = list(kafka_options)
         self.schema_blob = pickle.dumps(schema)
         self.start = start.to_dict()
         self.plan = plan
@@ -105,7 +107,8 @@ class KafkaEpochSource(KeyedProcessFunction):
         if pos.done:
             return
         if self.reader is None:
-            self.reader = EpochReader(parse_kafka_url(self.url), pickle.loads(self.schema_blob))
+            endpoint = parse_kafka_url(self.url, self.kafka_options)
+            self.reader = EpochReader(endpoint, pickle.loads(self.schema_blob))
         numbered, nxt = self.reader.read(pos, self.batch_records, self.epoch_size,
                                          timeout_s=1.0)
         self.position.update(nxt.to_dict())

@@ -19,8 +19,9 @@ Example (needs a broker and a SparkSession)::
 
 from __future__ import annotations
 
+import json
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -43,8 +44,10 @@ def kafka_update_stream(
     epoch_size: int | None,
     batch_records: int,
     stop_at_end: bool,
+    kafka_options: Sequence[str] = (),
 ) -> DataFrame:
-    """The streaming DataFrame of numbered updates read from the topic at ``url``."""
+    """The streaming DataFrame of numbered updates read from the topic at ``url``
+    (``kafka_options``: ``KEY=VALUE`` client properties, as ``--kafka-option``)."""
     spark.dataSource.register(KafkaUpdateSource)
     return (
         spark.readStream.format(SOURCE_NAME)
@@ -53,6 +56,7 @@ def kafka_update_stream(
         .option("epoch", str(epoch_size or 0))
         .option("batch_records", str(batch_records))
         .option("stop_at_end", "true" if stop_at_end else "false")
+        .option("kafka_options", json.dumps(list(kafka_options)))
         .load()
     )
 
@@ -75,7 +79,7 @@ class KafkaUpdateSource(DataSource):
     """``spark.readStream.format("ivmflow_kafka_updates")``. Options: ``url``,
     ``schema`` (pickled-then-hex :class:`Schema`), ``epoch`` (updates per epoch, 0 =
     markers only), ``batch_records`` (records per partition and micro-batch, at most),
-    ``stop_at_end``."""
+    ``stop_at_end``, ``kafka_options`` (JSON list of ``KEY=VALUE``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -94,7 +98,8 @@ class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         schema: Schema = pickle.loads(bytes.fromhex(options["schema"]))
-        self.reader = EpochReader(parse_kafka_url(options["url"]), schema)
+        extra = json.loads(options.get("kafka_options", "[]"))
+        self.reader = EpochReader(parse_kafka_url(options["url"], extra), schema)
         self.epoch_size = int(options.get("epoch", "0")) or None
         self.batch_records = int(options.get("batch_records", "10000"))
         self.stop_at_end = options.get("stop_at_end", "false") == "true"

@@ -306,6 +306,16 @@ def run_local(ctx: RunContext) -> DriveStats:
     )
 
 
+def _refuse_kafka_skip(opts: RunOptions) -> None:
+    """The Spark and Flink Kafka sources stop at a bad record (no dead-letter topic
+    there yet): say so before the job starts."""
+    if opts.on_error == "skip" and _scheme(opts.updates) == "kafka":
+        msg = (f"--on-error skip with a kafka:// source runs on the local runner only; "
+               f"the {opts.runner} runner stops at a bad record (run without --on-error "
+               f"skip, or with --runner local)")
+        raise UsageError(msg)
+
+
 def run_spark(ctx: RunContext) -> DriveStats:
     """The Spark runner (``pip install -e '.[spark]'``, Java 17): see
     :mod:`dataflow.runners.spark`. The delta file is always resumed: after a crash, the
@@ -316,6 +326,7 @@ def run_spark(ctx: RunContext) -> DriveStats:
     except ImportError as err:  # pragma: no cover - depends on the installation
         msg = f"the spark runner needs pyspark: pip install -e '.[spark]' ({err})"
         raise UnavailableError(msg) from None
+    _refuse_kafka_skip(opts)
     checkpoint = opts.spark_checkpoint
     job = SparkJob(
         ctx.query,
@@ -327,6 +338,7 @@ def run_spark(ctx: RunContext) -> DriveStats:
         bounded=opts.stop_at_end or not (
             _scheme(opts.updates) == "kafka" or Path(opts.updates).is_dir()
         ),
+        kafka_options=opts.kafka_options,
     )
     job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
     return ctx.progress.stats
@@ -345,6 +357,7 @@ def run_flink(ctx: RunContext) -> DriveStats:
     except ImportError as err:  # pragma: no cover - depends on the installation
         msg = f"the flink runner needs PyFlink: pip install -e '.[flink]' ({err})"
         raise UnavailableError(msg) from None
+    _refuse_kafka_skip(opts)
     scratch = Path(tempfile.mkdtemp(prefix="ivmflow-flink-out-"))
     deltas = opts.deltas or str(scratch / "deltas.csv")
     if opts.deltas:
@@ -356,7 +369,8 @@ def run_flink(ctx: RunContext) -> DriveStats:
     if _scheme(opts.updates) == "kafka":
         job.run_kafka(opts.updates, deltas, opts.snapshots, stop_at_end=opts.stop_at_end,
                       batch_records=opts.batch_lines,
-                      should_stop=lambda: ctx.progress.stop_requested)
+                      should_stop=lambda: ctx.progress.stop_requested,
+                      kafka_options=opts.kafka_options)
     else:
         records = read_updates(
             opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter

@@ -109,3 +109,19 @@ def test_kill_and_restart_writes_every_epoch_once(runner: str, kafka_bootstrap: 
 
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     assert topic_epochs(kafka_bootstrap, deltas) == expected
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_on_error_skip_with_kafka_is_refused_on_spark_and_flink(
+    runner: str, kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _needs(runner)
+    from dataflow.cli import main
+
+    sql_path = tmp_path / "q.sql"
+    sql_path.write_text(QUERY)
+    code = main(["run", str(sql_path), "--updates", f"kafka://{kafka_bootstrap}/{unique_name('u')}",
+                 "--runner", runner, "--on-error", "skip", "--deltas",
+                 str(tmp_path / "d.csv"), "--quiet"])
+    assert code == 2
+    assert "--on-error skip with a kafka:// source" in capsys.readouterr().err

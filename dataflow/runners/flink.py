@@ -25,7 +25,7 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,16 +116,18 @@ class EpochMerger(KeyedProcessFunction):
     writes the epoch (deltas, and the snapshot it asked for) to the sinks."""
 
     def __init__(self, partitions: int, deltas: str | None, snapshots: str | None,
-                 columns: tuple[str, ...]) -> None:
+                 columns: tuple[str, ...], kafka_options: Sequence[str] = ()) -> None:
         self.partitions = partitions
+        self.kafka_options = list(kafka_options)
         self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.open_epochs = runtime_context.get_state(
             ValueStateDescriptor("open_epochs", Types.PICKLED_BYTE_ARRAY())
         )
-        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch")
-        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot")
+        opts = self.kafka_options
+        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
+        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts)
 
     def close(self) -> None:
         for sink in (self.deltas, self.snapshots):
@@ -158,7 +160,8 @@ class EpochMerger(KeyedProcessFunction):
             self.snapshots.write_snapshot(k, rows)
 
 
-def _open_sink(target: str | None, columns: tuple[str, ...], kind: str) -> Any:
+def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
+               kafka_options: Sequence[str] = ()) -> Any:
     """The merger's sink: a CSV file (resumed) or a Kafka topic (transactional, skipping
     the epochs already in the topic; a stable transactional id per topic, so a
     restarted job fences the crashed one and aborts its open transaction)."""
@@ -167,7 +170,7 @@ def _open_sink(target: str | None, columns: tuple[str, ...], kind: str) -> Any:
     if target.lower().startswith("kafka://"):
         from connectors.kafka import KafkaDeltaSink, default_id, parse_kafka_url
 
-        return KafkaDeltaSink(parse_kafka_url(target), columns, kind=kind,  # type: ignore[arg-type]
+        return KafkaDeltaSink(parse_kafka_url(target, kafka_options), columns, kind=kind,  # type: ignore[arg-type]
                               transactional_id=default_id("flink", kind, target))
     from connectors.files import DeltaCsvSink, SnapshotCsvSink
 
@@ -240,20 +243,22 @@ class FlinkJob:
         return env
 
     def _partitions_and_merger(self, tagged: Any, deltas: str | None,
-                               snapshots: str | None) -> None:
+                               snapshots: str | None, kafka_options: Sequence[str] = ()
+                               ) -> None:
         """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink."""
         outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
             PartitionFunction(self.plan), output_type=Types.PICKLED_BYTE_ARRAY()
         )
         merger = EpochMerger(self.layout.partitions, deltas, snapshots,
-                             tuple(self.query.output_columns))
+                             tuple(self.query.output_columns), kafka_options)
         outputs.key_by(lambda o: 0, key_type=Types.INT()).process(
             merger, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1).print()
 
     def run_kafka(self, url: str, deltas: str | None, snapshots: str | None = None, *,
                   stop_at_end: bool = False, batch_records: int = 10_000,
-                  should_stop: Callable[[], bool] | None = None) -> None:
+                  should_stop: Callable[[], bool] | None = None,
+                  kafka_options: Sequence[str] = ()) -> None:
         """Read the update topic(s) at ``url`` (:mod:`connectors.flink_kafka`: a source in
         the job, read position in Flink state) until the end known at the first start
         (``stop_at_end``) or until ``should_stop()`` (then the job is cancelled; its
@@ -266,17 +271,17 @@ class FlinkJob:
         ckpt.mkdir(parents=True, exist_ok=True)
         restore = latest_checkpoint(str(ckpt))
         start, ticks = start_position(url, self.query.schema, ckpt, stop_at_end,
-                                      fresh=restore is None)
+                                      fresh=restore is None, kafka_options=kafka_options)
         env = self._environment(ckpt, restore)
         source = env.from_source(
             NumberSequenceSource(0, ticks - 1), WatermarkStrategy.no_watermarks(), "ticks"
         ).set_parallelism(1)
         kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
-                                 batch_records)
+                                 batch_records, kafka_options)
         tagged = source.key_by(lambda t: 0, key_type=Types.INT()).process(
             kafka, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1)
-        self._partitions_and_merger(tagged, deltas, snapshots)
+        self._partitions_and_merger(tagged, deltas, snapshots, kafka_options)
         client = env.execute_async("ivmflow")
         # Wait for the result in a thread (the mini-cluster shuts down with the job, so
         # its status cannot be polled afterwards) while watching for a stop request.

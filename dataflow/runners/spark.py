@@ -20,7 +20,7 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -105,6 +105,7 @@ class SparkJob:
         batch_lines: int = 10_000,
         bounded: bool = True,
         master: str | None = None,
+        kafka_options: Sequence[str] = (),
     ) -> None:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
@@ -115,6 +116,7 @@ class SparkJob:
         self.bounded = bounded
         self.checkpoint = checkpoint or tempfile.mkdtemp(prefix="ivmflow-spark-")
         self.master = master
+        self.kafka_options = tuple(kafka_options)
         self.batches = 0
         self.progress: list[dict[str, Any]] = []
         """Spark's progress reports of the run's micro-batches (durations, rows)."""
@@ -132,6 +134,7 @@ class SparkJob:
             source = kafka_update_stream(
                 spark, self.updates, self.query.schema, epoch_size=self.epoch_size,
                 batch_records=self.batch_lines, stop_at_end=self.bounded,
+                kafka_options=self.kafka_options,
             )
         else:
             source = self._file_stream(spark)
