@@ -10,7 +10,10 @@ once and equals the uninterrupted run.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from kafka_broker import unique_name
 from test_runners import QUERIES, ROOT, SCHEMA, _ivmflow, _run_and_kill, random_stream, write_stream
 
 from dataflow.api import compile_query
+from dataflow.records import EPOCH_END
 
 pytestmark = pytest.mark.integration
 kafka = pytest.importorskip("connectors.kafka")
@@ -50,11 +54,13 @@ def topic_epochs(bootstrap: str, topic: str) -> Epochs:
     return epochs
 
 
-def setup_stream(bootstrap: str, tmp: Path, seed: int, n: int) -> tuple[Path, Path, str]:
-    """The query file, the stream as CSV, and the update topic (2 partitions) holding it."""
+def setup_stream(bootstrap: str, tmp: Path, seed: int, n: int,
+                 closed: bool = False) -> tuple[Path, Path, str]:
+    """The query file, the stream as CSV, and the update topic (2 partitions) holding it
+    (``closed``: ending with a marker, so that an unbounded run releases every epoch)."""
     sql_path = tmp / "q.sql"
     sql_path.write_text(QUERY)
-    records = random_stream(seed, n=n)
+    records = random_stream(seed, n=n) + ([EPOCH_END] if closed else [])
     updates = tmp / "u.csv"
     write_stream(updates, records)
     topic = unique_name("updates")
@@ -125,3 +131,34 @@ def test_on_error_skip_with_kafka_is_refused_on_spark_and_flink(
                  str(tmp_path / "d.csv"), "--quiet"])
     assert code == 2
     assert "--on-error skip with a kafka:// source" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_unbounded_run_stops_cleanly_on_sigterm(runner: str, kafka_bootstrap: str,
+                                                tmp_path: Path) -> None:
+    """Without --stop-at-end the run goes on after the topic's end (an epoch is released
+    only once every partition closed it); SIGTERM stops it with exit 0, every epoch
+    written once."""
+    _needs(runner)
+    sql_path, updates, topic = setup_stream(kafka_bootstrap, tmp_path, seed=3, n=50,
+                                            closed=True)
+    expected = local_epochs(sql_path, updates, tmp_path)
+    deltas = unique_name("deltas")
+    cmd = [a for a in runner_cmd(runner, sql_path, kafka_bootstrap, topic, deltas, tmp_path, 50)
+           if a != "--stop-at-end"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while topic_epochs(kafka_bootstrap, deltas) != expected and time.time() < deadline:
+            assert proc.poll() is None, "an unbounded run must not end by itself"
+            time.sleep(0.5)
+        assert proc.poll() is None, "an unbounded run must not end by itself"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert topic_epochs(kafka_bootstrap, deltas) == expected
