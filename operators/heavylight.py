@@ -130,7 +130,53 @@ def _noop_rebuild() -> None:
     return None
 
 
-class HeavyLightRouter:
+class ThresholdRouter:
+    """What every heavy/light router shares: eps, |D| and the threshold base N (kept in
+    ``state`` so they survive a state round trip), the view callbacks and the counters.
+
+    Subclasses add the parts, degrees and classes for their partition columns.
+    """
+
+    parts: dict[str, dict[str, KeyedBag]]
+
+    def __init__(
+        self,
+        state: State,
+        name: str,
+        eps: float,
+        apply: ApplyFn | None,
+        rebuild: Callable[[], None] | None,
+    ) -> None:
+        if not 0.0 <= eps <= 1.0:
+            msg = f"eps must be between 0 and 1, got {eps}"
+            raise ValueError(msg)
+        self.eps = float(eps)
+        self.meta: MutableMapping[str, int] = state.map(f"{name}.meta")
+        self.meta.setdefault("size", 0)
+        self.meta.setdefault("base", 1)  # N = 2|D| + 1 on the empty database
+        self.apply: ApplyFn = apply or _noop_apply
+        self.rebuild: Callable[[], None] = rebuild or _noop_rebuild
+        self.stats: dict[str, int] = {"minor": 0, "major": 0, "moved": 0}
+
+    @property
+    def size(self) -> int:
+        """|D|: distinct tuples over all relations."""
+        return self.meta["size"]
+
+    @property
+    def base(self) -> int:
+        """The threshold base N."""
+        return self.meta["base"]
+
+    @property
+    def theta(self) -> float:
+        return float(self.base) ** self.eps
+
+    def part(self, rel: str, label: str) -> KeyedBag:
+        return self.parts[rel][label]
+
+
+class HeavyLightRouter(ThresholdRouter):
     """Per relation: a heavy and a light part, partitioned on ``spec.key``.
 
     ``eps`` in [0, 1] sets the threshold theta = N^eps. eps = 0 puts every tuple in the
@@ -148,12 +194,9 @@ class HeavyLightRouter:
         apply: ApplyFn | None = None,
         rebuild: Callable[[], None] | None = None,
     ) -> None:
-        if not 0.0 <= eps <= 1.0:
-            msg = f"eps must be between 0 and 1, got {eps}"
-            raise ValueError(msg)
-        self.eps = float(eps)
+        super().__init__(state, name, eps, apply, rebuild)
         self.specs = {r.name: r for r in relations}
-        self.parts: dict[str, dict[str, KeyedBag]] = {
+        self.parts = {
             r.name: {p: KeyedBag(state, f"{name}.{r.name}.{p}", r.arity) for p in PARTS}
             for r in relations
         }
@@ -165,31 +208,7 @@ class HeavyLightRouter:
         self.heavy: dict[str, MutableMapping[Any, bool]] = {
             r.name: state.map(f"{name}.{r.name}.heavy") for r in relations
         }
-        self.meta: MutableMapping[str, int] = state.map(f"{name}.meta")
-        self.meta.setdefault("size", 0)
-        self.meta.setdefault("base", 1)  # N = 2|D| + 1 on the empty database
-        self.apply: ApplyFn = apply or _noop_apply
-        self.rebuild: Callable[[], None] = rebuild or _noop_rebuild
-        self.stats: dict[str, int] = {"minor": 0, "major": 0, "moved": 0}
-
     # -- reading -------------------------------------------------------------------
-    @property
-    def size(self) -> int:
-        """|D|: distinct tuples over all relations."""
-        return self.meta["size"]
-
-    @property
-    def base(self) -> int:
-        """The threshold base N."""
-        return self.meta["base"]
-
-    @property
-    def theta(self) -> float:
-        return float(self.base) ** self.eps
-
-    def part(self, rel: str, cls: str) -> KeyedBag:
-        return self.parts[rel][cls]
-
     def get(self, rel: str, t: tuple[Any, ...]) -> int:
         """Multiplicity of ``t`` in the whole relation."""
         parts = self.parts[rel]

@@ -31,11 +31,8 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
-from operators.heavylight import HEAVY, LIGHT, KeyedBag
+from operators.heavylight import HEAVY, LIGHT, ApplyFn, KeyedBag, ThresholdRouter
 from operators.state import State
-
-ApplyFn = Callable[[str, str, tuple[Any, ...], int], None]
-"""``apply(relation, part label, tuple, m)``: the query's rules for one part update."""
 
 
 @dataclass(frozen=True)
@@ -53,15 +50,7 @@ def labels(width: int) -> tuple[str, ...]:
     return tuple("".join(p) for p in product(HEAVY + LIGHT, repeat=width))
 
 
-def _noop_apply(rel: str, part: str, t: tuple[Any, ...], m: int) -> None:
-    return None
-
-
-def _noop_rebuild() -> None:
-    return None
-
-
-class DoubleRouter:
+class DoubleRouter(ThresholdRouter):
     """Relation parts partitioned on one or two columns each, with rebalancing."""
 
     def __init__(
@@ -74,12 +63,9 @@ class DoubleRouter:
         apply: ApplyFn | None = None,
         rebuild: Callable[[], None] | None = None,
     ) -> None:
-        if not 0.0 <= eps <= 1.0:
-            msg = f"eps must be between 0 and 1, got {eps}"
-            raise ValueError(msg)
-        self.eps = float(eps)
+        super().__init__(state, name, eps, apply, rebuild)
         self.specs = {r.name: r for r in relations}
-        self.parts: dict[str, dict[str, KeyedBag]] = {
+        self.parts = {
             r.name: {
                 p: KeyedBag(state, f"{name}.{r.name}.{p}", r.arity) for p in labels(len(r.keys))
             }
@@ -95,31 +81,8 @@ class DoubleRouter:
             r.name: [state.map(f"{name}.{r.name}.heavy{k}") for k in range(len(r.keys))]
             for r in relations
         }
-        self.meta: MutableMapping[str, int] = state.map(f"{name}.meta")
-        self.meta.setdefault("size", 0)
-        self.meta.setdefault("base", 1)
-        self.apply: ApplyFn = apply or _noop_apply
-        self.rebuild: Callable[[], None] = rebuild or _noop_rebuild
-        self.stats: dict[str, int] = {"minor": 0, "major": 0, "moved": 0}
 
     # -- reading -------------------------------------------------------------------
-    @property
-    def size(self) -> int:
-        """|D|: distinct tuples over all relations."""
-        return self.meta["size"]
-
-    @property
-    def base(self) -> int:
-        """The threshold base N."""
-        return self.meta["base"]
-
-    @property
-    def theta(self) -> float:
-        return float(self.base) ** self.eps
-
-    def part(self, rel: str, label: str) -> KeyedBag:
-        return self.parts[rel][label]
-
     def get(self, rel: str, t: tuple[Any, ...]) -> int:
         """Multiplicity of ``t`` in the whole relation."""
         return sum(bag.rows.get(t, 0) for bag in self.parts[rel].values())

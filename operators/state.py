@@ -51,3 +51,40 @@ class DictState:
                 if isinstance(v, (set, frozenset, dict)):
                     total += len(v)
         return total
+
+
+def add_count(m: MutableMapping[Any, int], key: Any, v: int) -> None:
+    """Add ``v`` to the count of ``key``, dropping the key when it reaches zero (views
+    keep no zero entries, so their size is their support).
+
+    >>> m = {}; add_count(m, "a", 2); add_count(m, "a", -2); m
+    {}
+    """
+    new = m.get(key, 0) + v
+    if new:
+        m[key] = new
+    else:
+        m.pop(key, None)
+
+
+def add_nested_count(
+    m: MutableMapping[Any, dict[Any, int]], key: Any, sub: Any, v: int
+) -> None:
+    """:func:`add_count` on ``m[key][sub]``, dropping an inner dict when it empties.
+
+    >>> m = {}; add_nested_count(m, 1, "x", 1); m
+    {1: {'x': 1}}
+    >>> add_nested_count(m, 1, "x", -1); m
+    {}
+    """
+    inner = m.get(key)
+    if inner is None:
+        m[key] = {sub: v}
+        return
+    new = inner.get(sub, 0) + v
+    if new:
+        inner[sub] = new
+    else:
+        inner.pop(sub, None)
+        if not inner:
+            del m[key]

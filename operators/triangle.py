@@ -37,6 +37,8 @@ from typing import Any
 
 from operators.heavylight import HEAVY, LIGHT, HeavyLightRouter, KeyedBag, RelationSpec
 from operators.state import State
+from operators.state import add_count as _add
+from operators.state import add_nested_count as _add_nested
 
 NAMES = ("R", "S", "T")
 """The relations in cyclic order; relation ``i`` is partitioned on its first column."""
@@ -51,28 +53,6 @@ def _to_global(i: int) -> Callable[[Any, Any, Any], Triple]:
     if i == 1:  # x = b, y = c, z = a
         return lambda x, y, z: (z, x, y)
     return lambda x, y, z: (y, z, x)  # x = c, y = a, z = b
-
-
-def _add(m: MutableMapping[Any, int], key: Any, v: int) -> None:
-    new = m.get(key, 0) + v
-    if new:
-        m[key] = new
-    else:
-        m.pop(key, None)
-
-
-def _add_nested(m: MutableMapping[Any, dict[Any, int]], key: Any, sub: Any, v: int) -> None:
-    inner = m.get(key)
-    if inner is None:
-        m[key] = {sub: v}
-        return
-    new = inner.get(sub, 0) + v
-    if new:
-        inner[sub] = new
-    else:
-        inner.pop(sub, None)
-        if not inner:
-            del m[key]
 
 
 class TriangleIVM:

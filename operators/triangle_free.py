@@ -50,34 +50,14 @@ from operators.heavylight import KeyedBag
 from operators.hlparts import DoubleRouter, PartSpec
 from operators.hop import HopUnion, SetIter, Union, drain
 from operators.state import State
+from operators.state import add_count as _add
+from operators.state import add_nested_count as _add_nested
 
 NAMES = ("R", "S", "T")
 H_, L_ = ("HH", "HL"), ("LH", "LL")
 """Double-partition parts whose *first* partition column is heavy / light."""
 
 Parts = dict[str, KeyedBag]
-
-
-def _add(m: MutableMapping[Any, int], key: Any, v: int) -> None:
-    new = m.get(key, 0) + v
-    if new:
-        m[key] = new
-    else:
-        m.pop(key, None)
-
-
-def _add_nested(m: MutableMapping[Any, dict[Any, int]], key: Any, sub: Any, v: int) -> None:
-    inner = m.get(key)
-    if inner is None:
-        m[key] = {sub: v}
-        return
-    new = inner.get(sub, 0) + v
-    if new:
-        inner[sub] = new
-    else:
-        inner.pop(sub, None)
-        if not inner:
-            del m[key]
 
 
 def _get(parts: Parts, labels: tuple[str, ...], t: tuple[Any, Any]) -> int:
