@@ -44,7 +44,7 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
 from connectors.kafka_epochs import EpochReader, ReadPosition, parse_kafka_url
-from dataflow.partitioned import WorkerPlan, tag_records
+from dataflow.partitioned import CLOSE, WorkerPlan, tag_records
 from plans.schema import Schema
 
 UNBOUNDED_TICKS = 2**62
@@ -96,6 +96,10 @@ class KafkaEpochSource(KeyedProcessFunction):
         self.position = runtime_context.get_state(
             ValueStateDescriptor("kafka_position", Types.PICKLED_BYTE_ARRAY())
         )
+        # The driver never sees the updates of a Kafka run, so the job counts them.
+        metrics = runtime_context.get_metrics_group().add_group("ivmflow")
+        self.updates_read = metrics.counter("updates_read")
+        self.epochs_read = metrics.counter("epochs_read")
 
     def close(self) -> None:
         if self.reader is not None:
@@ -116,6 +120,9 @@ class KafkaEpochSource(KeyedProcessFunction):
             if not nxt.done:
                 time.sleep(IDLE_SLEEP_S)
             return
+        closes = sum(1 for n in numbered if n.kind == CLOSE)
+        self.updates_read.inc(len(numbered) - closes)
+        self.epochs_read.inc(closes)
         _q, layout = self.plan.compiled()
         for t in tag_records(layout, numbered):
             yield (t.partition, t)

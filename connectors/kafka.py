@@ -117,6 +117,9 @@ __all__ = [
     "unique_columns",
 ]
 
+BOOTSTRAP_TIMEOUT_MS = 10_000
+"""How long a client waits for an unreachable broker (``bootstrap.timeout.ms``)."""
+
 SKIP_HINT = "fix the record or run with --on-error skip to send it to the dead-letter topic"
 
 OnError = Literal["fail", "skip"]
@@ -223,11 +226,16 @@ class KafkaEndpoint:
         >>> ep = parse_kafka_url("kafka://h:1/t?security.protocol=SASL_SSL&sasl.username=u"
         ...                      "&request.timeout.ms=5000&group.id=g")
         >>> sorted(ep.client_config("producer").items())  # doctest: +NORMALIZE_WHITESPACE
-        [('bootstrap_servers', 'h:1'), ('request_timeout_ms', 5000),
-         ('sasl_plain_username', 'u'), ('security_protocol', 'SASL_SSL')]
+        [('bootstrap_servers', 'h:1'), ('bootstrap_timeout_ms', 10000),
+         ('request_timeout_ms', 5000), ('sasl_plain_username', 'u'),
+         ('security_protocol', 'SASL_SSL')]
         """
         known = _known_options(role)
         out: dict[str, Any] = {"bootstrap_servers": self.bootstrap}
+        if "bootstrap_timeout_ms" in known:
+            # kafka-python waits 30 s for an unreachable broker before it says so; a
+            # typo in the address should fail faster.  bootstrap.timeout.ms overrides.
+            out["bootstrap_timeout_ms"] = BOOTSTRAP_TIMEOUT_MS
         for key, value in self.config.items():
             name = _option_name(key)
             if name in known:

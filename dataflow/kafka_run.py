@@ -51,6 +51,7 @@ from connectors.files import (
     read_updates,
 )
 from connectors.kafka import (
+    BOOTSTRAP_TIMEOUT_MS,
     KafkaConfigError,
     KafkaDeadLetterSink,
     KafkaDeltaSink,
@@ -112,8 +113,12 @@ def _kafka_errors(what: str, bootstrap: str) -> Any:
         try:
             yield
         except KafkaError as exc:
-            msg = (f"{what}: Kafka at {bootstrap} failed: {type(exc).__name__}: {exc}; "
-                   f"check that the broker runs and the connection options are right")
+            name, text = type(exc).__name__, str(exc)
+            detail = text if text.startswith(name) else f"{name}: {text}"
+            msg = (f"{what}: Kafka at {bootstrap} failed: {detail}; check that the broker "
+                   f"runs and the connection options are right (an unreachable broker "
+                   f"is given up after bootstrap.timeout.ms, default "
+                   f"{BOOTSTRAP_TIMEOUT_MS // 1000} s)")
             raise KafkaUnreachableError(msg) from None
 
     return guard()

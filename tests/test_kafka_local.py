@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -350,6 +351,22 @@ def test_epoch_n_needs_a_single_partition(kafka_bootstrap: str, tmp_path: Path,
     assert _run("run", q, "--updates", up, "--epoch", 5, "--stop-at-end", "-q") == 2
     err = capsys.readouterr().err
     assert "--epoch 5" in err and "2 partitions" in err and '{"op": "*"}' in err
+
+
+def test_unreachable_broker_is_a_clear_error(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listens on the port: the run fails naming the address, the reason and
+    the knob (bootstrap.timeout.ms, passed through here so the test waits 1 s)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    q, _ = _write(tmp_path, TWO_HOP, [])
+    code = _run("run", q, "--updates", f"kafka://127.0.0.1:{port}/updates", "--stop-at-end",
+                "--kafka-option", "bootstrap.timeout.ms=1000", "-q")
+    err = capsys.readouterr().err
+    assert code != 0
+    assert f"Kafka at 127.0.0.1:{port} failed" in err
+    assert "Unable to bootstrap" in err and "bootstrap.timeout.ms" in err
 
 
 def _long_stream(tmp: Path, n: int, every: int, seed: int) -> tuple[Path, Path]:
