@@ -41,6 +41,7 @@ import json
 import math
 import platform
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -279,7 +280,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
             ax.grid(True, which="both", alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle(textwrap.fill(title, 170), fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -396,7 +397,7 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     log(format_table(doc["results"]))
     if cfg.plot:
         ppath = cfg.out_dir / f"{cfg.stem}.png"
-        plot(doc["results"], ppath, f"dumbbell: ivmflow GHD vs SCP; {doc['graph']}"[:180])
+        plot(doc["results"], ppath, f"dumbbell: ivmflow GHD vs SCP; {doc['graph']}")
         log(f"wrote {jpath} and {ppath} ({doc['wall_seconds']:.0f} s)")
     else:
         log(f"wrote {jpath} ({doc['wall_seconds']:.0f} s)")
