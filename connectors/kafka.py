@@ -50,9 +50,15 @@ so the group's committed offsets always sit at an epoch boundary and a
 its ``epoch``; on start the sink reads (read_committed) the highest epoch already in
 the delta topic and skips writing epochs up to it, so a runner that re-runs epochs
 after a crash (Spark batch replays, Flink restores, the local runner's replay) never
-duplicates one.  Engine state on restart (local runner): the update topic is re-read
-from its beginning and the state rebuilt, already-committed epochs suppressed -- the same
-path as the file ``--resume``.  Chosen over a state checkpoint because it is correct by
+duplicates one.  An epoch whose records the broker did not take (kafka-python fails a
+timed-out batch without failing the transaction, so the sink checks every record before
+committing) is aborted and retried whole by a fresh producer, at most
+:data:`EPOCH_ATTEMPTS` times, then :class:`KafkaDeliveryError` stops the run; a sink
+fenced by another producer with its ``transactional.id`` stops at once.
+
+Engine state on restart (local runner): the update topic is re-read from its beginning
+and the state rebuilt, already-committed epochs suppressed -- the same path as the file
+``--resume``.  Chosen over a state checkpoint because it is correct by
 construction (the state is a function of the update prefix) and needs no second store;
 the price is replay time and an update topic that keeps its whole history (no deletion
 by retention).  The committed group offsets then serve monitoring (lag) and
@@ -96,6 +102,7 @@ __all__ = [
     "AlignedEpoch",
     "EpochAligner",
     "KafkaConfigError",
+    "KafkaDeliveryError",
     "KafkaDeadLetterSink",
     "KafkaDeltaSink",
     "KafkaEndpoint",
@@ -120,6 +127,9 @@ __all__ = [
 BOOTSTRAP_TIMEOUT_MS = 10_000
 """How long a client waits for an unreachable broker (``bootstrap.timeout.ms``)."""
 
+EPOCH_ATTEMPTS = 3
+"""How often the delta sink tries an epoch's transaction before it stops the run."""
+
 SKIP_HINT = "fix the record or run with --on-error skip to send it to the dead-letter topic"
 
 OnError = Literal["fail", "skip"]
@@ -140,6 +150,10 @@ _ALIASES = {
 
 class KafkaConfigError(IvmflowError):
     """A bad ``kafka://`` URL or option, or a topic that does not fit (usage error)."""
+
+
+class KafkaDeliveryError(IvmflowError):
+    """An epoch could not be delivered to the broker; nothing of it was committed."""
 
 
 class StopRequested(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -923,8 +937,6 @@ class KafkaDeltaSink:
         transactional_id: str,
         kind: Literal["epoch", "snapshot"] = "epoch",
     ) -> None:
-        from kafka import KafkaProducer
-
         self.endpoint = endpoint
         self.topic = endpoint.topic
         self.columns = unique_columns(columns)
@@ -932,15 +944,12 @@ class KafkaDeltaSink:
         self.transactional_id = endpoint.transactional_id or transactional_id
         ensure_topic(endpoint, self.topic, 1)
         self.last_committed = read_last_epoch(endpoint, key=kind)
-        cfg = endpoint.client_config("producer")
-        cfg.update(transactional_id=self.transactional_id, enable_idempotence=True, acks="all")
-        self._producer = KafkaProducer(**cfg)
-        # Fences an older producer with this id (a crashed run) and aborts its open
-        # transaction, so its half-written epoch never becomes visible.
-        self._producer.init_transactions()
+        self._producer: Any = self._new_producer()
         self._source: KafkaUpdateSource | None = None
         self._dead: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
         self._seen = 0
+        self.failed_attempts = 0
+        """Epoch transactions aborted because the broker did not take a record."""
         self.closed = False
 
     @property
@@ -981,31 +990,95 @@ class KafkaDeltaSink:
         offsets = self._offsets()
         if not rows and not offsets and not self._dead:
             return
+        from kafka.errors import KafkaError
+
+        failure = ""
+        for _ in range(EPOCH_ATTEMPTS):
+            if self._producer is None:
+                try:
+                    self._producer = self._new_producer()
+                except KafkaError as e:  # the broker did not answer in max.block.ms
+                    failure = f"{type(e).__name__}: {e}"
+                    continue
+                # The failed attempt's commit may have reached the broker; the new
+                # producer's fencing has settled it either way, so the topic now says.
+                if rows and read_last_epoch(self.endpoint, key=self.kind) >= k:
+                    failure = ""
+                    break
+            failure = self._transaction(k, rows, offsets) or ""
+            if not failure:
+                break
+            self.failed_attempts += 1
+            # The epoch was aborted (or is in doubt); a fresh producer with the same id
+            # fences this one, then the epoch is written again, whole.
+            with contextlib.suppress(Exception):
+                self._producer.close(timeout=1)
+            self._producer = None
+        else:
+            msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} could not be written "
+                   f"in {EPOCH_ATTEMPTS} attempts ({failure}); nothing of it was committed, "
+                   "nor were its source offsets. Check the broker, then run again: the run "
+                   f"resumes after the last committed {self.kind} ({self.last_committed}).")
+            raise KafkaDeliveryError(msg)
+        self._dead.clear()
+        if rows:
+            self.last_committed = k
+
+    def _new_producer(self) -> Any:
+        from kafka import KafkaProducer
+
+        cfg = self.endpoint.client_config("producer")
+        cfg.update(transactional_id=self.transactional_id, enable_idempotence=True, acks="all")
+        producer = KafkaProducer(**cfg)
+        # Fences an older producer with this id (a crashed run, or a failed attempt) and
+        # aborts its open transaction, so its half-written epoch never becomes visible.
+        producer.init_transactions()
+        return producer
+
+    def _transaction(self, k: int, rows: Sequence[tuple[int, Row]],
+                     offsets: Mapping[TopicPartitionKey, int]) -> str | None:
+        """Write one epoch in one transaction: None when committed, else why not (a
+        Kafka error; the transaction is aborted, or in doubt if the commit failed)."""
         from kafka import OffsetAndMetadata, TopicPartition
+        from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 
         p = self._producer
         p.begin_transaction()
         try:
             key = str(k).encode()
-            for mult, row in rows:  # one partition: the topic's order is the epoch order
-                p.send(self.topic, encode_delta(k, mult, row, self.columns, key=self.kind),
-                       key=key, partition=0)
-            for topic, value, headers in self._dead:
-                p.send(topic, value, headers=headers)
+            sent = [p.send(self.topic, encode_delta(k, mult, row, self.columns, key=self.kind),
+                           key=key, partition=0)  # one partition: topic order = epoch order
+                    for mult, row in rows]
+            sent += [p.send(topic, value, headers=headers) for topic, value, headers in self._dead]
             if offsets and self._source is not None:
                 p.send_offsets_to_transaction(
                     {TopicPartition(t, q): OffsetAndMetadata(o, "", -1)
                      for (t, q), o in offsets.items()},
                     self._source.group_id,
                 )
-            p.commit_transaction()
+            p.flush()
+            # kafka-python fails a batch that timed out without failing the transaction,
+            # so committing now would lose its records silently.
+            failed = next((f.exception for f in sent if f.failed()), None)
+            if failed is None:
+                p.commit_transaction()
+                return None
+        except KafkaError as e:
+            failed = e
         except BaseException:
             with contextlib.suppress(Exception):
                 p.abort_transaction()
             raise
-        self._dead.clear()
-        if rows:
-            self.last_committed = k
+        if isinstance(failed, (ProducerFencedError, InvalidProducerEpochError)):
+            # Not retried: taking the id back would fence the run that took it over.
+            msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} was not written: "
+                   f"another producer with transactional.id {self.transactional_id!r} took "
+                   "over (a second run of the same query and output?). Stop the other run, "
+                   "or give each run its own transactional.id / output topic.")
+            raise KafkaDeliveryError(msg) from failed
+        with contextlib.suppress(Exception):
+            p.abort_transaction()
+        return f"{type(failed).__name__}: {failed}"
 
     def _offsets(self) -> dict[TopicPartitionKey, int]:
         return self._source.positions() if self._source is not None else {}
@@ -1013,7 +1086,8 @@ class KafkaDeltaSink:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._producer.close()
+            if self._producer is not None:
+                self._producer.close()
 
 
 class KafkaDeadLetterSink:

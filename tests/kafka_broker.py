@@ -73,6 +73,8 @@ class KafkaBroker:
     mode: str
     notes: list[str] = field(default_factory=list)
     start_seconds: float = 0.0
+    pid: int | None = None
+    """The broker process (``"process"`` mode), for tests that freeze it."""
 
 
 def noida_version() -> str | None:
@@ -357,7 +359,8 @@ def _start_process() -> tuple[KafkaBroker, Callable[[], None]]:
     except BaseException:
         stop()
         raise
-    return KafkaBroker(bootstrap, "process", start_seconds=time.monotonic() - t0), stop
+    return KafkaBroker(bootstrap, "process", start_seconds=time.monotonic() - t0,
+                       pid=proc.pid), stop
 
 
 def launch_broker(mode: str | None = None) -> tuple[KafkaBroker, Callable[[], None]]:

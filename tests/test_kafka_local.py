@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -575,3 +576,70 @@ def test_consumer_group_resume_continues_where_the_group_stopped(
     ends = consumer.end_offsets(tps)
     assert {tp: consumer.committed(tp) for tp in tps} == ends  # offsets at the last epoch
     consumer.close()
+
+
+# ---------------------------------------------------------------------------------------
+# A broker that stops answering in the middle of an epoch (its own broker process, frozen
+# with SIGSTOP): the epoch is retried whole, or the run stops; never committed in part.
+
+
+def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() -> None:
+    import kafka_broker as kb
+
+    from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink
+    from dataflow.records import EpochDelta
+
+    if kb.noida_version() is None:
+        pytest.skip("noida-db is not installed (pip install -e .[dev])")
+    broker, stop = kb._start_process()  # its own broker: this test freezes it
+    assert broker.pid is not None
+    fast = {"delivery.timeout.ms": "2000", "request.timeout.ms": "1000", "linger.ms": "0",
+            "max.block.ms": "2000", "retry.backoff.ms": "50"}
+    url = f"kafka://{broker.bootstrap}/{_topic('deltas')}"
+    sink = KafkaDeltaSink(parse_kafka_url(url, fast), ["v"], transactional_id=_topic("tx"))
+    try:
+        sink.write_epoch(EpochDelta(1, ((1, (1,)), (1, (2,)))))
+        # Frozen through the first attempt, back for the second: epoch 2 lands once, whole.
+        os.kill(broker.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        thaw = threading.Timer(3.0, os.kill, (broker.pid, signal.SIGCONT))
+        thaw.start()
+        sink.write_epoch(EpochDelta(2, tuple((1, (v,)) for v in range(3, 40))))
+        thaw.join()
+        assert sink.failed_attempts >= 1 and time.monotonic() - t0 >= 2.0
+        want = {1: Counter({(1, 1): 1, (1, 2): 1}),
+                2: Counter({(1, v): 1 for v in range(3, 40)})}
+        assert _kafka_epochs(url) == want
+        # Frozen for good: the run stops with a clear error and nothing of epoch 3 shows.
+        os.kill(broker.pid, signal.SIGSTOP)
+        with pytest.raises(KafkaDeliveryError,
+                           match=r"epoch 3 could not be written in 3 attempts .*nothing of "
+                                 r"it was committed.*resumes after the last committed epoch \(2\)"):
+            sink.write_epoch(EpochDelta(3, ((1, (99,)),)))
+        os.kill(broker.pid, signal.SIGCONT)
+        assert _kafka_epochs(url) == want
+        assert read_last_epoch(parse_kafka_url(url)) == 2
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+        sink.close()
+        stop()
+
+
+def test_a_fenced_sink_stops_instead_of_taking_its_id_back(kafka_bootstrap: str) -> None:
+    from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink
+    from dataflow.records import EpochDelta
+
+    url, tx = f"kafka://{kafka_bootstrap}/{_topic('deltas')}", _topic("tx")
+    first = KafkaDeltaSink(parse_kafka_url(url), ["v"], transactional_id=tx)
+    first.write_epoch(EpochDelta(1, ((1, (1,)),)))
+    second = KafkaDeltaSink(parse_kafka_url(url), ["v"], transactional_id=tx)  # fences first
+    try:
+        with pytest.raises(KafkaDeliveryError, match=f"another producer with transactional.id "
+                                                     f"'{tx}' took over"):
+            first.write_epoch(EpochDelta(2, ((1, (2,)),)))
+        assert second.last_committed == 1
+        second.write_epoch(EpochDelta(2, ((1, (3,)),)))
+        assert _kafka_epochs(url) == {1: Counter({(1, 1): 1}), 2: Counter({(1, 3): 1})}
+    finally:
+        first.close()
+        second.close()
