@@ -541,12 +541,14 @@ class SnapshotCsvSink:
 
 
 class CsvStreamSink:
-    """Deltas and/or snapshots as CSV on a text stream (stdout): header first, then one
-    block per epoch, flushed.  The stream is flushed, not closed, by :meth:`close`.
+    """Deltas and/or snapshots as CSV on a text stream (stdout): a header, then one
+    block per epoch, flushed.  The header comes with the first epoch the run closes
+    (rows or not), so a run that fails while connecting prints nothing to the stream.
+    The stream is flushed, not closed, by :meth:`close`.
 
     >>> s = CsvStreamSink(sys.stdout, ["a"])
-    epoch,mult,a
     >>> s.write_epoch(EpochDelta(3, ((-1, (True,)),)))
+    epoch,mult,a
     3,-1,true
     """
 
@@ -555,17 +557,20 @@ class CsvStreamSink:
     ) -> None:
         self.stream = stream
         self.columns = tuple(columns)
-        stream.write(_csv_line([kind, "mult", *self.columns]) + "\n")
-        stream.flush()
+        self._header: str | None = _csv_line([kind, "mult", *self.columns]) + "\n"
 
     def write_epoch(self, delta: EpochDelta) -> None:
-        if delta.rows:
-            self.stream.write(_csv_block(delta.epoch, delta.rows))
-            self.stream.flush()
+        self._write(delta.epoch, delta.rows)
 
     def write_snapshot(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
-        if rows:
-            self.stream.write(_csv_block(k, rows))
+        self._write(k, rows)
+
+    def _write(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
+        text = _csv_block(k, rows) if rows else ""
+        if self._header is not None:
+            text, self._header = self._header + text, None
+        if text:
+            self.stream.write(text)
             self.stream.flush()
 
     def close(self) -> None:
