@@ -1,0 +1,289 @@
+"""The delta and snapshot sink (one producer transaction per epoch) and the
+dead-letter sink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from connectors.kafka.codec import (
+    encode_delta,
+    unique_columns,
+)
+from connectors.kafka.config import (
+    KafkaEndpoint,
+    TopicPartitionKey,
+)
+from connectors.kafka.source import KafkaUpdateSource
+from connectors.kafka.topics import (
+    ensure_topic,
+    read_last_epoch,
+)
+from dataflow.errors import InputError, IvmflowError
+from dataflow.records import EpochDelta
+from plans.schema import Row
+
+EPOCH_ATTEMPTS = 3
+"""How often the delta sink tries an epoch's transaction before it stops the run."""
+
+class KafkaDeliveryError(IvmflowError):
+    """An epoch could not be delivered to the broker; nothing of it was committed."""
+
+
+
+
+_SOURCE_RE = re.compile(r"kafka topic '(.*)' partition (-?[0-9]+) offset (-?[0-9]+)")
+"""Parses :func:`record_source` (topic names hold no quote: Kafka allows ``[a-zA-Z0-9._-]``)."""
+
+
+def _dead_letter_record(
+    error: InputError, raw: bytes | None
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """Value = the original record bytes; headers ``reason``, ``source``, ``hint`` and
+    (for Kafka records) ``topic``, ``partition``, ``offset``.
+
+    >>> from connectors.kafka.codec import record_source
+    >>> err = InputError(record_source("u", 1, 9), "{", "JSON", "'{'")
+    >>> value, headers = _dead_letter_record(err, b"{")
+    >>> value, dict(headers)["offset"], dict(headers)["reason"]
+    (b'{', b'9', b"expected JSON, found '{'")
+    """
+    value = raw if raw is not None else error.record.encode("utf-8")
+    headers = [("reason", error.reason.encode()), ("source", error.source.encode())]
+    m = _SOURCE_RE.fullmatch(error.source)
+    if m is not None:  # machine-readable too
+        headers += [("topic", m.group(1).encode()), ("partition", m.group(2).encode()),
+                    ("offset", m.group(3).encode())]
+    if error.hint:
+        headers.append(("hint", error.hint.encode()))
+    return value, headers
+
+
+class KafkaDeltaSink:
+    """Deltas (or snapshots) to a Kafka topic, one producer transaction per epoch.
+
+    Implements :class:`~connectors.base.DeltaSink` and ``SnapshotSink``.  Records are
+    :func:`encode_delta` JSON, keyed by the epoch, all in partition 0 (so a reader sees
+    epochs in order).  ``last_committed`` is the highest
+    epoch (snapshot) already in the topic, read ``read_committed`` at start: writes of
+    epochs up to it are skipped, so re-running epochs never duplicates them.
+
+    Call :meth:`bind_source` with a :class:`KafkaUpdateSource` to commit its epoch-end
+    offsets in each epoch's transaction (also for epochs without rows).  Dead letters
+    given to :meth:`dead_letter_sink` are buffered and written in the next epoch's
+    transaction (and dropped while epochs are being re-run), so they are exactly-once too.
+    The topic is created (one partition) when missing.
+    """
+
+    def __init__(
+        self,
+        endpoint: KafkaEndpoint,
+        columns: Sequence[str],
+        *,
+        transactional_id: str,
+        kind: Literal["epoch", "snapshot"] = "epoch",
+    ) -> None:
+        self.endpoint = endpoint
+        self.topic = endpoint.topic
+        self.columns = unique_columns(columns)
+        self.kind = kind
+        self.transactional_id = endpoint.transactional_id or transactional_id
+        ensure_topic(endpoint, self.topic, 1)
+        self.last_committed = read_last_epoch(endpoint, key=kind)
+        self._producer: Any = self._new_producer()
+        self._source: KafkaUpdateSource | None = None
+        self._dead: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
+        self._seen = 0
+        self.failed_attempts = 0
+        """Epoch transactions aborted because the broker did not take a record."""
+        self.closed = False
+
+    @property
+    def last_committed_epoch(self) -> int:
+        return self.last_committed
+
+    @property
+    def last_committed_snapshot(self) -> int:
+        return self.last_committed
+
+    def bind_source(self, source: KafkaUpdateSource) -> None:
+        """Commit ``source.positions()`` for its group in every epoch's transaction."""
+        self._source = source
+
+    def dead_letter_sink(self, topic: str, raw: Callable[[str], bytes | None] | None = None
+                         ) -> KafkaDeadLetterSink:
+        """A dead-letter sink writing to ``topic`` inside this sink's epoch transactions."""
+        ensure_topic(self.endpoint, topic, 1)
+        return KafkaDeadLetterSink(self.endpoint, topic, raw=raw, via=self)
+
+    def _buffer_dead(self, topic: str, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        if self._seen + 1 > self.last_committed:  # not a re-run epoch
+            self._dead.append((topic, value, headers))
+
+    def write_epoch(self, delta: EpochDelta) -> None:
+        """Write the epoch's rows (and the bound source's offsets, buffered dead
+        letters) in one transaction; epochs up to :attr:`last_committed` are skipped."""
+        self._write(delta.epoch, delta.rows)
+
+    def write_snapshot(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
+        self._write(k, rows)
+
+    def _write(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
+        self._seen = max(self._seen, k)
+        if k <= self.last_committed:
+            self._dead.clear()
+            return
+        offsets = self._offsets()
+        if not rows and not offsets and not self._dead:
+            return
+        from kafka.errors import KafkaError
+
+        failure = ""
+        for _ in range(EPOCH_ATTEMPTS):
+            if self._producer is None:
+                try:
+                    self._producer = self._new_producer()
+                except KafkaError as e:  # the broker did not answer in max.block.ms
+                    failure = f"{type(e).__name__}: {e}"
+                    continue
+                # The failed attempt's commit may have reached the broker; the new
+                # producer's fencing has settled it either way, so the topic now says.
+                if rows and read_last_epoch(self.endpoint, key=self.kind) >= k:
+                    failure = ""
+                    break
+            failure = self._transaction(k, rows, offsets) or ""
+            if not failure:
+                break
+            self.failed_attempts += 1
+            # The epoch was aborted (or is in doubt); a fresh producer with the same id
+            # fences this one, then the epoch is written again, whole.
+            with contextlib.suppress(Exception):
+                self._producer.close(timeout=1)
+            self._producer = None
+        else:
+            msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} could not be written "
+                   f"in {EPOCH_ATTEMPTS} attempts ({failure}); nothing of it was committed, "
+                   "nor were its source offsets. Check the broker, then run again: the run "
+                   f"resumes after the last committed {self.kind} ({self.last_committed}).")
+            raise KafkaDeliveryError(msg)
+        self._dead.clear()
+        if rows:
+            self.last_committed = k
+
+    def _new_producer(self) -> Any:
+        from kafka import KafkaProducer
+
+        cfg = self.endpoint.client_config("producer")
+        cfg.update(transactional_id=self.transactional_id, enable_idempotence=True, acks="all")
+        producer = KafkaProducer(**cfg)
+        # Fences an older producer with this id (a crashed run, or a failed attempt) and
+        # aborts its open transaction, so its half-written epoch never becomes visible.
+        producer.init_transactions()
+        return producer
+
+    def _transaction(self, k: int, rows: Sequence[tuple[int, Row]],
+                     offsets: Mapping[TopicPartitionKey, int]) -> str | None:
+        """Write one epoch in one transaction: None when committed, else why not (a
+        Kafka error; the transaction is aborted, or in doubt if the commit failed)."""
+        from kafka import OffsetAndMetadata, TopicPartition
+        from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
+
+        p = self._producer
+        p.begin_transaction()
+        try:
+            key = str(k).encode()
+            sent = [p.send(self.topic, encode_delta(k, mult, row, self.columns, key=self.kind),
+                           key=key, partition=0)  # one partition: topic order = epoch order
+                    for mult, row in rows]
+            sent += [p.send(topic, value, headers=headers) for topic, value, headers in self._dead]
+            if offsets and self._source is not None:
+                p.send_offsets_to_transaction(
+                    {TopicPartition(t, q): OffsetAndMetadata(o, "", -1)
+                     for (t, q), o in offsets.items()},
+                    self._source.group_id,
+                )
+            p.flush()
+            # kafka-python fails a batch that timed out without failing the transaction,
+            # so committing now would lose its records silently.
+            failed = next((f.exception for f in sent if f.failed()), None)
+            if failed is None:
+                p.commit_transaction()
+                return None
+        except KafkaError as e:
+            failed = e
+        except BaseException:
+            with contextlib.suppress(Exception):
+                p.abort_transaction()
+            raise
+        if isinstance(failed, (ProducerFencedError, InvalidProducerEpochError)):
+            # Not retried: taking the id back would fence the run that took it over.
+            msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} was not written: "
+                   f"another producer with transactional.id {self.transactional_id!r} took "
+                   "over (a second run of the same query and output?). Stop the other run, "
+                   "or give each run its own transactional.id / output topic.")
+            raise KafkaDeliveryError(msg) from failed
+        with contextlib.suppress(Exception):
+            p.abort_transaction()
+        return f"{type(failed).__name__}: {failed}"
+
+    def _offsets(self) -> dict[TopicPartitionKey, int]:
+        return self._source.positions() if self._source is not None else {}
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self._producer is not None:
+                self._producer.close()
+
+
+class KafkaDeadLetterSink:
+    """Rejected records to a dead-letter topic: value = the original record bytes
+    (``raw(source)``, else the record text), headers ``reason``, ``source`` (topic,
+    partition, offset), ``hint``.  Standalone it sends and flushes each record (at least
+    once); made by :meth:`KafkaDeltaSink.dead_letter_sink` it rides the epoch
+    transactions (exactly once).  ``count`` counts records written by this run."""
+
+    def __init__(
+        self,
+        endpoint: KafkaEndpoint,
+        topic: str,
+        *,
+        raw: Callable[[str], bytes | None] | None = None,
+        via: KafkaDeltaSink | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.topic = topic
+        self.raw = raw
+        self._via = via
+        self._producer: Any = None
+        self.count = 0
+        self.skip_while: Callable[[], bool] | None = None
+        """Standalone sinks: drop records while this holds (a runner re-running epochs
+        that are already committed sets it, so their bad records are not sent again)."""
+        if via is None:
+            from kafka import KafkaProducer
+
+            ensure_topic(endpoint, topic, 1)
+            cfg = endpoint.client_config("producer")
+            cfg.update(acks="all")
+            self._producer = KafkaProducer(**cfg)
+
+    def write(self, error: InputError) -> None:
+        if self.skip_while is not None and self.skip_while():
+            return
+        raw = self.raw(error.source) if self.raw is not None else None
+        value, headers = _dead_letter_record(error, raw)
+        self.count += 1
+        if self._via is not None:
+            self._via._buffer_dead(self.topic, value, headers)
+        else:
+            self._producer.send(self.topic, value, headers=headers)
+            self._producer.flush()
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
