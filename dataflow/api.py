@@ -348,6 +348,32 @@ class View:
         self.pending_updates = 0
         return EpochDelta(self.epoch, tuple(rows), n, closed_by_marker)
 
+    def base_tuples(self) -> list[tuple[str, Row, int]]:
+        """The database the view holds: ``(relation, row, multiplicity)`` per distinct
+        base tuple (what :mod:`dataflow.checkpoint` saves)."""
+        return [(rel, row, m) for (rel, row), m in self.validator.counts.items()]
+
+    def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:
+        """Load ``base`` into this fresh view as the state after ``epoch`` closed epochs:
+        the next :meth:`end_epoch` is ``epoch + 1`` and its delta is relative to
+        ``base``.
+
+        >>> q = compile_query("CREATE TABLE R(a INT); SELECT COUNT(*) FROM R;")
+        >>> v = q.maintain()
+        >>> v.restore([("R", (1,), 2), ("R", (5,), 1)], epoch=7)
+        >>> v.apply(Update("+", "R", (9,)))
+        >>> d = v.end_epoch()
+        >>> d.epoch, d.rows
+        (8, ((-1, (3,)), (1, (4,))))
+        """
+        if self.updates_total or self.epoch:
+            msg = "restore() needs a fresh view (no update applied, no epoch closed)"
+            raise ValueError(msg)
+        for rel, row, mult in base:
+            self.apply(Update("+", rel, row, mult, "checkpoint"))
+        self.end_epoch()  # the finalizer learns the restored result; its delta is dropped
+        self.epoch = epoch
+
     def snapshot(self) -> list[tuple[int, Row]]:
         """The whole current result, enumerated from the maintained structure."""
         return self.finalizer.snapshot(self._merged([e.full() for e in self.engines]))

@@ -85,8 +85,13 @@ class RunOptions:
     resume: bool = False
     fsync: bool = True
     checkpoint: str | None = None
-    """Spark: the streaming checkpoint (offsets and partition state); default
-    ``<deltas>.checkpoint``. Restarting with the same checkpoint resumes the run."""
+    """Spark and Flink: the streaming checkpoint (offsets and partition state); default
+    ``<deltas>.checkpoint``. Restarting with the same checkpoint resumes the run.
+    Local runner over Kafka: the state checkpoint (:mod:`dataflow.checkpoint`), only
+    when given."""
+    checkpoint_interval: float = 30.0
+    """Local runner over Kafka: seconds between state checkpoints (taken at epoch
+    boundaries; 0: at every boundary)."""
     batch_lines: int = 10_000
     """Spark: input lines per micro-batch."""
     kafka_options: list[str] = field(default_factory=list)
@@ -276,6 +281,12 @@ def run_local(ctx: RunContext) -> DriveStats:
     opts, out = ctx.options, ctx.outputs
     if _scheme(opts.updates) == "kafka":
         return CONNECTOR_SCHEMES["kafka"]().run_local_kafka(ctx)
+    if opts.checkpoint:
+        msg = (f"--checkpoint {opts.checkpoint}: the local runner keeps state checkpoints "
+               f"for a kafka:// update source only, found {opts.updates!r}; restart a file "
+               f"run with --resume (it replays the file and writes only the missing "
+               f"epochs), or use --runner spark|flink")
+        raise UsageError(msg)
     records = read_updates(
         opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
     )
@@ -680,6 +691,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        msg = f"expected a number of seconds (0 or more), found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _unit_float(text: str) -> float:
     try:
         value = float(text)
@@ -734,7 +756,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not fsync sinks per epoch (faster; still atomic per epoch "
                           "if the process dies, not if the machine does)")
     run.add_argument("--checkpoint", metavar="DIR",
-                     help="spark: streaming checkpoint (default: <deltas>.checkpoint)")
+                     help="spark, flink: streaming checkpoint (default: "
+                          "<deltas>.checkpoint); local runner over kafka://: state "
+                          "checkpoint, so that a restart reads on from it instead of "
+                          "replaying the topic (default: none)")
+    run.add_argument("--checkpoint-interval", type=_seconds, default=30.0, metavar="S",
+                     help="local runner: seconds between state checkpoints, taken at "
+                          "epoch boundaries (default 30; 0: every boundary)")
     run.add_argument("--batch-lines", type=_positive_int, default=10_000, metavar="N",
                      help="spark: input lines per micro-batch (default 10000)")
     run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
@@ -797,7 +825,8 @@ def _options(args: argparse.Namespace) -> RunOptions:
         eps=args.eps, partitioning=args.partitioning, on_error=args.on_error,
         dead_letter=args.dead_letter,
         stop_at_end=args.stop_at_end, quiet=args.quiet, resume=args.resume,
-        fsync=args.fsync, checkpoint=args.checkpoint, batch_lines=args.batch_lines,
+        fsync=args.fsync, checkpoint=args.checkpoint,
+        checkpoint_interval=args.checkpoint_interval, batch_lines=args.batch_lines,
         kafka_options=args.kafka_option,
     )
 

@@ -105,7 +105,12 @@ from connectors.kafka.sink import (
     KafkaDeliveryError,
     KafkaDeltaSink,
 )
-from connectors.kafka.source import KafkaUpdateSource, OnError, StopRequested
+from connectors.kafka.source import (
+    KafkaHistoryError,
+    KafkaUpdateSource,
+    OnError,
+    StopRequested,
+)
 from connectors.kafka.topics import (
     ensure_topic,
     partition_of,
@@ -130,6 +135,7 @@ __all__ = [
     "KafkaUrl",
     "KafkaUpdateSource",
     "StopRequested",
+    "KafkaHistoryError",
     "decode_delta",
     "decode_update",
     "default_id",

@@ -22,7 +22,7 @@ from connectors.kafka.config import (
 from connectors.kafka.topics import (
     _partitions,
 )
-from dataflow.errors import InputError
+from dataflow.errors import InputError, IvmflowError
 from dataflow.records import EpochEnd, Record, Update
 from plans.schema import Schema
 
@@ -33,6 +33,8 @@ class StopRequested(Exception):  # noqa: N818 - a control-flow signal, not an er
     after SIGINT/SIGTERM; the open, incomplete epoch is not emitted."""
 
 
+class KafkaHistoryError(IvmflowError):
+    """The update topic no longer holds records the run needs (exit code 1)."""
 
 
 @dataclass
@@ -47,7 +49,8 @@ class KafkaUpdateSource:
     """The update records of an input topic (or per-relation topics), in the
     deterministic epoch order of the module docstring.  Iterate it once.
 
-    Reads from the beginning of every stream (see "Delivery guarantee"), as consumer
+    Reads from the beginning of every stream (see "Delivery guarantee"), or from
+    ``start_offsets`` (a state checkpoint's, :mod:`dataflow.checkpoint`), as consumer
     group ``group_id`` (``read_committed``; offsets are committed by the sink's
     transaction, never automatically).  Bad records raise :class:`InputError` naming
     topic, partition and offset at their place in the stream, or with
@@ -73,6 +76,7 @@ class KafkaUpdateSource:
         stop_at_end: bool = False,
         stop_requested: Callable[[], bool] = lambda: False,
         poll_timeout_ms: int = 200,
+        start_offsets: Mapping[TopicPartitionKey, int] | None = None,
     ) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
@@ -104,10 +108,34 @@ class KafkaUpdateSource:
         self._tps = [TopicPartition(t, p) for t, p in self.streams]
         self._index = {tp: i for i, tp in enumerate(self._tps)}
         self.consumer.assign(self._tps)
-        self.consumer.seek_to_beginning(*self._tps)
-        self._positions: dict[TopicPartitionKey, int] = {}
+        try:
+            self._positions: dict[TopicPartitionKey, int] = self._seek(start_offsets or {})
+        except BaseException:
+            self.consumer.close()
+            raise
         self._raw: OrderedDict[str, bytes | None] = OrderedDict()
         self.records_read = 0
+
+    def _seek(self, start: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+        """Position every stream at ``start`` (default: offset 0), refusing to start
+        where records the state needs were deleted (retention): reading from a later
+        offset would silently give a wrong result."""
+        firsts = self.consumer.beginning_offsets(self._tps)
+        for key, tp in zip(self.streams, self._tps):
+            want = start.get(key, 0)
+            if firsts[tp] > want:
+                what = (f"the checkpoint's offset {want}" if key in start
+                        else "offset 0 (the local runner rebuilds its state from the "
+                             "whole topic)")
+                msg = (f"kafka topic {tp.topic!r} partition {tp.partition}: expected the "
+                       f"records from {what} on, found the partition starting at offset "
+                       f"{firsts[tp]} (deleted by retention or DeleteRecords); keep the "
+                       f"history (retention.ms=-1) or run with --checkpoint DIR, which "
+                       f"needs the records after its newest checkpoint only")
+                raise KafkaHistoryError(msg)
+            self.consumer.seek(tp, want)
+        known = set(self.streams)
+        return {k: o for k, o in start.items() if k in known}
 
     # -- what runners use ------------------------------------------------------------
 
