@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from bench.baseline_scp import Bag, Row, diff
-from dataflow.records import Update
+from core.records import Update
 
 
 def split_sql(sql: str) -> tuple[list[str], str]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from dataflow.records import Update
+from core.records import Update
 
 Row = tuple[Any, ...]
 Bag = dict[Row, int]

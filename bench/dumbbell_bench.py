@@ -53,8 +53,8 @@ if __package__ in (None, ""):
 
 from bench.baseline_scp import CQ, SCP, Atom  # noqa: E402
 from bench.triangle_bench import GraphSpec, Stream, _pct, degree_stats, make_stream  # noqa: E402
+from core.records import Update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
-from dataflow.records import Update  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUERIES: tuple[str, ...] = ("count", "listing")

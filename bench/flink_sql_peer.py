@@ -83,7 +83,7 @@ def ivmflow_local(wl: Any, epoch: int) -> tuple[float, Counter[tuple[Any, ...]]]
 
 
 def ivmflow_flink(wl: Any, epoch: int) -> float:
-    from dataflow.runners.flink import FlinkJob
+    from dataflow.runners.flink.job import FlinkJob
 
     q = compile_query(wl.sql)
     tmp = Path(tempfile.mkdtemp(prefix="ivmflow-peer-"))

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.workloads import make_workload  # noqa: E402
-from connectors.files import format_update  # noqa: E402
 from connectors.kafka import parse_kafka_url, read_deltas  # noqa: E402
+from core.records import format_update  # noqa: E402
 from dataflow.cli import main  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -44,7 +44,7 @@ if __package__ in (None, ""):
 from bench.baseline_duckdb import DuckDBRecompute  # noqa: E402
 from bench.baseline_scp import SCP, Bag, Row, bench_cq  # noqa: E402
 from bench.workloads import QUERY_NAMES, Workload, make_workload  # noqa: E402
-from dataflow.records import Update  # noqa: E402
+from core.records import Update  # noqa: E402
 
 SYSTEMS: tuple[str, ...] = ("ivmflow", "scp", "scp_tuned", "duckdb")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

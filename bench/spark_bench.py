@@ -22,7 +22,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.workloads import make_workload  # noqa: E402
-from connectors.files import CollectingSink, format_update  # noqa: E402
+from connectors.files import CollectingSink  # noqa: E402
+from core.records import format_update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
 
 
@@ -42,7 +43,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from dataflow.runners.spark import SparkJob, spark_session
+    from dataflow.runners.spark.job import SparkJob, spark_session
 
     wl = make_workload(args.query, args.edges, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="ivmflow-sparkbench-"))

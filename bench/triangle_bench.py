@@ -83,8 +83,8 @@ import networkx as nx
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.records import Update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
-from dataflow.records import Update  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUERIES: tuple[str, ...] = ("count", "listing")

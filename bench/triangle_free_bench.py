@@ -44,8 +44,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.triangle_bench import GraphSpec, loglog_slope, make_stream  # noqa: E402
+from core.records import Update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
-from dataflow.records import Update  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _DDL = "CREATE TABLE G(src INT, dst INT);\n"

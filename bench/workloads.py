@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from dataflow.records import Update
+from core.records import Update
 
 QUERY_NAMES: tuple[str, ...] = ("hop3_full", "hop4_project", "star_count", "comb2")
 """The benchmark queries, in report order."""

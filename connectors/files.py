@@ -14,7 +14,7 @@ committed length, replaced atomically.  A restarted run opens the sink with
 never kept, and ``last_committed_epoch`` says which epochs are already in the file.
 
 Example:
-    >>> from plans.schema import Column, Relation, Schema
+    >>> from core.schema import Column, Relation, Schema
     >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
     >>> recs = list(read_updates_from_lines(["+,g,1,2", "*", "-3,G,1,"], s, "u.csv"))
     >>> recs[0]
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import errno
-import io
 import json
 import os
 import re
@@ -38,9 +37,9 @@ from types import TracebackType
 from typing import Any, BinaryIO, Literal, TextIO
 
 from connectors.base import DeadLetterSink
-from dataflow.errors import InputError, IvmflowError
-from dataflow.records import EpochDelta, EpochEnd, Op, Record, Update
-from plans.schema import ColumnType, Relation, Row, Schema, Value, ValueParseError
+from core.errors import InputError, IvmflowError
+from core.records import EpochDelta, EpochEnd, Op, Record, Update, csv_line, format_value
+from core.schema import ColumnType, Relation, Row, Schema, Value, ValueParseError
 
 __all__ = [
     "SKIP_HINT",
@@ -51,8 +50,6 @@ __all__ = [
     "OnError",
     "ResumeError",
     "SnapshotCsvSink",
-    "format_update",
-    "format_value",
     "read_updates",
     "read_updates_from_lines",
 ]
@@ -111,7 +108,7 @@ def read_updates(
     continues.  A missing path raises :class:`FileNotFoundError` at once (not lazily).
 
     >>> import tempfile, pathlib
-    >>> from plans.schema import Column, Relation, Schema
+    >>> from core.schema import Column, Relation, Schema
     >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.csv"
     >>> _ = p.write_text("# demo\\n+,G,1,2\\n*\\n")
@@ -169,7 +166,7 @@ def read_updates_from_lines(
     :func:`read_updates`.  Lines are numbered from ``first_line``; each record's
     ``source`` is ``f"{source_name}:{lineno}"``.
 
-    >>> from plans.schema import Column, Relation, Schema
+    >>> from core.schema import Column, Relation, Schema
     >>> s = Schema({"R": Relation("R", (Column("a", "TEXT"), Column("b", "FLOAT")))})
     >>> list(read_updates_from_lines(['+2,R,"x,y",1.5'], s, "mem"))
     [Update(op='+', relation='R', row=('x,y', 1.5), mult=2, source='mem:1')]
@@ -273,40 +270,6 @@ def _parse_record(
 # Formatting
 
 
-def format_value(value: Value) -> str:
-    """Render one value for a CSV sink: NULL is empty, floats round-trip, bools are
-    ``true``/``false``.
-
-    >>> [format_value(v) for v in (None, True, 0.1, 7, "a")]
-    ['', 'true', '0.1', '7', 'a']
-    """
-    if value is None:
-        return ""
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def format_update(update: Update) -> str:
-    """Render an update as one line of the update CSV (without newline).
-
-    >>> format_update(Update("-", "G", (1, None), 2))
-    '-2,G,1,'
-    """
-    op = update.op if update.mult == 1 else f"{update.op}{update.mult}"
-    return _csv_line([op, update.relation, *(format_value(v) for v in update.row)])
-
-
-def _csv_line(fields: Iterable[str]) -> str:
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow(fields)
-    return buf.getvalue()
-
-
 def _text_field(text: str) -> str:
     if '"' in text:
         return '"' + text.replace('"', '""') + '"'
@@ -354,7 +317,7 @@ class _AtomicCsvFile:
         self._key = key
         self._fsync = fsync
         self.last_committed = 0
-        header_bytes = (_csv_line(header) + "\n").encode("utf-8")
+        header_bytes = (csv_line(header) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = self._read_commit() if resume and self.path.exists() else None
         if state is not None:
@@ -557,7 +520,7 @@ class CsvStreamSink:
     ) -> None:
         self.stream = stream
         self.columns = tuple(columns)
-        self._header: str | None = _csv_line([kind, "mult", *self.columns]) + "\n"
+        self._header: str | None = csv_line([kind, "mult", *self.columns]) + "\n"
 
     def write_epoch(self, delta: EpochDelta) -> None:
         self._write(delta.epoch, delta.rows)

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, TextIO
 
-from connectors.files import _csv_line, format_value
-from plans.schema import Value
+from core.records import csv_line, format_value
+from core.schema import Value
 
 __all__ = ["fifo_window_stream", "skewed_graph", "write_update_csv"]
 
@@ -168,7 +168,7 @@ def _write_stream(
             raise ValueError(msg)
         fields = [format_value(v) for v in row]
         if any(c in v for v in fields for c in ',"\n\r'):
-            buf.append(_csv_line([op, relation, *fields]))
+            buf.append(csv_line([op, relation, *fields]))
         else:
             buf.append(",".join([op, relation, *fields]))
         count += 1

@@ -1,31 +1,23 @@
-"""ivmflow's dataflow layer: the graph, the engine, the runners and the Python API.
+"""ivmflow's composing layer: the Python API (:mod:`dataflow.api`), the query kinds and
+their engines, the partitioner, running (:mod:`dataflow.run`), the runners
+(:mod:`dataflow.runners`) and the command line (:mod:`dataflow.cli`).
 
-The API names are imported lazily so that ``plans`` can use ``dataflow.errors``
-without an import cycle.
+The front door re-exports what a user needs first.
 
 Example:
-    >>> from dataflow import compile_query
-    >>> compile_query("CREATE TABLE R(a INT); SELECT a FROM R").plan.query_class
+    >>> from dataflow import Update, compile_query
+    >>> q = compile_query("CREATE TABLE R(a INT); SELECT a FROM R")
+    >>> q.plan.query_class
     'q-hierarchical'
+    >>> v = q.maintain(); v.apply(Update("+", "R", (1,))); v.end_epoch().rows
+    ((1, (1,)),)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from core.records import EPOCH_END, EpochDelta, EpochEnd, Update
+from dataflow.api import CompiledQuery, View, compile_query
 
 __all__ = [
     "EPOCH_END", "CompiledQuery", "EpochDelta", "EpochEnd", "Update", "View", "compile_query",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("CompiledQuery", "View", "compile_query"):
-        from dataflow import api
-
-        return getattr(api, name)
-    if name in ("EPOCH_END", "EpochDelta", "EpochEnd", "Update"):
-        from dataflow import records
-
-        return getattr(records, name)
-    msg = f"module 'dataflow' has no attribute {name!r}"
-    raise AttributeError(msg)

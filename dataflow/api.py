@@ -2,7 +2,7 @@
 
 Example:
     >>> from dataflow.api import compile_query
-    >>> from dataflow.records import Update
+    >>> from core.records import Update
     >>> q = compile_query('''
     ...     CREATE TABLE G(src INT, dst INT);
     ...     SELECT G1.src AS a, G2.dst AS c FROM G G1, G G2 WHERE G1.dst = G2.src;
@@ -23,64 +23,50 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.files import format_update
-from dataflow.engine import Engine, aggregate_layout, make_ring
-from dataflow.errors import InputError, UnsupportedQueryError
-from dataflow.ghd import GhdEngine, compile_ghd_dataflow
-from dataflow.graph import Dataflow
+from core.errors import InputError, UnsupportedQueryError
+from core.graph import Dataflow
+from core.records import EpochDelta, EpochEnd, Record, Update, format_update
+from core.schema import Relation, Row, Schema
+from dataflow.engines import PartitionEngine
+from dataflow.engines.crown import aggregate_layout, make_ring
+from dataflow.kinds import CrownKind, GhdKind, QueryKind, TriangleKind, estimate_rates
 from dataflow.partitioner import Partitioner
-from dataflow.records import EpochDelta, EpochEnd, Record, Update
-from dataflow.triangle import TriangleEngine
 from operators.finalize import OutputFinalizer
 from operators.input import BaseValidator, RelationInput
 from operators.state import DictState
 from plans.cq import ConjunctiveQuery
-from plans.dag import compile_dataflow, finalize_mode
-from plans.explain import explain
-from plans.ghd import GhdPlan, build_ghd, explain_ghd
+from plans.dag import finalize_mode
+from plans.ghd import build_ghd
 from plans.plan import Plan, build_plan, classify
-from plans.schema import Relation, Row, Schema
 from plans.sql import parse_query
-from plans.triangle import (
-    TrianglePlan,
-    compile_triangle_dataflow,
-    explain_triangle,
-    recognise_triangle,
-)
+from plans.triangle import recognise_triangle
+
+__all__ = ["CompiledQuery", "View", "compile_query", "make_finalizer"]
 
 _PY_TYPES = {"INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,)}
 
 
-def estimate_rates(cq: ConjunctiveQuery, prefix: Iterable[Record]) -> list[float]:
-    """N(e) per FROM item from a buffered prefix of the stream (updates that pass the
-    item's filters), +1 so that unseen items still count."""
-    inputs = [RelationInput(a, cq.join_vars) for a in cq.atoms]
-    rates = [1.0] * len(cq.atoms)
-    for rec in prefix:
-        if not isinstance(rec, Update):
-            continue
-        for i, a in enumerate(cq.atoms):
-            if a.relation.name.lower() == rec.relation.lower() and len(rec.row) == len(
-                a.relation.columns
-            ) and inputs[i](rec.row) is not None:
-                rates[i] += 1
-    return rates
-
-
 @dataclass
 class CompiledQuery:
-    """A query compiled to its plan and dataflow; ``maintain()`` starts a live view."""
+    """A query compiled to its plan and dataflow; ``maintain()`` starts a live view.
+    ``kind`` (:mod:`dataflow.kinds`) is CROWN, triangle or GHD."""
 
     cq: ConjunctiveQuery
-    plan: Plan
-    dataflow: Dataflow
+    kind: QueryKind
     source_name: str = "<query>"
-    triangle: TrianglePlan | None = None
-    """Set for triangle queries, maintained with heavy/light IVM-epsilon."""
-    eps: float = 0.5
-    """IVM-epsilon's threshold exponent (triangle queries and triangle bags of a GHD)."""
-    ghd: GhdPlan | None = None
-    """Set for the other cyclic queries: bags maintained inside, CROWN across bags."""
+
+    @property
+    def plan(self) -> Plan:
+        return self.kind.plan
+
+    @property
+    def dataflow(self) -> Dataflow:
+        return self.kind.dataflow
+
+    @property
+    def eps(self) -> float:
+        """IVM-epsilon's threshold exponent (triangle queries and triangle bags of a GHD)."""
+        return self.kind.eps
 
     @property
     def schema(self) -> Schema:
@@ -91,26 +77,12 @@ class CompiledQuery:
         return self.cq.output_names
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
-        if self.triangle is not None:
-            e = self.eps if eps is None else eps
-            parts = Partitioner(self.plan, parallelism).describe() if parallelism > 1 else ""
-            return explain_triangle(self.triangle, self.dataflow, e, parts)
-        if self.ghd is not None:
-            parts = Partitioner(self.plan, parallelism).describe() if parallelism > 1 else ""
-            e = self.eps if eps is None else eps
-            return explain_ghd(self.ghd, self.dataflow, e, parallelism, parts)
-        parts = ""
-        if parallelism > 1:
-            parts = Partitioner(self.plan, parallelism).describe()
-        return explain(self.plan, self.dataflow, parts)
+        return self.kind.explain(parallelism, eps)
 
     def replanned(self, prefix: Iterable[Record]) -> CompiledQuery:
         """The same query planned with update rates estimated from a stream prefix."""
-        if self.triangle is not None or self.ghd is not None:  # no join tree to choose
-            return self
-        rates = estimate_rates(self.cq, prefix)
-        plan = build_plan(self.cq, rates)
-        return CompiledQuery(self.cq, plan, compile_dataflow(plan), self.source_name)
+        kind = self.kind.replanned(prefix)
+        return self if kind is self.kind else CompiledQuery(self.cq, kind, self.source_name)
 
     def maintain(self, parallelism: int = 1, eps: float | None = None) -> View:
         """A live view; ``eps`` (triangle queries) overrides the compiled epsilon."""
@@ -155,16 +127,16 @@ def compile_query(
         msg = (f"triangle_partitioning={triangle_partitioning!r} (--partitioning): only "
                "triangle queries have heavy/light partitions; use single")
         raise UnsupportedQueryError(msg)
+    kind: QueryKind
     if tri is not None:
-        dataflow = compile_triangle_dataflow(tri)
-        return CompiledQuery(cq, tri.plan, dataflow, source_name, triangle=tri, eps=eps)
-    if classify(cq)[0] == "cyclic":
-        gp = build_ghd(cq)
-        return CompiledQuery(cq, gp.plan, compile_ghd_dataflow(gp), source_name, ghd=gp, eps=eps)
-    if rates is None and prefix is not None:
-        rates = estimate_rates(cq, prefix)
-    plan = build_plan(cq, rates)
-    return CompiledQuery(cq, plan, compile_dataflow(plan), source_name)
+        kind = TriangleKind.of(tri, eps)
+    elif classify(cq)[0] == "cyclic":
+        kind = GhdKind.of(build_ghd(cq), eps)
+    else:
+        if rates is None and prefix is not None:
+            rates = estimate_rates(cq, prefix)
+        kind = CrownKind.of(build_plan(cq, rates))
+    return CompiledQuery(cq, kind, source_name)
 
 
 def _check_eps(eps: float) -> None:
@@ -218,32 +190,16 @@ class View:
         self.query = query
         plan = query.plan
         self.partitioner = Partitioner(plan, parallelism)
-        self.engines: list[Engine] | list[TriangleEngine] | list[GhdEngine]
-        if query.triangle is not None:
-            self.eps = query.eps if eps is None else eps
-            _check_eps(self.eps)
-            self.engines = [
-                TriangleEngine(query.triangle, self.eps)
-                for _ in range(self.partitioner.partitions)
-            ]
-        elif query.ghd is not None:
-            self.eps = query.eps if eps is None else eps
-            _check_eps(self.eps)
-            self.engines = [
-                GhdEngine(query.ghd, self.eps) for _ in range(self.partitioner.partitions)
-            ]
-        else:
-            self.engines = [
-                Engine(plan, query.dataflow) for _ in range(self.partitioner.partitions)
-            ]
+        self.eps = query.eps if eps is None else eps
+        _check_eps(self.eps)
+        self.engines: list[PartitionEngine] = [
+            query.kind.make_engine(eps=self.eps) for _ in range(self.partitioner.partitions)
+        ]
         self.validator = BaseValidator(DictState().map("validate.base"))
-        # A triangle engine emits bag multiplicities: DISTINCT needs support counts.
+        # Partitions (and engines that emit bag multiplicities) make DISTINCT count
+        # supports in the finalizer.
         self.finalizer = make_finalizer(
-            plan,
-            count_supports=bool(plan.extra_vars)
-            or len(self.engines) > 1
-            or query.triangle is not None
-            or query.ghd is not None,
+            plan, count_supports=query.kind.engine_emits_bags or len(self.engines) > 1
         )
         cq = plan.cq
         self.routes: dict[str, _RelationRoute] = {}
@@ -350,7 +306,7 @@ class View:
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The database the view holds: ``(relation, row, multiplicity)`` per distinct
-        base tuple (what :mod:`dataflow.checkpoint` saves)."""
+        base tuple (what :mod:`dataflow.runners.local.checkpoint` saves)."""
         return [(rel, row, m) for (rel, row), m in self.validator.counts.items()]
 
     def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:

@@ -13,7 +13,8 @@ per-partition finalizer is exact.
 
 Example:
     >>> from dataflow.api import compile_query
-    >>> from dataflow.records import Update, EPOCH_END
+    >>> from core.epochs import EpochCursor
+    >>> from core.records import Update, EPOCH_END
     >>> q = compile_query("CREATE TABLE G(src INT, dst INT); SELECT G1.src, G2.dst "
     ...                   "FROM G G1, G G2 WHERE G1.dst = G2.src")
     >>> cursor = EpochCursor()
@@ -32,76 +33,24 @@ Example:
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dataflow.engine import Engine
-from dataflow.errors import InputError
-from dataflow.ghd import GhdEngine
+from core.consolidate import consolidate_by
+from core.epochs import CLOSE, UPDATE, NumberedRecord
+from core.errors import InputError
+from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.partitioner import Partitioner
-from dataflow.records import EpochEnd, Record, Update
-from dataflow.triangle import TriangleEngine
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
 from operators.state import DictState
 from plans.dag import finalize_mode
 
-UPDATE, CLOSE = "u", "c"
-
-
-@dataclass
-class EpochCursor:
-    """Where a numbered stream stands: next sequence number, the open epoch, updates in
-    it, and how many ``*`` markers were seen (snapshot numbers). Plain data, so a
-    source can keep it in its offsets."""
-
-    seq: int = 0
-    epoch: int = 1
-    pending: int = 0
-    markers: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {"seq": self.seq, "epoch": self.epoch, "pending": self.pending,
-                "markers": self.markers}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EpochCursor:
-        return cls(int(d["seq"]), int(d["epoch"]), int(d["pending"]), int(d["markers"]))
-
-    def number(
-        self, records: Iterable[Record], epoch_size: int | None = None, final: bool = False
-    ) -> Iterator[NumberedRecord]:
-        """Number records and insert epoch closes (markers, every ``epoch_size`` updates,
-        and - with ``final`` - the end of a bounded stream if the epoch holds updates)."""
-        for rec in records:
-            if isinstance(rec, EpochEnd):
-                self.markers += 1
-                yield self._close(snapshot=self.markers)
-                continue
-            yield NumberedRecord(self.seq, self.epoch, UPDATE, rec, 0)
-            self.seq += 1
-            self.pending += 1
-            if epoch_size and self.pending >= epoch_size:
-                yield self._close(snapshot=0)
-        if final and self.pending:
-            yield self._close(snapshot=0)
-
-    def _close(self, snapshot: int) -> NumberedRecord:
-        rec = NumberedRecord(self.seq, self.epoch, CLOSE, None, snapshot)
-        self.seq += 1
-        self.epoch += 1
-        self.pending = 0
-        return rec
-
-
-@dataclass(frozen=True)
-class NumberedRecord:
-    seq: int
-    epoch: int
-    kind: str
-    update: Update | None
-    snapshot: int
+__all__ = [
+    "OutputRow", "PartitionLayout", "PartitionTask", "TaggedRow", "WorkerPlan",
+    "compiled_for_workers", "merge_outputs", "tag_records",
+]
 
 
 @dataclass(frozen=True)
@@ -189,10 +138,8 @@ class WorkerPlan:
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:
-        tri = getattr(query, "triangle", None)
-        return cls(query.cq.sql, tuple(query.plan.rates), parallelism,
-                   float(getattr(query, "eps", 0.5)),
-                   tri.partitioning if tri is not None else "single")
+        eps, partitioning = query.kind.worker_options()
+        return cls(query.cq.sql, tuple(query.plan.rates), parallelism, eps, partitioning)
 
     def compiled(self) -> tuple[Any, PartitionLayout]:
         return compiled_for_workers(
@@ -234,26 +181,16 @@ class PartitionTask:
         for name, m in saved.get("maps", {}).items():
             state.map(name).update(m)
         plan = query.plan
-        tri = getattr(query, "triangle", None)
-        ghd = getattr(query, "ghd", None)
-        self.engine: Engine | TriangleEngine | GhdEngine
-        if tri is not None:  # IVM-epsilon, same operators as the local runner
-            self.engine = TriangleEngine(tri, query.eps, state)
-        elif ghd is not None:  # bags inside, CROWN across them, all in ``state``
-            self.engine = GhdEngine(ghd, query.eps, state)
-        else:
-            self.engine = Engine(plan, query.dataflow, state)
+        # Same operators as the local runner, whatever the kind of query.
+        self.engine: PartitionEngine = query.kind.make_engine(state)
         self.engine.acc = saved.get("acc", {})
         from dataflow.api import make_finalizer
 
-        # A triangle engine emits bag multiplicities: DISTINCT needs support counts.
-        self.finalizer: OutputFinalizer = make_finalizer(
-            plan, bool(plan.extra_vars) or tri is not None or ghd is not None
-        )
+        self.finalizer: OutputFinalizer = make_finalizer(plan, query.kind.engine_emits_bags)
         self.finalizer.state.update(saved.get("fin", {}))
         self.finalizer.emitted_once = saved.get("emitted_once", False)
         self.state = state
-        self.atom_nodes: dict[int, Any] = self.engine.atom_nodes
+        self.atom_nodes: Mapping[int, AtomPort] = self.engine.atom_nodes
 
     def process(self, rows: Sequence[TaggedRow]) -> list[OutputRow]:
         out: list[OutputRow] = []
@@ -261,6 +198,7 @@ class PartitionTask:
         for r in sorted(rows, key=lambda r: r.seq):
             if r.kind == UPDATE:
                 node = nodes[r.atom]
+                assert r.tuple is not None
                 if r.dm < 0 and node.base.get(r.tuple, 0) + r.dm < 0:
                     where = f"update #{r.seq + 1}"
                     have = f"{node.base.get(r.tuple, 0)} copies present"
@@ -293,16 +231,4 @@ class PartitionTask:
 
 def merge_outputs(rows: Iterable[OutputRow]) -> dict[tuple[str, int], list[tuple[int, Any]]]:
     """Sum mults per (kind, number, row) over partitions; drop zeros; sorted per epoch."""
-    from operators.finalize import sort_rows
-
-    acc: dict[tuple[str, int, Any], int] = {}
-    for r in rows:
-        key = (r.kind, r.epoch, r.row)
-        acc[key] = acc.get(key, 0) + r.mult
-    out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-    for (kind, n, row), m in acc.items():
-        if m:
-            out.setdefault((kind, n), []).append((m, row))
-    for rows_ in out.values():
-        sort_rows(rows_)
-    return out
+    return consolidate_by(((r.kind, r.epoch), r.mult, r.row) for r in rows)

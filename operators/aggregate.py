@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from plans.schema import Value
+from core.schema import Value
 
 
 class AggregateLayout:

@@ -153,18 +153,6 @@ class Enumerator:
         return fn
 
     # -- entry points -----------------------------------------------------------------
-    def through_tuple(self, node: JoinNode, t: Any, factor: Any, acc: dict[Any, Any]) -> None:
-        """Rows through top tuple t (which must be live), scaled by ``factor``."""
-        self._fn(node, "tuple")((t,), factor, acc)
-
-    def through_key(
-        self, node: JoinNode, child: int, key: Any, factor: Any, acc: dict[Any, Any]
-    ) -> None:
-        """Rows whose ``node`` tuple has ``key`` towards lower child ``child``."""
-        cands = node.live_index[child].get(key)
-        if cands:
-            self._fn(node, f"key {child}")(list(cands), factor, acc)
-
     def full(self, acc: dict[Any, Any]) -> None:
         """All rows of the result, with their payloads (full enumeration)."""
         cands = self.root.proj.get((), EMPTY)

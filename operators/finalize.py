@@ -15,33 +15,9 @@ from __future__ import annotations
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
+from core.consolidate import net_changes, sort_rows
+from core.schema import Row, Value
 from operators.aggregate import AggregateLayout
-from plans.schema import Row, Value
-
-
-def _value_key(v: Value) -> tuple[int, str, Any]:
-    if v is None:
-        return (0, "", 0)
-    return (1, type(v).__name__, v)
-
-
-def row_sort_key(item: tuple[int, Row]) -> tuple[Any, ...]:
-    """A total order on (mult, row) pairs with NULLs and mixed types."""
-    mult, row = item
-    return (tuple(_value_key(v) for v in row), mult)
-
-
-def sort_rows(rows: list[tuple[int, Row]]) -> None:
-    """Sort by row, then mult. Plain tuple comparison is fast; rows holding NULLs next to
-    values (or mixed types) need the slower total order."""
-    try:
-        rows.sort(key=_row_then_mult)
-    except TypeError:
-        rows.sort(key=row_sort_key)
-
-
-def _row_then_mult(item: tuple[int, Row]) -> tuple[Row, int]:
-    return (item[1], item[0])
 
 
 class OutputFinalizer:
@@ -130,7 +106,7 @@ class OutputFinalizer:
                 if new_row is not None:
                     changes[new_row] = changes.get(new_row, 0) + 1
             self.emitted_once = True
-            out = [(m, row) for row, m in changes.items() if m]
+            return net_changes(changes)
         sort_rows(out)
         return out
 

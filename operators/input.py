@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from dataflow.errors import InputError
+from core.errors import InputError
+from core.schema import Row
 from plans.cq import Atom
-from plans.schema import Row
 
 
 class RelationInput:
@@ -96,11 +96,3 @@ class BaseValidator:
             del self.counts[key]
         else:
             self.check(relation, row, dm, source)
-
-    def apply(self, relation: str, row: Row, dm: int) -> None:
-        key = (relation, row)
-        n = self.counts.get(key, 0) + dm
-        if n:
-            self.counts[key] = n
-        else:
-            del self.counts[key]

@@ -147,7 +147,6 @@ class JoinNode:
 
     def finish(self) -> None:
         self.nchildren = len(self.children)
-        self.top_children = [c.top for c in self.children]
 
     # -- R-update: a change of multiplicity of tuple t of this atom -------------------
     def apply(self, t: Any, dm: int) -> None:

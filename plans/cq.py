@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from plans.schema import Column, Relation, Schema, Value
+from core.schema import Column, Relation, Schema, Value
 
 CompareOp = Literal["=", "<>", "<", "<=", ">", ">=", "in", "is null", "is not null"]
 AggFunc = Literal["count_star", "count", "sum", "avg"]

@@ -1,4 +1,4 @@
-"""Compile a :class:`plans.plan.Plan` into the operator :class:`dataflow.graph.Dataflow`.
+"""Compile a :class:`plans.plan.Plan` into the operator :class:`core.graph.Dataflow`.
 
 One input operator per FROM item (filters, self-join fan-out), the partitioner, then per
 join-tree node a semi-join (with counters; an intersection at generalized nodes) and a
@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from dataflow.graph import Dataflow, Edge, Op
+from core.graph import Dataflow, Edge, Op
 from plans.plan import NodeSpec, Plan
 
 

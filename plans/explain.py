@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from dataflow.graph import Dataflow
+from core.graph import Dataflow
 from plans.plan import NodeSpec, Plan
 
 

@@ -37,12 +37,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dataflow.errors import UnsupportedQueryError
-from dataflow.graph import Dataflow
+from core.errors import UnsupportedQueryError
+from core.graph import Dataflow
+from core.schema import Column, Relation, Schema
 from plans.cq import Atom, ConjunctiveQuery, OutputColumn, column_type_of
 from plans.jointree import is_acyclic
 from plans.plan import Mode, Plan, build_plan
-from plans.schema import Column, Relation, Schema
 from plans.triangle import ROLE_NAMES, TrianglePlan, recognise_triangle
 
 BagKind = Literal["triangle", "deltajoin", "atom"]
@@ -258,7 +258,7 @@ def _greedy_bags(cq: ConjunctiveQuery) -> list[list[int]]:
 
 def _triangle_subplan(cq: ConjunctiveQuery, block: Sequence[int]) -> TrianglePlan:
     """The full-listing triangle query over the block's atoms (renumbered 0..2), in the
-    query's variable order, for :class:`dataflow.triangle.TriangleEngine`.
+    query's variable order, for :class:`dataflow.engines.triangle.TriangleEngine`.
 
     The listing is summed out to the bag's interface by the engine: selecting just the
     interface (the one- and two-variable triangle operators) was measured 1.5-2x slower

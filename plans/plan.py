@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dataflow.errors import UnsupportedQueryError
+from core.errors import UnsupportedQueryError
 from plans.cq import ConjunctiveQuery
 from plans.jointree import (
     TreeNode,
@@ -77,13 +77,6 @@ class Plan:
     @property
     def top_nodes(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.top]
-
-    @property
-    def boundary_nodes(self) -> list[NodeSpec]:
-        return [
-            n for n in self.nodes
-            if not n.top and n.parent is not None and self.nodes[n.parent].top
-        ]
 
 
 def classify(cq: ConjunctiveQuery) -> tuple[str, tuple[str, ...]]:

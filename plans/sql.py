@@ -20,7 +20,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from dataflow.errors import QueryError
+from core.errors import QueryError
+from core.schema import SQL_TYPE_NAMES, Column, Relation, Schema, Value
 from plans.cq import (
     AggFunc,
     Aggregate,
@@ -30,7 +31,6 @@ from plans.cq import (
     Filter,
     OutputColumn,
 )
-from plans.schema import SQL_TYPE_NAMES, Column, Relation, Schema, Value
 
 _COMPARISONS: dict[type[exp.Expr], CompareOp] = {
     exp.EQ: "=",

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dataflow.errors import UnsupportedQueryError
-from dataflow.graph import Dataflow, Edge, Op
+from core.errors import UnsupportedQueryError
+from core.graph import Dataflow, Edge, Op
 from plans.cq import ConjunctiveQuery
 from plans.plan import Mode, Plan
 

@@ -5,7 +5,7 @@ The oracle keeps the database as a Python bag per relation (the truth, so delete
 an in-memory DuckDB before each query, runs the query's SELECT and counts the rows.
 
 Example:
-    >>> from dataflow.records import Update
+    >>> from core.records import Update
     >>> o = DuckDBOracle("CREATE TABLE G(src INT, dst INT);"
     ...                  "SELECT G1.src, G2.dst FROM G G1, G G2 WHERE G1.dst = G2.src")
     >>> o.apply(Update("+", "G", (1, 2), 2))
@@ -29,7 +29,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dataflow.records import EpochDelta, Update
+from core.records import EpochDelta, Update
 
 Row = tuple[Any, ...]
 

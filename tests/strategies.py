@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 from hypothesis import strategies as st
 from oracle import split_query
 
-from dataflow.records import EPOCH_END, EpochEnd, Record, Update
+from core.records import EPOCH_END, EpochEnd, Record, Update
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -757,15 +757,6 @@ class Case(NamedTuple):
 
     def __repr__(self) -> str:
         return format_case(self)
-
-
-def format_update(r: Record) -> str:
-    """One record as a line of a CSV update file (DESIGN section 3)."""
-    if isinstance(r, EpochEnd):
-        return "*"
-    vals = ",".join("" if v is None else str(v) for v in r.row)
-    m = "" if r.mult == 1 else str(r.mult)
-    return f"{r.op}{m},{r.relation},{vals}"
 
 
 def format_case(case: Case) -> str:

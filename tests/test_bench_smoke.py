@@ -18,7 +18,7 @@ from bench import run_bench  # noqa: E402
 from bench.baseline_duckdb import DuckDBRecompute  # noqa: E402
 from bench.baseline_scp import CQ, SCP, Atom, Bag, bench_cq, oracle_deltas  # noqa: E402
 from bench.workloads import QUERY_NAMES, Workload, make_graph, make_workload  # noqa: E402
-from dataflow.records import Update  # noqa: E402
+from core.records import Update  # noqa: E402
 
 
 def _tiny(query: str, seed: int = 7) -> Workload:

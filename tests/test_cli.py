@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import types
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +22,14 @@ from typing import Any
 
 import pytest
 
-import dataflow.cli as cli
-from connectors.files import CollectingSink, format_update, read_updates_from_lines
+from connectors.files import CollectingSink, read_updates_from_lines
 from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv
-from dataflow.cli import Progress, main
-from dataflow.errors import InputError, QueryError
-from dataflow.local import DriveStats, drive
-from dataflow.records import EPOCH_END, EpochDelta, EpochEnd, Record, Update
-from plans.schema import Column, Relation, Row, Schema
+from core.errors import InputError
+from core.records import EPOCH_END, EpochDelta, EpochEnd, Record, Update, format_update
+from core.schema import Column, Relation, Row, Schema
+from dataflow.cli import main
+from dataflow.drive import DriveStats, drive
+from dataflow.run import Progress
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_HOP = (
@@ -89,35 +88,10 @@ class FakeView:
         return sorted((m, r) for r, m in two_hop(self.g).items())
 
 
-class FakeQuery:
-    schema = GSCHEMA
-    output_columns = ("src", "dst")
-    maintain_calls: list[dict[str, Any]] = []
-
-    def explain(self) -> str:
-        return "fake plan for the 2-hop query"
-
-    def maintain(self, **kwargs: Any) -> FakeView:
-        self.maintain_calls.append(kwargs)
-        return FakeView()
-
-
-def fake_compile_query(sql: str, *, source_name: str = "<query>") -> FakeQuery:
-    if sql != TWO_HOP:
-        raise QueryError(f"{source_name}:2: unsupported construct LIKE")
-    return FakeQuery()
-
-
-@pytest.fixture(params=["fake", "real"])
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "real":
-        pytest.importorskip("dataflow.api")
-    else:
-        fake = types.ModuleType("dataflow.api")
-        fake.compile_query = fake_compile_query  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "dataflow.api", fake)
-        FakeQuery.maintain_calls = []
-    return str(request.param)
+@pytest.fixture
+def engine() -> str:
+    """The CLI tests run the real engine (this fixture names it in test ids)."""
+    return "real"
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,12 +240,15 @@ def test_long_stream_deltas_add_up_to_the_result(run: Run) -> None:
         assert not -acc
 
 
-def test_parallelism_and_eps_reach_maintain(run: Run, engine: str) -> None:
-    if engine == "real":
-        pytest.skip("inspects the fake engine")
-    assert run.run("--parallelism", "3", "-q", updates=STREAM) == 0
-    assert run.run("--eps", "0.5", "-q") == 0
-    assert FakeQuery.maintain_calls == [{"parallelism": 3}, {"parallelism": 1, "eps": 0.5}]
+def test_parallelism_and_eps_reach_the_engine(run: Run, engine: str) -> None:
+    """--parallelism P runs P partitions and --eps is accepted on any query; the deltas do
+    not depend on either."""
+    assert run.run("--deltas", run.deltas, "-q", updates=STREAM) == 0
+    one = run.deltas.read_text()
+    for extra in (("--parallelism", "3"), ("--eps", "0.25"), ("--parallelism", "2", "--eps", "1")):
+        run.deltas.unlink()
+        assert run.run("--deltas", run.deltas, "-q", *extra, updates=STREAM) == 0
+        assert run.deltas.read_text() == one, extra
 
 
 # ---------------------------------------------------------------------------------------
@@ -446,7 +423,9 @@ def test_progress_line_is_rewritten_in_place() -> None:
 def test_sigterm_finishes_the_open_epoch_and_exits_0(
     run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = cli.read_updates
+    import dataflow.runners.local as local
+
+    real = local.read_updates
 
     def killing(*args: Any, **kwargs: Any) -> Iterator[Record]:
         for i, rec in enumerate(real(*args, **kwargs)):
@@ -454,9 +433,9 @@ def test_sigterm_finishes_the_open_epoch_and_exits_0(
                 os.kill(os.getpid(), signal.SIGTERM)
             yield rec
 
-    monkeypatch.setattr(cli, "read_updates", killing)
+    monkeypatch.setattr(local, "read_updates", killing)
     # No rate-estimation prefix: the signal must arrive between applied records.
-    monkeypatch.setattr(cli, "PREFIX_RECORDS", 0)
+    monkeypatch.setattr(local, "PREFIX_RECORDS", 0)
     before = signal.getsignal(signal.SIGTERM)
     text = "+,G,1,2\n+,G,2,3\n+,G,3,4\n+,G,4,5\n"
     assert run.run("--deltas", run.deltas, updates=text) == 0
@@ -555,3 +534,31 @@ def test_drive_checks_its_arguments() -> None:
         drive(FakeView(), [], epoch_size=0, on_delta=print)
     with pytest.raises(ValueError, match="on_error"):
         drive(FakeView(), [], on_delta=print, on_error="ignore")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------
+# Every way of starting the command line behaves the same
+
+
+def test_console_script_and_module_forms_behave_the_same(tmp_path: Path) -> None:
+    """``ivmflow``, ``python -m dataflow``, ``python -m dataflow.cli`` and ``python
+    dataflow/cli.py`` (how the SparkApplication manifest starts it) give the same exit
+    code and message, also for an error raised deep in the Kafka glue."""
+    root = Path(__file__).resolve().parent.parent
+    q = tmp_path / "q.sql"
+    q.write_text(TWO_HOP)
+    script = Path(sys.executable).with_name("ivmflow")
+    forms = [[sys.executable, "-m", "dataflow"], [sys.executable, "-m", "dataflow.cli"],
+             [sys.executable, str(root / "dataflow" / "cli.py")]]
+    if script.exists():
+        forms.append([str(script)])
+    for args, code in ((["--updates", "kafka://h:1/"], 2), (["--updates", "missing.csv"], 1)):
+        seen = set()
+        for form in forms:
+            done = subprocess.run([*form, "run", str(q), "-q", *args], cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=120)
+            assert "Traceback" not in done.stderr, (form, done.stderr)
+            seen.add((done.returncode, done.stderr))
+        assert len(seen) == 1, seen
+        ((rc, err),) = seen
+        assert rc == code and err.startswith("ivmflow: error: "), (rc, err)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from core.records import Update
 from dataflow.api import View, compile_query
-from dataflow.records import Update
 
 SQL = """
 CREATE TABLE R1(x1 INT, x2 INT);

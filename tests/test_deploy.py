@@ -1,13 +1,23 @@
-"""Offline validation of the Kubernetes manifests in deploy/k8s: custom resources
-against the CRD schemas in ../shared/k8s-crds (jsonschema), built-in kinds with
-kubernetes-validate."""
+"""Offline validation of the Kubernetes manifests in deploy/k8s.
+
+Custom resources (FlinkDeployment, SparkApplication, Strimzi Kafka, KafkaNodePool,
+KafkaTopic) are checked with jsonschema against the CRD schemas the project carries in
+tests/fixtures/k8s-crds: compact JSON derived from the operators' CRDs in
+../shared/k8s-crds by tests/fixtures/k8s-crds/derive.py, plus a hand-written minimal CRD
+for the two Strimzi kinds ../shared lacks. So every test here runs on a fresh clone (no
+silent skips), the negative tests prove the schemas still reject broken manifests, and,
+where ../shared/k8s-crds exists, a test re-derives the fixtures and fails if they are
+stale. Built-in kinds are checked with kubernetes-validate.
+"""
 
 from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -15,12 +25,21 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CRDS = ROOT.parent / "shared" / "k8s-crds"
-# Minimal schemas of our own for CRDs that ../shared lacks (Strimzi KafkaNodePool and
-# KafkaTopic); a CRD in CRDS always wins.
-LOCAL_CRDS = ROOT / "tests" / "fixtures" / "k8s-crds"
+FIXTURES = ROOT / "tests" / "fixtures" / "k8s-crds"
 MANIFESTS = sorted((ROOT / "deploy" / "k8s").rglob("*.yaml"))
-BUILTIN_GROUPS = {"v1", "apps/v1", "batch/v1", "rbac.authorization.k8s.io/v1"}
+
+
+def _load_derive() -> ModuleType:
+    # tests/fixtures/k8s-crds is not a package (the hyphen): load the script by path.
+    spec = importlib.util.spec_from_file_location("k8s_crds_derive", FIXTURES / "derive.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+derive = _load_derive()
+BUILTIN_GROUPS = derive.BUILTIN_API_VERSIONS
 
 
 def _docs() -> list[tuple[str, dict[str, Any]]]:
@@ -32,21 +51,19 @@ def _docs() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-@functools.cache  # parsing the CRDs (2 MB of YAML) takes seconds: once per session
+@functools.cache
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    if not CRDS.exists():
-        return schemas
-    for path in sorted(CRDS.iterdir()) + sorted(LOCAL_CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc or doc.get("kind") != "CustomResourceDefinition":
-                continue
-            group = doc["spec"]["group"]
-            kind = doc["spec"]["names"]["kind"]
-            for version in doc["spec"]["versions"]:
-                api = f"{group}/{version['name']}"
-                schemas.setdefault((api, kind), version["schema"]["openAPIV3Schema"])
-    return schemas
+    return derive.load_schemas(FIXTURES)
+
+
+# One validator per schema, without jsonschema.validate's meta-schema check on every call
+# (seconds for the 177 kB Flink schema); test_derived_fixture_is_a_sound_schema does it once.
+VALIDATOR = jsonschema.Draft202012Validator
+
+
+@functools.cache
+def _validator(api: str, kind: str) -> jsonschema.protocols.Validator:
+    return VALIDATOR(_crd_schemas()[(api, kind)])
 
 
 DOCS = _docs()
@@ -64,12 +81,8 @@ def test_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
         kv = pytest.importorskip("kubernetes_validate")
         kv.validate(doc, kv.latest_version(), strict=True)
         return
-    schemas = _crd_schemas()
-    if not schemas:
-        pytest.skip(f"no CRD schemas at {CRDS}")
-    schema = schemas.get((api, kind))
-    assert schema is not None, f"{where}: no CRD schema for {api} {kind}"
-    jsonschema.validate(doc, schema)
+    assert (api, kind) in _crd_schemas(), f"{where}: no CRD schema for {api} {kind}"
+    _validator(api, kind).validate(doc)
     # Every argument the driver gets must be one the CLI accepts.
     from dataflow.cli import build_parser
 
@@ -82,13 +95,10 @@ def test_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
 
 
 def test_schema_rejects_a_broken_manifest() -> None:
-    schemas = _crd_schemas()
-    if not schemas:
-        pytest.skip(f"no CRD schemas at {CRDS}")
     doc = next(d for _, d in DOCS if d["kind"] == "SparkApplication")
     broken = {**doc, "spec": {**doc["spec"], "type": "Cobol"}}
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, schemas[(doc["apiVersion"], "SparkApplication")])
+        _validator(doc["apiVersion"], "SparkApplication").validate(broken)
 
 
 def _strimzi(kind: str) -> list[dict[str, Any]]:
@@ -138,16 +148,79 @@ def test_strimzi_resources_fit_together() -> None:
 def test_strimzi_schemas_reject_broken_resources(
     kind: str, path: tuple[str, ...], value: Any
 ) -> None:
-    schemas = _crd_schemas()
-    if not schemas:
-        pytest.skip(f"no CRD schemas at {CRDS}")
-    doc = copy.deepcopy(_strimzi(kind)[0])
-    node = doc
+    _assert_rejected(_strimzi(kind)[0], path, value)
+
+
+def _assert_rejected(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """``doc`` is valid, and invalid once the field at ``path`` is set to ``value``."""
+    validator = _validator(doc["apiVersion"], doc["kind"])
+    validator.validate(doc)  # so the rejection below is the mutation's doing
+    broken = copy.deepcopy(doc)
+    node = broken
     for step in path[:-1]:
         node = node[step]
     node[path[-1]] = value
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(doc, schemas[(doc["apiVersion"], kind)])
+        validator.validate(broken)
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value"),
+    [
+        ("FlinkDeployment", ("spec", "job", "parallelism"), "2"),  # a string, not an integer
+        ("FlinkDeployment", ("spec", "job", "upgradeMode"), "last_state"),  # not in the enum
+        ("FlinkDeployment", ("spec", "flinkVersion"), "2.3"),  # the enum spells it v2_3
+        ("FlinkDeployment", ("spec", "jobManager", "resource", "cpu"), "1 core"),
+        ("SparkApplication", ("spec", "driver", "cores"), 0),  # minimum 1
+        ("SparkApplication", ("spec", "executor", "instances"), "2"),
+        ("SparkApplication", ("spec", "restartPolicy", "type"), "OnError"),
+        ("SparkApplication", ("spec", "mode"), "local"),
+    ],
+)
+def test_operator_schemas_reject_broken_resources(
+    kind: str, path: tuple[str, ...], value: Any
+) -> None:
+    doc = next(d for _, d in DOCS if d["kind"] == kind)
+    _assert_rejected(doc, path, value)
+
+
+def test_every_custom_kind_has_a_carried_schema() -> None:
+    """No manifest's custom kind depends on files outside the repository."""
+    custom = {(d["apiVersion"], d["kind"]) for _, d in DOCS} - {
+        (d["apiVersion"], d["kind"]) for _, d in DOCS if d["apiVersion"] in BUILTIN_GROUPS
+    }
+    assert custom >= {
+        ("flink.apache.org/v1beta1", "FlinkDeployment"),
+        ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
+        ("kafka.strimzi.io/v1", "Kafka"),
+    }
+    assert custom <= set(_crd_schemas()), custom - set(_crd_schemas())
+
+
+@pytest.mark.parametrize("name", sorted(derive.read_fixtures(FIXTURES)))
+def test_derived_fixture_is_a_sound_schema(name: str) -> None:
+    """Each derived fixture says where it came from and is a well-formed schema."""
+    doc = derive.read_fixtures(FIXTURES)[name]
+    prov = doc["provenance"]
+    assert {"source", "source_sha256", "group", "version", "kind", "derived"} <= set(prov)
+    assert prov["regenerate"] == derive.REGENERATE
+    assert name == derive.fixture_name((doc["apiVersion"], doc["kind"]))
+    assert derive.strip_descriptions(doc["openAPIV3Schema"]) == doc["openAPIV3Schema"]
+    VALIDATOR.check_schema(doc["openAPIV3Schema"])
+
+
+def test_derived_fixtures_are_up_to_date() -> None:
+    """Where ../shared/k8s-crds exists, re-deriving (in memory) gives the same fixtures."""
+    if not derive.SHARED_CRDS.is_dir():
+        pytest.skip(f"no {derive.SHARED_CRDS} to re-derive the fixtures from")
+    fresh = derive.derive(derive.SHARED_CRDS)
+    carried = derive.read_fixtures(FIXTURES)
+    regenerate = f"stale CRD fixtures: run `{derive.REGENERATE}`"
+    assert sorted(carried) == sorted(fresh), regenerate
+    for name, doc in fresh.items():
+        assert derive.without_date(carried[name]) == derive.without_date(doc), (
+            f"{name}: {regenerate}"
+        )
 
 
 def test_kafka_form_of_the_driver_args_matches_the_strimzi_resources() -> None:

@@ -23,15 +23,13 @@ from connectors.files import (
     DeltaCsvSink,
     ResumeError,
     SnapshotCsvSink,
-    format_update,
-    format_value,
     read_updates,
     read_updates_from_lines,
 )
 from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv
-from dataflow.errors import InputError
-from dataflow.records import EpochDelta, EpochEnd, Update
-from plans.schema import Column, Relation, Schema
+from core.errors import InputError
+from core.records import EpochDelta, EpochEnd, Update, format_update, format_value
+from core.schema import Column, Relation, Schema
 
 G = Relation("G", (Column("src", "INT"), Column("dst", "INT")))
 R = Relation(

@@ -25,11 +25,12 @@ from hypothesis import strategies as st
 from oracle import DuckDBOracle, Row, accumulate, diff_counters, normalise_rows, split_query
 from strategies import Case, format_case, seeded_case, streams_for
 
+from core.errors import UnsupportedQueryError
+from core.records import EPOCH_END, EpochEnd, Record, Update
 from dataflow.api import compile_query
 from dataflow.cli import cmd_explain
-from dataflow.errors import UnsupportedQueryError
+from dataflow.kinds import GhdKind
 from dataflow.partitioned import PartitionLayout
-from dataflow.records import EPOCH_END, EpochEnd, Record, Update
 from operators.deltajoin import DeltaJoin
 from operators.state import DictState
 from plans.ghd import build_ghd
@@ -84,7 +85,7 @@ def check_case(case: Case, eps: float, parallelism: int = 1) -> list[Counter[Row
     """Run ``case``; after each epoch compare the accumulated deltas and the snapshot
     with DuckDB. Returns the per-epoch deltas."""
     query = compile_query(case.sql, eps=eps)
-    assert query.ghd is not None, "expected the GHD path"
+    assert query.kind.name == "ghd", "expected the GHD path"
     view = query.maintain(parallelism=parallelism)
     oracle = DuckDBOracle(case.sql)
     distinct = "DISTINCT" in case.sql.upper()
@@ -318,16 +319,16 @@ def test_engine_state_round_trips_through_one_state(name: str) -> None:
     deletes against)."""
     import pickle
 
-    from dataflow.ghd import GhdEngine
+    from dataflow.engines.ghd import GhdEngine
     from operators.input import RelationInput
 
     sql = QUERIES[name]
     q = compile_query(sql)
-    assert q.ghd is not None
+    assert isinstance(q.kind, GhdKind)
     inputs = [(a.relation.name, RelationInput(a, q.cq.join_vars)) for a in q.cq.atoms]
-    ref = GhdEngine(q.ghd, 0.5)
+    ref = GhdEngine(q.kind.gp, 0.5)
     state = DictState()
-    eng = GhdEngine(q.ghd, 0.5, state)
+    eng = GhdEngine(q.kind.gp, 0.5, state)
     copies: list[Counter[Any]] = [Counter() for _ in inputs]
     ups = [r for r in seeded_case(sql, 3, domain=3, max_updates=60).records
            if isinstance(r, Update)]
@@ -347,7 +348,7 @@ def test_engine_state_round_trips_through_one_state(name: str) -> None:
             state = DictState()
             for n, m in pickle.loads(blob).items():
                 state.map(n).update(m)
-            eng = GhdEngine(q.ghd, 0.5, state)
+            eng = GhdEngine(q.kind.gp, 0.5, state)
             eng.acc = acc
     nonzero = lambda d: {k: v for k, v in d.items() if v}  # noqa: E731
     assert nonzero(eng.take_delta()) == nonzero(ref.take_delta())
@@ -362,7 +363,8 @@ def test_partitioned_runner_protocol_matches_the_local_runner(name: str) -> None
     """The protocol the Spark and Flink runners share (tag, per-partition task whose state
     round-trips as a blob every few records, merge), run in process on 2 partitions,
     gives the local runner's per-epoch deltas."""
-    from dataflow.partitioned import EpochCursor, PartitionTask, merge_outputs, tag_records
+    from core.epochs import EpochCursor
+    from dataflow.partitioned import PartitionTask, merge_outputs, tag_records
 
     sql = QUERIES[name]
     q = compile_query(sql)

@@ -32,7 +32,7 @@ from test_kafka_local import (
 )
 
 from connectors.kafka import parse_kafka_url, read_last_epoch
-from dataflow.checkpoint import CHECKPOINT_FILE
+from dataflow.runners.local.checkpoint import CHECKPOINT_FILE
 
 TRIANGLES = (ROOT / "examples" / "triangles.sql").read_text().replace("follows", "G")
 

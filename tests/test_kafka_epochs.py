@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from connectors.kafka import EpochAligner
-from connectors.kafka_epochs import ReadPosition, _Fetched, align
-from dataflow.partitioned import EpochCursor
-from dataflow.records import EPOCH_END, EpochEnd, Record, Update
+from connectors.kafka.epochs import ReadPosition, _Fetched, align
+from core.epochs import EpochCursor
+from core.records import EPOCH_END, EpochEnd, Record, Update
 
 # A partition's log: updates (by value) and markers (None).
 logs = st.lists(st.lists(st.one_of(st.none(), st.integers(0, 99)), max_size=12),

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import format_update, random_case
+from strategies import random_case
 
 from connectors.files import read_updates
 from connectors.kafka import (
@@ -41,11 +41,11 @@ from connectors.kafka import (
     read_last_epoch,
     unique_columns,
 )
+from core.errors import InputError
+from core.records import EPOCH_END, EpochEnd, Record, Update, format_update
+from core.schema import Column, Relation, Schema
 from dataflow.api import compile_query
 from dataflow.cli import main
-from dataflow.errors import InputError
-from dataflow.records import EPOCH_END, EpochEnd, Record, Update
-from plans.schema import Column, Relation, Schema
 
 ROOT = Path(__file__).resolve().parent.parent
 G = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
@@ -588,7 +588,7 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
     import kafka_broker as kb
 
     from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink
-    from dataflow.records import EpochDelta
+    from core.records import EpochDelta
 
     if kb.noida_version() is None:
         pytest.skip("noida-db is not installed (pip install -e .[dev])")
@@ -628,7 +628,7 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
 
 def test_a_fenced_sink_stops_instead_of_taking_its_id_back(kafka_bootstrap: str) -> None:
     from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink
-    from dataflow.records import EpochDelta
+    from core.records import EpochDelta
 
     url, tx = f"kafka://{kafka_bootstrap}/{_topic('deltas')}", _topic("tx")
     first = KafkaDeltaSink(parse_kafka_url(url), ["v"], transactional_id=tx)

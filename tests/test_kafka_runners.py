@@ -22,8 +22,8 @@ import pytest
 from kafka_broker import unique_name
 from test_runners import QUERIES, ROOT, SCHEMA, _ivmflow, _run_and_kill, random_stream, write_stream
 
+from core.records import EPOCH_END
 from dataflow.api import compile_query
-from dataflow.records import EPOCH_END
 
 pytestmark = pytest.mark.integration
 kafka = pytest.importorskip("connectors.kafka")

@@ -36,7 +36,7 @@ from strategies import (
     streams_for,
 )
 
-from dataflow.records import EpochEnd, Update
+from core.records import EpochEnd, Update
 
 
 def examples(weight: float) -> int:

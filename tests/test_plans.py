@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import QueryError, UnsupportedQueryError
+from core.records import Update
 from dataflow.api import compile_query
-from dataflow.errors import QueryError, UnsupportedQueryError
-from dataflow.records import Update
 from plans.plan import build_plan
 from plans.sql import parse_query
 

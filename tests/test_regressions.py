@@ -6,7 +6,7 @@ from __future__ import annotations
 from strategies import Case
 from test_oracle_property import run_case
 
-from dataflow.records import Update
+from core.records import Update
 
 
 def test_group_by_key_not_selected_delta_is_consolidated() -> None:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from connectors.files import CollectingSink, format_update, read_updates
+from connectors.files import CollectingSink, read_updates
+from core.records import EPOCH_END, Record, Update, format_update
 from dataflow.api import compile_query
-from dataflow.records import EPOCH_END, Record, Update
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "CREATE TABLE G(src INT, dst INT);\n"
@@ -86,7 +86,7 @@ def run_local(sql: str, path: Path, epoch: int | None, parallelism: int) -> list
 
 def run_spark(sql: str, path: Path, epoch: int | None, parallelism: int, tmp: Path) -> list[Any]:
     pytest.importorskip("pyspark")
-    from dataflow.runners.spark import SparkJob
+    from dataflow.runners.spark.job import SparkJob
 
     q = compile_query(sql)
     sink = CollectingSink()
@@ -204,7 +204,7 @@ def test_spark_reads_a_growing_directory(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     import threading
 
-    from dataflow.runners.spark import SparkJob
+    from dataflow.runners.spark.job import SparkJob
 
     sql = SCHEMA + QUERIES["hop3_filter"]
     records = random_stream(11, n=80)
@@ -246,7 +246,7 @@ def test_spark_reads_a_growing_directory(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path) -> None:
     pytest.importorskip("pyflink")
-    from dataflow.runners.flink import latest_checkpoint
+    from dataflow.runners.flink.job import latest_checkpoint
 
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(SCHEMA + QUERIES["star_count"] + ";\n")

@@ -53,8 +53,8 @@ def test_edge_list_filter_and_fifo_window(tmp_path: Path) -> None:
 def test_social_tables_stream_is_valid_and_windowed(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     from connectors.files import read_updates
-    from connectors.spark_pipeline import SOCIAL_SCHEMA_SQL
     from dataflow.api import compile_query
+    from dataflow.runners.spark.pipeline import SOCIAL_SCHEMA_SQL
 
     out = tmp_path / "social.csv"
     subprocess.run([sys.executable, "-m", "dataflow.cli", "generate", "social", "--persons",

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from oracle import DuckDBOracle, Row, accumulate, diff_counters, normalise_rows
 from test_triangles import flip_stream, random_stream
 
+from core.errors import UnsupportedQueryError
+from core.records import EpochEnd, Record, Update
 from dataflow.api import View, compile_query
 from dataflow.cli import main
-from dataflow.errors import UnsupportedQueryError
-from dataflow.records import EpochEnd, Record, Update
 from operators.hop import EOF, Hop, HopUnion, SetIter, Union, drain
 from operators.state import DictState
 from operators.triangle_free import TriangleBinary, TriangleCountDouble, TriangleUnary
@@ -377,8 +377,8 @@ def test_partitioned_protocol_with_state_round_trips(name: str) -> None:
     """The Spark/Flink path without a JVM: tag updates to partitions, run each
     partition's TriangleEngine in batches of 40 rows with its state dumped and restored
     in between (mid-epoch too), merge: the same per-epoch deltas as the local view."""
+    from core.epochs import EpochCursor
     from dataflow.partitioned import (
-        EpochCursor,
         PartitionTask,
         WorkerPlan,
         merge_outputs,
@@ -391,7 +391,7 @@ def test_partitioned_protocol_with_state_round_trips(name: str) -> None:
     local = compile_query(sql, eps=0.25, triangle_partitioning=part)
     reference = [sorted(d.rows) for d in local.run(records)]
     query, layout = WorkerPlan.of(local, 4).compiled()
-    assert query.eps == 0.25 and query.triangle.partitioning == part
+    assert query.eps == 0.25 and query.kind.worker_options() == (0.25, part)
     rows = tag_records(layout, EpochCursor().number(records, final=True))
     out = []
     for p in range(layout.partitions):

@@ -66,7 +66,7 @@ by retention).  The committed group offsets then serve monitoring (lag) and
 
 Example (pure parts)::
 
-    >>> from plans.schema import Column, Relation, Schema
+    >>> from core.schema import Column, Relation, Schema
     >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
     >>> decode_update(b'{"op": "-", "relation": "G", "row": {"src": 1, "dst": 2}, "mult": 2}',
     ...               s, source="kafka topic 'u' partition 0 offset 5")

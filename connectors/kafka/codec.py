@@ -11,9 +11,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from dataflow.errors import InputError
-from dataflow.records import EpochEnd, Record, Update
-from plans.schema import Row, Schema, Value, ValueParseError
+from core.errors import InputError
+from core.records import EpochEnd, Record, Update
+from core.schema import Row, Schema, Value, ValueParseError
 
 SKIP_HINT = "fix the record or run with --on-error skip to send it to the dead-letter topic"
 
@@ -67,7 +67,7 @@ def decode_update(
     JSON, a missing or unknown op or relation, wrong arity, a value of the wrong type or
     a bad multiplicity.
 
-    >>> from plans.schema import Column, Relation, Schema
+    >>> from core.schema import Column, Relation, Schema
     >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
     >>> decode_update(b'{"op": "*"}', s, source="t")
     EpochEnd(source='t')
@@ -76,7 +76,7 @@ def decode_update(
     >>> decode_update(b'{"op": "+", "relation": "G", "row": [1]}', s, source="t")
     Traceback (most recent call last):
     ...
-    dataflow.errors.InputError: t: bad update record '{"op": "+", "relation": "G", "row": [1]}': expected 2 values for G(src, dst), found 1 value; fix the record or run with --on-error skip to send it to the dead-letter topic
+    core.errors.InputError: t: bad update record '{"op": "+", "relation": "G", "row": [1]}': expected 2 values for G(src, dst), found 1 value; fix the record or run with --on-error skip to send it to the dead-letter topic
     """  # noqa: E501
     if source is None:
         source = record_source(topic, partition, offset)

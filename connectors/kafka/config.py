@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from dataflow.errors import IvmflowError
-from plans.schema import Schema
+from core.errors import IvmflowError
+from core.schema import Schema
 
 BOOTSTRAP_TIMEOUT_MS = 10_000
 """How long a client waits for an unreachable broker (``bootstrap.timeout.ms``)."""
@@ -81,7 +81,7 @@ class KafkaEndpoint:
         """``(topic, relation)`` pairs to read, in stream order (relation ``None``: the
         records name their relation).
 
-        >>> from plans.schema import Column, Relation, Schema
+        >>> from core.schema import Column, Relation, Schema
         >>> s = Schema({r: Relation(r, (Column("a", "INT"),)) for r in ("S", "R")})
         >>> parse_kafka_url("kafka://h:1/u?topics=per-relation").input_topics(s)
         [('u.R', 'R'), ('u.S', 'S')]

@@ -22,9 +22,9 @@ from connectors.kafka.topics import (
     ensure_topic,
     read_last_epoch,
 )
-from dataflow.errors import InputError, IvmflowError
-from dataflow.records import EpochDelta
-from plans.schema import Row
+from core.errors import InputError, IvmflowError
+from core.records import EpochDelta
+from core.schema import Row
 
 EPOCH_ATTEMPTS = 3
 """How often the delta sink tries an epoch's transaction before it stops the run."""

@@ -22,9 +22,9 @@ from connectors.kafka.config import (
 from connectors.kafka.topics import (
     _partitions,
 )
-from dataflow.errors import InputError, IvmflowError
-from dataflow.records import EpochEnd, Record, Update
-from plans.schema import Schema
+from core.errors import InputError, IvmflowError
+from core.records import EpochEnd, Record, Update
+from core.schema import Schema
 
 OnError = Literal["fail", "skip"]
 
@@ -50,7 +50,7 @@ class KafkaUpdateSource:
     deterministic epoch order of the module docstring.  Iterate it once.
 
     Reads from the beginning of every stream (see "Delivery guarantee"), or from
-    ``start_offsets`` (a state checkpoint's, :mod:`dataflow.checkpoint`), as consumer
+    ``start_offsets`` (a state checkpoint's, :mod:`dataflow.runners.local.checkpoint`), as consumer
     group ``group_id`` (``read_committed``; offsets are committed by the sink's
     transaction, never automatically).  Bad records raise :class:`InputError` naming
     topic, partition and offset at their place in the stream, or with

@@ -19,8 +19,8 @@ from connectors.kafka.config import (
     KafkaConfigError,
     KafkaEndpoint,
 )
-from dataflow.records import EpochEnd, Record, Update
-from plans.schema import Schema, Value
+from core.records import EpochEnd, Record, Update
+from core.schema import Schema, Value
 
 
 def ensure_topic(endpoint: KafkaEndpoint, topic: str, partitions: int = 1) -> int:

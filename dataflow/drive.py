@@ -7,7 +7,7 @@ the end of the stream if it holds updates.  Updates rejected with ``on_error="sk
 not count towards ``epoch_size``.
 
 Example (with a toy view that maintains ``SELECT * FROM R``):
-    >>> from dataflow.records import Update, EPOCH_END
+    >>> from core.records import Update, EPOCH_END
     >>> class Copy:
     ...     def __init__(self): self.bag, self.open = {}, {}
     ...     pending_updates = property(lambda self: len(self.open))
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from connectors.base import DeadLetterSink
-from dataflow.errors import InputError
-from dataflow.records import EpochDelta, EpochEnd, Record, Update
-from plans.schema import Row
+from core.errors import InputError
+from core.records import EpochDelta, EpochEnd, Record, Update
+from core.schema import Row
 
 __all__ = ["DriveStats", "MaintainedView", "drive"]
 
@@ -96,7 +96,7 @@ def drive(
     ...         self.n += 1
     ...         return EpochDelta(self.n, ())
     ...     def snapshot(self): return []
-    >>> from dataflow.records import EPOCH_END
+    >>> from core.records import EPOCH_END
     >>> drive(Null(), [EPOCH_END, EPOCH_END], on_delta=lambda d: None).epochs
     2
     """
@@ -152,7 +152,7 @@ def _with_source(err: InputError, update: Update) -> InputError:
         hint = f"{hint}; {_INVALID_HINT}" if hint else _INVALID_HINT
     if err.source and err.record and hint == err.hint:
         return err
-    from connectors.files import format_update
+    from core.records import format_update
 
     return InputError(
         err.source or update.source or "<input>",

@@ -1,5 +1,5 @@
 """The engine of a triangle query: the IVM-epsilon operators of
-:mod:`operators.triangle` behind the interface of :class:`dataflow.engine.Engine`
+:mod:`operators.triangle` behind the interface of :class:`dataflow.engines.crown.Engine`
 (``apply_atom``, ``atom_nodes``, ``take_delta``, ``full``, ``state_entries``, ``ring``).
 
 Example (a directed 3-cycle over one edge table; each occurrence is one copy):
@@ -8,7 +8,7 @@ Example (a directed 3-cycle over one edge table; each occurrence is one copy):
     ...                   " G c WHERE a.dst = b.src AND b.dst = c.src AND c.dst = a.src")
     >>> from operators.input import RelationInput
     >>> inputs = [RelationInput(atom, q.cq.join_vars) for atom in q.cq.atoms]
-    >>> e = TriangleEngine(q.triangle, 0.5)
+    >>> e = TriangleEngine(q.kind.tp, 0.5)
     >>> for edge in [(1, 2), (2, 3), (3, 1)]:
     ...     for k, project in enumerate(inputs):  # tuples in the atom's variable order
     ...         e.apply_atom(k, project(edge), 1)

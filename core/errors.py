@@ -42,3 +42,13 @@ class InputError(IvmflowError):
     @property
     def reason(self) -> str:
         return f"expected {self.expected}, found {self.found}"
+
+
+class UsageError(IvmflowError):
+    """Bad use of the command line or of run options, found after parsing (exit code
+    2): options that contradict each other, a URL that names no topic, ..."""
+
+
+class UnavailableError(UsageError):
+    """A runner or connector that this installation does not have (exit code 2); the
+    message says which extra to install."""

@@ -47,9 +47,9 @@ from connectors.kafka import (
     parse_kafka_url,
     record_source,
 )
-from dataflow.partitioned import EpochCursor, NumberedRecord
-from dataflow.records import EpochEnd, Record
-from plans.schema import Schema
+from core.epochs import EpochCursor, NumberedRecord
+from core.records import EpochEnd, Record
+from core.schema import Schema
 
 __all__ = ["EpochReader", "ReadPosition", "align", "parse_kafka_url", "stream_key"]
 
@@ -113,7 +113,7 @@ def align(fetched: Sequence[_Fetched], final: bool) -> tuple[list[Record], list[
     :class:`connectors.kafka.EpochAligner`, and with ``final`` (or a single stream) the
     rest. Returns the records and the next offset of each stream.
 
-    >>> from dataflow.records import Update, EPOCH_END
+    >>> from core.records import Update, EPOCH_END
     >>> u = lambda v: Update("+", "G", (v,))
     >>> p0 = _Fetched([(0, u(1)), (1, EPOCH_END), (2, u(3))], 3)
     >>> p1 = _Fetched([(0, u(2)), (1, EPOCH_END)], 2)
@@ -149,7 +149,7 @@ class EpochReader:
 
     ``endpoint`` is a :class:`connectors.kafka.KafkaEndpoint` (one topic, or one per
     relation); records are decoded with :func:`connectors.kafka.decode_update` typed by
-    ``schema``, and a bad one raises its :class:`dataflow.errors.InputError` (topic,
+    ``schema``, and a bad one raises its :class:`core.errors.InputError` (topic,
     partition, offset).
     """
 

@@ -3,7 +3,7 @@
 Job shape: the update source (numbers records and cuts epochs, offsets in the
 checkpoint) -> ``mapInPandas`` tagging each update with its partitions (HyperCube
 shares; epoch closes broadcast) -> ``groupBy(partition).applyInPandasWithState``: per
-partition the same :class:`dataflow.engine.Engine` and output finalizer process the
+partition the same :class:`dataflow.engines.crown.Engine` and output finalizer process the
 sub-batch in stream order -> ``foreachBatch``: sum the changes per (epoch, row) over
 partitions and write each closed epoch atomically to the sink, skipping epochs the sink
 already committed (a replayed batch after a crash).
@@ -25,21 +25,19 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from connectors.spark_source import SOURCE_NAME, UpdateCsvSource
+from core.consolidate import consolidate_by
+from core.epochs import CLOSE, NumberedRecord
+from core.records import EpochDelta, Update
 from dataflow.partitioned import (
-    CLOSE,
-    NumberedRecord,
     PartitionLayout,
     PartitionTask,
     TaggedRow,
     WorkerPlan,
     tag_records,
 )
-from dataflow.records import EpochDelta, Update
-from operators.finalize import sort_rows
+from dataflow.runners.spark.source import SOURCE_NAME, UpdateCsvSource
 
 TAGGED_SCHEMA = (
     "partition INT, seq LONG, epoch INT, kind STRING, atom INT, tup BINARY, dm LONG, "
@@ -79,7 +77,7 @@ def spark_session(master: str | None = None, partitions: int = 2) -> SparkSessio
 def _unwrap(exc: Exception) -> Exception:
     """A bad record found inside Spark surfaces as a StreamingQueryException holding a
     Python traceback; give the user ivmflow's own message instead."""
-    from dataflow.errors import InputError
+    from core.errors import InputError
 
     text = str(exc)
     marker = "InputError: "
@@ -129,7 +127,7 @@ class SparkJob:
 
     def stream(self, spark: SparkSession) -> DataFrame:
         if self.updates.lower().startswith("kafka://"):
-            from connectors.spark_kafka import kafka_update_stream
+            from dataflow.runners.spark.kafka import kafka_update_stream
 
             source = kafka_update_stream(
                 spark, self.updates, self.query.schema, epoch_size=self.epoch_size,
@@ -221,25 +219,16 @@ class SparkJob:
         directory or a Kafka topic, until stopped: :meth:`stop`, or ``should_stop()``
         turning true, e.g. on SIGTERM), writing each closed epoch once."""
         spark = spark_session(self.master, self.layout.partitions)
-        written = {"delta": int(getattr(outputs, "resume_epoch", 0)),
-                   "snapshot": int(getattr(outputs, "resume_snapshot", 0))}
 
         def sink_batch(df: DataFrame, batch_id: int) -> None:
-            summed = (
-                df.groupBy("kind", "epoch", "row")
-                .agg(F.sum("mult").alias("mult"))
-                .where(F.col("mult") != 0)
+            # Consolidated here, on unpickled rows (equal rows need not pickle to equal
+            # bytes). The sinks skip epochs they already hold (a replayed batch).
+            grouped = consolidate_by(
+                ((r["kind"], int(r["epoch"])), int(r["mult"]), pickle.loads(r["row"]))
+                for r in df.toLocalIterator()
             )
-            grouped: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-            for r in summed.toLocalIterator():
-                grouped.setdefault((r["kind"], int(r["epoch"])), []).append(
-                    (int(r["mult"]), pickle.loads(r["row"]))
-                )
             for (kind, n) in sorted(grouped, key=lambda k: (k[1], k[0])):
                 rows = grouped[kind, n]
-                sort_rows(rows)
-                if n <= written[kind]:
-                    continue  # a replayed batch: this epoch is already in the sink
                 if kind == "delta":
                     outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
                     if stats is not None:
@@ -247,7 +236,6 @@ class SparkJob:
                         stats.epochs = max(stats.epochs, n)
                 elif outputs.snapshots is not None:
                     outputs.snapshots.write_snapshot(n, rows)
-                written[kind] = n
             self.batches += 1
 
         query = (

@@ -1,12 +1,12 @@
 """A PySpark streaming data source over a Kafka update topic (``kafka://host:port/topic``).
 
-The Spark offset of a micro-batch is a :class:`connectors.kafka_epochs.ReadPosition`
+The Spark offset of a micro-batch is a :class:`connectors.kafka.epochs.ReadPosition`
 (next offset per topic partition, at an epoch boundary, plus the epoch cursor and the
 ``--stop-at-end`` target): Spark writes it to the query's checkpoint before the batch
 runs, so a restarted query re-reads exactly the batch it had planned
 (``readBetweenOffsets``) and goes on from there. No consumer group is used.
 
-Rows have the schema of :mod:`connectors.spark_source` (the file source), so the
+Rows have the schema of :mod:`dataflow.runners.spark.source` (the file source), so the
 Spark runner's job is the same after the source.
 
 This module imports pyspark and kafka-python; ``operators/`` and ``plans/`` never do.
@@ -28,10 +28,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from connectors.kafka_epochs import EpochReader, ReadPosition, parse_kafka_url
-from connectors.spark_source import ROW_SCHEMA
-from dataflow.partitioned import CLOSE, NumberedRecord
-from plans.schema import Schema
+from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
+from core.epochs import CLOSE, NumberedRecord
+from core.schema import Schema
+from dataflow.runners.spark.source import ROW_SCHEMA
 
 SOURCE_NAME = "ivmflow_kafka_updates"
 

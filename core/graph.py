@@ -86,9 +86,6 @@ class Dataflow:
                 return op
         raise KeyError(op_id)
 
-    def of_kind(self, kind: str) -> list[Op]:
-        return [op for op in self.ops if op.kind == kind]
-
     def to_networkx(self) -> nx.DiGraph:
         g = nx.DiGraph(name=self.name)
         for op in self.ops:

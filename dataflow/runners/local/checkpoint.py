@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataflow.errors import IvmflowError
+from core.errors import IvmflowError
 
 __all__ = [
     "CHECKPOINT_FILE",

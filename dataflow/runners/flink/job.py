@@ -38,10 +38,9 @@ from pyflink.datastream import (
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
+from core.epochs import CLOSE, EpochCursor, NumberedRecord
+from core.records import EpochDelta, Record
 from dataflow.partitioned import (
-    CLOSE,
-    EpochCursor,
-    NumberedRecord,
     OutputRow,
     PartitionLayout,
     PartitionTask,
@@ -50,7 +49,6 @@ from dataflow.partitioned import (
     merge_outputs,
     tag_records,
 )
-from dataflow.records import EpochDelta, Record
 
 _SPOOLS: dict[str, list[NumberedRecord]] = {}
 DONE = "done"
@@ -152,10 +150,12 @@ class EpochMerger(KeyedProcessFunction):
 
     def _write(self, epoch: int, entry: dict[str, Any], snap: dict[str, Any] | None) -> None:
         merged = merge_outputs(entry["rows"])
-        if self.deltas is not None and epoch > self.deltas.last_committed_epoch:
+        # Both sinks skip the epochs (snapshots) they already hold: a restored job
+        # recomputes them.
+        if self.deltas is not None:
             self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
         k = entry["snap"]
-        if k and self.snapshots is not None and k > self.snapshots.last_committed_snapshot:
+        if k and self.snapshots is not None:
             rows = merge_outputs(snap["rows"]).get(("snapshot", k), []) if snap else []
             self.snapshots.write_snapshot(k, rows)
 
@@ -172,11 +172,14 @@ def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
 
         return KafkaDeltaSink(parse_kafka_url(target, kafka_options), columns, kind=kind,  # type: ignore[arg-type]
                               transactional_id=default_id("flink", kind, target))
+    from connectors.base import SkipCommitted
     from connectors.files import DeltaCsvSink, SnapshotCsvSink
 
     if kind == "epoch":
-        return DeltaCsvSink(target, columns, resume=True)
-    return SnapshotCsvSink(target, columns, resume=True)
+        dsink = DeltaCsvSink(target, columns, resume=True)
+        return SkipCommitted(dsink, epoch=dsink.last_committed_epoch)
+    ssink = SnapshotCsvSink(target, columns, resume=True)
+    return SkipCommitted(ssink, snapshot=ssink.last_committed_snapshot)
 
 
 class FlinkJob:
@@ -259,13 +262,13 @@ class FlinkJob:
                   stop_at_end: bool = False, batch_records: int = 10_000,
                   should_stop: Callable[[], bool] | None = None,
                   kafka_options: Sequence[str] = ()) -> None:
-        """Read the update topic(s) at ``url`` (:mod:`connectors.flink_kafka`: a source in
+        """Read the update topic(s) at ``url`` (:mod:`dataflow.runners.flink.kafka`: a source in
         the job, read position in Flink state) until the end known at the first start
         (``stop_at_end``) or until ``should_stop()`` (then the job is cancelled; its
         checkpoints are kept, and the same command resumes from the newest)."""
         import tempfile
 
-        from connectors.flink_kafka import KafkaEpochSource, start_position
+        from dataflow.runners.flink.kafka import KafkaEpochSource, start_position
 
         ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
         ckpt.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,8 @@ partition. The deterministic epoch order of :mod:`connectors.kafka` needs both.
 
 So the source is Python, in the job: a tick source (``NumberSequenceSource``,
 parallelism 1) drives :class:`KafkaEpochSource`, a keyed process function (one key)
-that on every tick reads the next whole epochs with :class:`connectors.kafka_epochs.
-EpochReader` from the :class:`~connectors.kafka_epochs.ReadPosition` kept in its
+that on every tick reads the next whole epochs with :class:`connectors.kafka.epochs.
+EpochReader` from the :class:`~connectors.kafka.epochs.ReadPosition` kept in its
 ``ValueState``, numbers them, tags them with their partitions and emits them. A
 checkpoint barrier passes between two ticks, so the position in a checkpoint is exactly
 that of the records emitted before it: a job restored from a checkpoint goes on from
@@ -43,9 +43,10 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
-from connectors.kafka_epochs import EpochReader, ReadPosition, parse_kafka_url
-from dataflow.partitioned import CLOSE, WorkerPlan, tag_records
-from plans.schema import Schema
+from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
+from core.epochs import CLOSE
+from core.schema import Schema
+from dataflow.partitioned import WorkerPlan, tag_records
 
 UNBOUNDED_TICKS = 2**62
 IDLE_SLEEP_S = 0.2

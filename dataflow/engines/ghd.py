@@ -1,6 +1,6 @@
 """The engine of a cyclic query planned as a generalized hypertree decomposition
-(:mod:`plans.ghd`): each bag maintained inside, CROWN's :class:`dataflow.engine.Engine`
-over the bags. It has the interface of :class:`dataflow.engine.Engine`
+(:mod:`plans.ghd`): each bag maintained inside, CROWN's :class:`dataflow.engines.crown.Engine`
+over the bags. It has the interface of :class:`dataflow.engines.crown.Engine`
 (``apply_atom``, ``atom_nodes``, ``take_delta``, ``full``, ``state_entries``, ``ring``).
 
 Every atom update is turned into the change of its bag's relation right away (the
@@ -14,7 +14,7 @@ Example (a 4-cycle R(a,b), S(b,c), T(c,d), U(d,a) counted):
     ...     " E u WHERE r.d = s.s AND s.d = t.s AND t.d = u.s AND u.d = r.s")
     >>> from operators.input import RelationInput
     >>> inputs = [RelationInput(atom, q.cq.join_vars) for atom in q.cq.atoms]
-    >>> e = GhdEngine(q.ghd, 0.5)
+    >>> e = GhdEngine(q.kind.gp, 0.5)
     >>> for edge in [(1, 2), (2, 3), (3, 4), (4, 1)]:
     ...     for k, project in enumerate(inputs):
     ...         e.apply_atom(k, project(edge), 1)
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataflow.engine import Engine
-from dataflow.graph import Dataflow, Edge, Op
-from dataflow.triangle import TriangleEngine
+from core.graph import Dataflow, Edge, Op
+from dataflow.engines.crown import Engine
+from dataflow.engines.triangle import TriangleEngine
 from operators.deltajoin import DeltaJoin
 from operators.state import DictState, State
 from plans.dag import compile_dataflow, finalize_mode

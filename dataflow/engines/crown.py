@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dataflow.graph import Dataflow
+from core.graph import Dataflow
 from operators.aggregate import AggregateLayout
 from operators.enumerate import Enumerator
 from operators.joinnode import JoinNode

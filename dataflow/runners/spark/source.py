@@ -20,8 +20,8 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from connectors.files import read_updates_from_lines
-from dataflow.partitioned import CLOSE, EpochCursor
-from plans.schema import Schema
+from core.epochs import CLOSE, EpochCursor
+from core.schema import Schema
 
 SOURCE_NAME = "ivmflow_updates"
 ROW_SCHEMA = (

@@ -1,0 +1,116 @@
+"""Records that flow into and out of a maintained query.
+
+Example:
+    >>> Update("+", "G", (1, 2)).signed_mult
+    1
+    >>> Update("-", "G", (1, 2), 3).signed_mult
+    -3
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from core.schema import Row, Value
+
+Op = Literal["+", "-"]
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """Insert (``+``) or delete (``-``) ``mult`` copies of ``row`` in ``relation``.
+
+    ``source`` says where the record came from (``file:line`` or ``topic@partition:offset``)
+    so that errors found later still point at the input.
+    """
+
+    op: Op
+    relation: str
+    row: Row
+    mult: int = 1
+    source: str = field(default="", compare=False)
+
+    @property
+    def signed_mult(self) -> int:
+        return self.mult if self.op == "+" else -self.mult
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEnd:
+    """An explicit epoch boundary (the ``*`` line / ``{"op": "*"}`` record)."""
+
+    source: str = field(default="", compare=False)
+
+
+EPOCH_END = EpochEnd()
+
+Record = Update | EpochEnd
+"""What sources yield."""
+
+
+@dataclass(frozen=True)
+class EpochDelta:
+    """The consolidated change of the query result in one epoch.
+
+    ``rows`` holds ``(mult, row)`` pairs with non-zero ``mult``, sorted for determinism.
+    ``snapshot_requested`` is set when the epoch was closed by an explicit marker.
+    """
+
+    epoch: int
+    rows: tuple[tuple[int, Row], ...]
+    updates: int = 0
+    closed_by_marker: bool = False
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+# ---------------------------------------------------------------------------------------
+# The one text form of values and records (the update CSV of DESIGN section 3): used by
+# the CSV sinks, error messages, the generators and the tests.
+
+
+def format_value(value: Value) -> str:
+    """Render one value for a CSV line: NULL is empty, floats round-trip, bools are
+    ``true``/``false``.
+
+    >>> [format_value(v) for v in (None, True, 0.1, 7, "a")]
+    ['', 'true', '0.1', '7', 'a']
+    """
+    if value is None:
+        return ""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def csv_line(fields: Iterable[str]) -> str:
+    """Fields joined and quoted as the csv module writes them (no newline).
+
+    >>> csv_line(["+", "G", "a,b"])
+    '+,G,"a,b"'
+    """
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(fields)
+    return buf.getvalue()
+
+
+def format_update(record: Record) -> str:
+    """Render a record as one line of the update CSV (without newline); an epoch end
+    is ``*``.
+
+    >>> format_update(Update("-", "G", (1, None), 2)), format_update(EPOCH_END)
+    ('-2,G,1,', '*')
+    """
+    if isinstance(record, EpochEnd):
+        return "*"
+    op = record.op if record.mult == 1 else f"{record.op}{record.mult}"
+    return csv_line([op, record.relation, *(format_value(v) for v in record.row)])

@@ -1,0 +1,83 @@
+"""The per-partition engines and the one protocol they share.
+
+An engine runs one partition of a compiled query over the State protocol: the runners
+feed it (filtered, projected) updates of FROM items with :meth:`PartitionEngine.apply_atom`
+and take, per epoch, the row payload changes the output finalizer turns into the delta.
+
+* :class:`~dataflow.engines.crown.Engine`: CROWN's join tree (acyclic queries);
+* :class:`~dataflow.engines.triangle.TriangleEngine`: IVM-epsilon triangle views;
+* :class:`~dataflow.engines.ghd.GhdEngine`: bags of a hypertree decomposition inside,
+  CROWN across them.
+
+Which one a query gets is decided by its :class:`dataflow.kinds.QueryKind`
+(``make_engine``), so no runner branches on the kind of query.
+
+Example:
+    >>> from dataflow.api import compile_query
+    >>> q = compile_query("CREATE TABLE R(a INT); SELECT COUNT(*) FROM R")
+    >>> engine: PartitionEngine = q.kind.make_engine()
+    >>> engine.apply_atom(0, (7,), 2)
+    >>> engine.take_delta()
+    {(): 2}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from operators.state import State
+
+__all__ = ["AtomPort", "PartitionEngine"]
+
+
+class AtomPort(Protocol):
+    """Where the updates of one FROM item's copy enter an engine."""
+
+    def apply(self, t: tuple[Any, ...], dm: int) -> None:
+        """Apply ``dm`` (signed) copies of the projected tuple ``t``."""
+        ...
+
+    @property
+    def base(self) -> Any:
+        """The copy's multiplicities (``base.get(t, 0)``; the partitioned runners check
+        deletes with it), or None where the port does not keep them."""
+        ...
+
+
+class PartitionEngine(Protocol):
+    """What every engine offers the runners (checked by mypy where kinds make engines)."""
+
+    @property
+    def ring(self) -> Any:
+        """The payload ring of the rows (integers, or aggregate vectors)."""
+        ...
+
+    @property
+    def state(self) -> State:
+        """All of the engine's keyed state (what a runner binds to its backend)."""
+        ...
+
+    @property
+    def atom_nodes(self) -> Mapping[int, AtomPort]:
+        """FROM item index -> its port."""
+        ...
+
+    acc: dict[Any, Any]
+    """Row payload changes not taken yet (a runner saves them with the state)."""
+
+    def apply_atom(self, atom: int, t: tuple[Any, ...], dm: int) -> None:
+        """Apply a (filtered, projected) update of FROM item ``atom``."""
+        ...
+
+    def take_delta(self) -> dict[Any, Any]:
+        """Row payload changes since the last call (zero entries possible)."""
+        ...
+
+    def full(self) -> dict[Any, Any]:
+        """The whole current result of this partition: row -> payload."""
+        ...
+
+    def state_entries(self) -> int:
+        """Stored state entries (for benchmarks)."""
+        ...

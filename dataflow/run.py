@@ -1,0 +1,334 @@
+r"""Running a query: the options of a run, its sinks (chosen by URL scheme), the progress
+counters, and :func:`run`, which compiles the query, opens the outputs and hands the run
+to the chosen runner (:mod:`dataflow.runners`). The command line is a thin layer over
+this module; it can be used from Python the same way.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "q.sql").write_text("CREATE TABLE R(a INT); SELECT COUNT(*) AS n FROM R;")
+    >>> _ = (d / "u.csv").write_text("+,R,1\n+,R,2\n*\n-,R,1\n")
+    >>> ctx = run(RunOptions(str(d / "q.sql"), str(d / "u.csv"), deltas=str(d / "out.csv")))
+    >>> ctx.progress.stats.epochs, (d / "out.csv").read_text().splitlines()
+    (2, ['epoch,mult,n', '1,1,2', '2,1,1', '2,-1,2'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any, TextIO
+
+from connectors.base import DeadLetterSink, Outputs, SkipCommitted
+from connectors.files import (
+    CsvStreamSink,
+    DeadLetterCsvSink,
+    DeltaCsvSink,
+    OnError,
+    SnapshotCsvSink,
+)
+from core.errors import UnavailableError
+from core.records import Record
+from dataflow import runners
+from dataflow.drive import DriveStats
+
+__all__ = [
+    "PROG", "Outputs", "Progress", "RunContext", "RunOptions", "compile_file", "open_outputs",
+    "run", "scheme", "stop_on_signals",
+]
+
+PROG = "ivmflow"
+"""The command's name, which every message starts with."""
+
+
+def scheme(target: str | None) -> str | None:
+    """The URL scheme of a source or sink (None for a path).
+
+    >>> scheme("kafka://h:9092/t"), scheme("out.csv")
+    ('kafka', None)
+    """
+    if target and "://" in target:
+        return target.split("://", 1)[0].lower()
+    return None
+
+
+CONNECTOR_SCHEMES = ("kafka",)
+"""URL schemes a source or sink may use."""
+
+
+def _kafka_io() -> ModuleType:
+    """The Kafka glue (:mod:`dataflow.kafka_io`), imported on first use."""
+    try:
+        from dataflow import kafka_io
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        msg = f"the kafka:// connector needs kafka-python: pip install -e '.[kafka]' ({err})"
+        raise UnavailableError(msg) from None
+    return kafka_io
+
+
+# ---------------------------------------------------------------------------------------
+# Run options, outputs, progress
+
+
+@dataclass
+class RunOptions:
+    """The options of ``ivmflow run`` (also usable from Python)."""
+
+    query: str
+    updates: str
+    runner: str = "local"
+    epoch: int | None = None
+    deltas: str | None = None
+    snapshots: str | None = None
+    parallelism: int = 1
+    eps: float | None = None
+    partitioning: str = "single"
+    """Triangle count: ``single`` or ``double`` heavy/light partitioning."""
+    on_error: OnError = "fail"
+    dead_letter: str | None = None
+    stop_at_end: bool = False
+    quiet: bool = False
+    resume: bool = False
+    fsync: bool = True
+    checkpoint: str | None = None
+    """Spark and Flink: the streaming checkpoint (offsets and partition state); default
+    ``<deltas>.checkpoint``. Restarting with the same checkpoint resumes the run.
+    Local runner over Kafka: the state checkpoint (:mod:`dataflow.runners.local.checkpoint`), only
+    when given."""
+    checkpoint_interval: float = 30.0
+    """Local runner over Kafka: seconds between state checkpoints (taken at epoch
+    boundaries; 0: at every boundary)."""
+    batch_lines: int = 10_000
+    """Spark: input lines per micro-batch."""
+    kafka_options: list[str] = field(default_factory=list)
+    """``KEY=VALUE`` Kafka client properties for every ``kafka://`` source and sink."""
+
+    def maintain_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given)."""
+        kwargs: dict[str, Any] = {"parallelism": self.parallelism}
+        if self.eps is not None:
+            kwargs["eps"] = self.eps
+        return kwargs
+
+    @property
+    def spark_checkpoint(self) -> str | None:
+        """The checkpoint directory of the Spark and Flink runners (for a Kafka delta
+        topic: ``ivmflow-checkpoints/<runner>-<host_port>-<topic>`` in the working
+        directory)."""
+        if self.checkpoint or not self.deltas:
+            return self.checkpoint
+        if "://" in self.deltas:
+            name = "".join(c if c.isalnum() or c in "-_." else "_"
+                           for c in self.deltas.split("://", 1)[1].split("?", 1)[0])
+            return str(Path("ivmflow-checkpoints") / f"{self.runner}-{name}")
+        return f"{self.deltas}.checkpoint"
+
+    @property
+    def resume_outputs(self) -> bool:
+        """``--resume``, or a Spark/Flink run restarted from an existing checkpoint."""
+        ckpt = self.spark_checkpoint
+        restarted = (
+            self.runner in ("spark", "flink") and ckpt is not None and Path(ckpt).exists()
+        )
+        return self.resume or restarted
+
+    @property
+    def dead_letter_path(self) -> str:
+        """``--dead-letter``, or ``<deltas without .csv>.dead-letter.csv`` (``ivmflow.…``
+        when deltas go to stdout)."""
+        if self.dead_letter:
+            return self.dead_letter
+        base = self.deltas or "ivmflow"
+        if base.lower().endswith(".csv"):
+            base = base[:-4]
+        return f"{base}.dead-letter.csv"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class Progress:
+    """The live progress line (terminal only) and the run's counters."""
+
+    def __init__(self, stream: TextIO, enabled: bool, interval: float = 0.2) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.interval = interval
+        self.stats = DriveStats()
+        self.start = time.monotonic()
+        self.stop_requested = False
+        # Set by a runner whose updates are read inside the job (Flink on Kafka): the
+        # driver never sees them, so the summary must not claim "0 updates".
+        self.counted_in_job: str | None = None
+        self._last_draw = self.start
+        self._width = 0
+
+    def tick(self, i: int) -> None:
+        """Redraw now and then (call with a running record count)."""
+        if self.enabled and not i & 255:
+            now = time.monotonic()
+            if now - self._last_draw >= self.interval:
+                self._last_draw = now
+                self.draw(now)
+
+    def watch(self, records: Iterable[Record]) -> Iterator[Record]:
+        """Pass records through, redrawing now and then; end early on a stop request."""
+        for i, rec in enumerate(records, 1):
+            if self.stop_requested:
+                return
+            yield rec
+            self.tick(i)
+
+    def draw(self, now: float) -> None:
+        st = self.stats
+        rate = st.updates / max(now - self.start, 1e-9)
+        line = (f"{PROG}: {st.updates} updates read, {plural(st.epochs, 'epoch')}, "
+                f"{plural(st.delta_rows, 'delta row')}, {rate:.0f} updates/s")
+        self.stream.write("\r" + line.ljust(self._width))
+        self.stream.flush()
+        self._width = len(line)
+
+    def clear(self) -> None:
+        if self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
+    def summary(self) -> str:
+        st = self.stats
+        secs = time.monotonic() - self.start
+        if self.counted_in_job is not None:
+            return f"{PROG}: {self.counted_in_job} in {secs:.1f}s"
+        rate = st.updates / max(secs, 1e-9)
+        snaps = f", {plural(st.snapshots, 'snapshot')}" if st.snapshots else ""
+        return (f"{PROG}: {plural(st.updates, 'update')}, {plural(st.epochs, 'epoch')}, "
+                f"{plural(st.delta_rows, 'delta row')}{snaps} in {secs:.1f}s "
+                f"({rate:.0f} updates/s)")
+
+
+@dataclass
+class RunContext:
+    """Everything a runner gets: the compiled query, the options, the opened sinks and
+    the progress counters (a runner updates ``progress.stats``)."""
+
+    query: Any
+    options: RunOptions
+    outputs: Outputs
+    progress: Progress = field(default_factory=lambda: Progress(sys.stderr, False))
+
+
+def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
+    """The sinks of a run, chosen by URL scheme: CSV files (or stdout), or Kafka topics
+    (:func:`dataflow.kafka_io.open_outputs`) when any source or sink is ``kafka://``.
+    File sinks of a resumed run skip the epochs they already hold."""
+    targets = (opts.updates, opts.deltas, opts.snapshots, opts.dead_letter)
+    if any(scheme(t) == "kafka" for t in targets):
+        return _kafka_io().open_outputs(opts, columns)
+    dead: DeadLetterSink | None = None
+    out: Outputs | None = None
+    try:
+        if opts.on_error == "skip":
+            dead = DeadLetterCsvSink(opts.dead_letter_path)
+        if opts.deltas:
+            dsink = DeltaCsvSink(opts.deltas, columns, resume=opts.resume_outputs, fsync=opts.fsync)
+            out = Outputs(SkipCommitted(dsink, epoch=dsink.last_committed_epoch),
+                          dead_letter=dead, resume_epoch=dsink.last_committed_epoch)
+        else:
+            out = Outputs(CsvStreamSink(sys.stdout, columns), dead_letter=dead)
+        if opts.snapshots:
+            ssink = SnapshotCsvSink(
+                opts.snapshots, columns, resume=opts.resume_outputs, fsync=opts.fsync
+            )
+            out.snapshots = SkipCommitted(ssink, snapshot=ssink.last_committed_snapshot)
+            out.resume_snapshot = ssink.last_committed_snapshot
+        return out
+    except BaseException:
+        if out is not None:
+            out.close()
+        elif dead is not None:
+            dead.close()
+        raise
+
+
+
+@contextlib.contextmanager
+def stop_on_signals(progress: Progress) -> Iterator[None]:
+    """SIGINT/SIGTERM set ``progress.stop_requested`` (the runner finishes the open
+    epoch and stops); a second SIGINT aborts."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if progress.stop_requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        progress.stop_requested = True
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+
+
+def compile_file(path: str, eps: float | None = None, partitioning: str = "single") -> Any:
+    """Compile a query file (errors name the file)."""
+    text = Path(path).read_text(encoding="utf-8")
+    from dataflow.api import compile_query
+
+    kwargs: dict[str, Any] = {}
+    if eps is not None:
+        kwargs["eps"] = eps
+    if partitioning != "single":
+        kwargs["triangle_partitioning"] = partitioning
+    return compile_query(text, source_name=path, **kwargs)
+
+
+def _check_available(opts: RunOptions) -> runners.Runner:
+    runner = runners.get(opts.runner)
+    for what, target in (("--updates", opts.updates), ("--deltas", opts.deltas),
+                         ("--snapshots", opts.snapshots)):
+        s = scheme(target)
+        if s is not None and s not in CONNECTOR_SCHEMES:
+            msg = f"the {s}:// connector ({what} {target}) is not available in this build"
+            raise UnavailableError(msg)
+    return runner
+
+
+def run(opts: RunOptions, progress: Progress | None = None) -> RunContext:
+    """Compile ``opts.query``, open the source and the sinks, and run to the end of a
+    bounded source or until ``progress.stop_requested`` (set by a signal handler, see
+    :func:`stop_on_signals`). Returns the run's context (its counters are in
+    ``ctx.progress.stats``); raises :class:`~core.errors.IvmflowError` subclasses on
+    bad queries, bad input and bad usage, with the outputs closed and every epoch
+    written so far complete."""
+    runner = _check_available(opts)
+    # Unsupported SQL fails before any input is read; eps and the partitioning are
+    # compiled in so that the Spark and Flink workers plan the same engine.
+    query = compile_file(opts.query, opts.eps, opts.partitioning)
+    if scheme(opts.updates) is None and opts.updates != "-" and not Path(opts.updates).exists():
+        raise FileNotFoundError(2, "update source not found", opts.updates)
+    outputs = open_outputs(opts, tuple(query.output_columns))
+    ctx = RunContext(query, opts, outputs,
+                     progress if progress is not None else Progress(sys.stderr, False))
+    try:
+        runner(ctx)
+    finally:
+        ctx.progress.clear()
+        outputs.close()
+    return ctx

@@ -1,0 +1,61 @@
+"""The Spark runner (``pip install -e '.[spark]'``, Java 17): PySpark Structured
+Streaming in micro-batches (:mod:`dataflow.runners.spark.job`), with its file source
+(:mod:`~dataflow.runners.spark.source`), its Kafka source
+(:mod:`~dataflow.runners.spark.kafka`) and the Spark data pipeline
+(:mod:`~dataflow.runners.spark.pipeline`). Importing this package needs no pyspark;
+running does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.errors import UnavailableError, UsageError
+from dataflow.drive import DriveStats
+from dataflow.run import scheme
+from dataflow.runners import register
+
+if TYPE_CHECKING:
+    from dataflow.run import RunContext, RunOptions
+
+__all__ = ["refuse_kafka_skip", "run_spark"]
+
+
+def refuse_kafka_skip(opts: RunOptions) -> None:
+    """The Spark and Flink Kafka sources stop at a bad record (no dead-letter topic
+    there yet): say so before the job starts."""
+    if opts.on_error == "skip" and scheme(opts.updates) == "kafka":
+        msg = (f"--on-error skip with a kafka:// source runs on the local runner only; "
+               f"the {opts.runner} runner stops at a bad record (run without --on-error "
+               f"skip, or with --runner local)")
+        raise UsageError(msg)
+
+
+@register("spark")
+def run_spark(ctx: RunContext) -> DriveStats:
+    """The Spark runner (``pip install -e '.[spark]'``, Java 17): see
+    :mod:`dataflow.runners.spark.job`. The delta file is always resumed: after a crash, the
+    same command with the same checkpoint writes exactly the epochs still missing."""
+    opts, out = ctx.options, ctx.outputs
+    try:
+        from dataflow.runners.spark.job import SparkJob
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        msg = f"the spark runner needs pyspark: pip install -e '.[spark]' ({err})"
+        raise UnavailableError(msg) from None
+    refuse_kafka_skip(opts)
+    checkpoint = opts.spark_checkpoint
+    job = SparkJob(
+        ctx.query,
+        opts.updates,
+        epoch_size=opts.epoch,
+        parallelism=opts.parallelism,
+        checkpoint=checkpoint,
+        batch_lines=opts.batch_lines,
+        bounded=opts.stop_at_end or not (
+            scheme(opts.updates) == "kafka" or Path(opts.updates).is_dir()
+        ),
+        kafka_options=opts.kafka_options,
+    )
+    job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
+    return ctx.progress.stats
