@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,8 +145,10 @@ def _check_eps(eps: float) -> None:
         raise ValueError(msg)
 
 
-def make_finalizer(plan: Plan, count_supports: bool) -> OutputFinalizer:
-    """The output finalizer of a plan (DISTINCT supports, aggregate groups, bag)."""
+def make_finalizer(plan: Plan, count_supports: bool,
+                   output_state: MutableMapping[Any, Any] | None = None) -> OutputFinalizer:
+    """The output finalizer of a plan (DISTINCT supports, aggregate groups, bag), keeping
+    its per-row state in ``output_state`` (a fresh dict by default)."""
     cq = plan.cq
     columns: list[tuple[str, int]] = []
     group = cq.group_by or ()
@@ -161,7 +163,7 @@ def make_finalizer(plan: Plan, count_supports: bool) -> OutputFinalizer:
         make_ring(plan),
         aggregate_layout(plan),
         columns,
-        DictState().map("finalize.output"),
+        output_state if output_state is not None else DictState().map("finalize.output"),
         count_supports=count_supports,
         grouped=cq.group_by is not None,
     )

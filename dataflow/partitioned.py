@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,12 +44,16 @@ from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.partitioner import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
-from operators.state import DictState
+from operators.state import DictState, State
 from plans.dag import finalize_mode
 
+FINALIZE_OUTPUT, FINALIZE_META = "finalize.output", "finalize.meta"
+"""The maps of a partition's State that hold the output finalizer's rows and flags."""
+
 __all__ = [
-    "OutputRow", "PartitionLayout", "PartitionTask", "TaggedRow", "WorkerPlan",
-    "compiled_for_workers", "merge_outputs", "tag_records",
+    "FINALIZE_META", "FINALIZE_OUTPUT", "OutputRow", "PartitionLayout", "PartitionTask",
+    "TaggedRow", "WorkerPlan",
+    "bundle_by_partition", "compiled_for_workers", "merge_outputs", "tag_records",
 ]
 
 
@@ -171,25 +175,53 @@ def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> 
     return out
 
 
-class PartitionTask:
-    """One partition: its engine and output finalizer, restored from and dumped to a
-    blob, processing its rows in stream order."""
+def bundle_by_partition(tagged: Iterable[TaggedRow]) -> Iterator[tuple[int, list[TaggedRow]]]:
+    """Group a batch's tagged rows per partition, each group in stream order: a runner
+    sends one element per partition and batch across its process boundary, not one per
+    update.
 
-    def __init__(self, query: Any, layout: PartitionLayout, blob: bytes | None) -> None:
-        saved: dict[str, Any] = pickle.loads(blob) if blob else {}
-        state = DictState()
-        for name, m in saved.get("maps", {}).items():
-            state.map(name).update(m)
-        plan = query.plan
-        # Same operators as the local runner, whatever the kind of query.
-        self.engine: PartitionEngine = query.kind.make_engine(state)
-        self.engine.acc = saved.get("acc", {})
+    >>> rows = [TaggedRow(p, s, 1, UPDATE, 0, (s,), 1, 0) for p, s in [(1, 0), (0, 1), (1, 2)]]
+    >>> [(p, [r.seq for r in rs]) for p, rs in bundle_by_partition(rows)]
+    [(1, [0, 2]), (0, [1])]
+    """
+    per: dict[int, list[TaggedRow]] = {}
+    for t in tagged:
+        per.setdefault(t.partition, []).append(t)
+    yield from per.items()
+
+
+class PartitionTask:
+    """One partition: its engine and output finalizer, processing its rows in stream
+    order. Its state is either restored from and dumped to a blob (``blob``), or, with
+    ``state`` (a :class:`~operators.state.WriteBackState` the runner fills from its
+    keyed store), kept entirely in that State - the finalizer's rows in the map
+    ``finalize.output`` and its flags in ``finalize.meta`` - so that a runner can write
+    back per epoch only the entries that changed."""
+
+    def __init__(self, query: Any, layout: PartitionLayout, blob: bytes | None = None,
+                 state: State | None = None) -> None:
         from dataflow.api import make_finalizer
 
-        self.finalizer: OutputFinalizer = make_finalizer(plan, query.kind.engine_emits_bags)
-        self.finalizer.state.update(saved.get("fin", {}))
-        self.finalizer.emitted_once = saved.get("emitted_once", False)
-        self.state = state
+        plan = query.plan
+        if state is not None:
+            self.state: State = state
+            # Same operators as the local runner, whatever the kind of query.
+            self.engine: PartitionEngine = query.kind.make_engine(state)
+            self.finalizer: OutputFinalizer = make_finalizer(
+                plan, query.kind.engine_emits_bags, state.map(FINALIZE_OUTPUT))
+            self._meta: MutableMapping[str, Any] | None = state.map(FINALIZE_META)
+            self.finalizer.emitted_once = bool(self._meta.get("emitted_once", False))
+        else:
+            saved: dict[str, Any] = pickle.loads(blob) if blob else {}
+            self.state = DictState()
+            for name, m in saved.get("maps", {}).items():
+                self.state.map(name).update(m)
+            self.engine = query.kind.make_engine(self.state)
+            self.engine.acc = saved.get("acc", {})
+            self.finalizer = make_finalizer(plan, query.kind.engine_emits_bags)
+            self.finalizer.state.update(saved.get("fin", {}))
+            self.finalizer.emitted_once = saved.get("emitted_once", False)
+            self._meta = None
         self.atom_nodes: Mapping[int, AtomPort] = self.engine.atom_nodes
 
     def process(self, rows: Sequence[TaggedRow]) -> list[OutputRow]:
@@ -211,6 +243,8 @@ class PartitionTask:
             raw = self.engine.take_delta()
             for mult, row in self.finalizer.epoch(raw):
                 out.append(OutputRow("delta", r.epoch, mult, row))
+            if self._meta is not None and self._meta.get("emitted_once") is not True:
+                self._meta["emitted_once"] = self.finalizer.emitted_once
             if r.snapshot:
                 full = self.finalizer.snapshot(self.engine.full())
                 out.extend(OutputRow("snapshot", r.snapshot, m, row) for m, row in full)

@@ -26,6 +26,7 @@ import pickle
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,15 @@ from pyflink.datastream import (
     StreamExecutionEnvironment,
 )
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
-from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+from pyflink.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 
+from core.consolidate import consolidate_by
 from core.epochs import CLOSE, EpochCursor, NumberedRecord
+from core.errors import IvmflowError, UsageError
 from core.records import EpochDelta, Record
 from dataflow.partitioned import (
     OutputRow,
@@ -46,12 +53,19 @@ from dataflow.partitioned import (
     PartitionTask,
     TaggedRow,
     WorkerPlan,
-    merge_outputs,
+    bundle_by_partition,
     tag_records,
 )
+from operators.state import WriteBackState, encode_key
 
 _SPOOLS: dict[str, list[NumberedRecord]] = {}
-DONE = "done"
+
+RESTART_ATTEMPTS = 1
+"""Restarts of a failed job before the run fails (deterministic failures, like a bad
+record, fail again; the one restart covers a transient one)."""
+
+BUNDLE_RECORDS = 1000
+"""Records of the input cut per bundle: a bundle reaches each partition as one element."""
 
 
 def _spool(path: str) -> list[NumberedRecord]:
@@ -76,42 +90,95 @@ def latest_checkpoint(directory: str) -> str | None:
 
 
 class PartitionFunction(KeyedProcessFunction):
-    """Hosts one partition's engine per key."""
+    """Hosts one partition's engine per key (the partition number).
+
+    The engine works on a :class:`~operators.state.WriteBackState` cache; every named map
+    of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value: the
+    pickled (key, value) pair), and at each epoch close only the entries touched during
+    the epoch are written back (``put_all`` and removals). Rows of the open epoch are
+    appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
+    a restore rebuilds the cache from the MapStates and replays that list."""
 
     def __init__(self, plan: WorkerPlan) -> None:
         self.plan = plan
-        self.tasks: dict[int, PartitionTask] = {}
+        self.tasks: dict[int, tuple[PartitionTask, WriteBackState]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.blob = runtime_context.get_state(
-            ValueStateDescriptor("partition_state", Types.PICKLED_BYTE_ARRAY())
-        )
+        q, layout = self.plan.compiled()
+        # The map names are fixed by the plan: learn them from a throw-away engine.
+        names = PartitionTask(q, layout, state=WriteBackState()).state.names()
+        self.maps = {
+            name: runtime_context.get_map_state(
+                MapStateDescriptor(f"map:{name}", Types.STRING(), Types.PICKLED_BYTE_ARRAY())
+            )
+            for name in names
+        }
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("open_epoch_rows", Types.PICKLED_BYTE_ARRAY())
         )
 
+    def _task(self, partition: int) -> PartitionTask:
+        hit = self.tasks.get(partition)
+        if hit is not None:
+            return hit[0]
+        q, layout = self.plan.compiled()
+        state = WriteBackState()
+        for name, ms in self.maps.items():  # restore: rebuild the cache from MapState
+            state.load(name, (pickle.loads(v) for v in ms.values()))
+        task = PartitionTask(q, layout, state=state)
+        replay = [r for bundle in (self.pending.get() or []) for r in bundle]
+        task.process(replay)  # updates only: they emit nothing
+        self.tasks[partition] = (task, state)
+        return task
+
+    def _write_back(self, state: WriteBackState) -> None:
+        for name, puts, gone in state.changes():
+            ms = self.maps[name]
+            if puts:
+                ms.put_all({encode_key(k): pickle.dumps((k, v), protocol=pickle.HIGHEST_PROTOCOL)
+                            for k, v in puts.items()})
+            for k in gone:
+                ms.remove(encode_key(k))
+
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
-        row: TaggedRow = value[1]
-        task = self.tasks.get(row.partition)
-        if task is None:
-            q, layout = self.plan.compiled()
-            task = PartitionTask(q, layout, self.blob.value())
-            replay = [r for r in (self.pending.get() or [])]
-            task.process(replay)  # updates only: they emit nothing
-            self.tasks[row.partition] = task
-        out: list[OutputRow] = task.process([row])
-        if row.kind == CLOSE:
-            self.blob.update(task.dump())
+        partition, rows = value
+        if isinstance(rows, TaggedRow):
+            rows = [rows]
+        task = self._task(partition)
+        state = self.tasks[partition][1]
+        start = 0
+        for i, row in enumerate(rows):
+            if row.kind != CLOSE:
+                continue
+            out = task.process(rows[start:i + 1])
+            start = i + 1
+            self._write_back(state)
             self.pending.clear()
-            yield from out
-            yield OutputRow(DONE, row.epoch, row.snapshot, ())
-        else:
-            self.pending.add(row)
+            yield EpochOutput(row.epoch, row.snapshot, tuple(out))
+        if start < len(rows):
+            task.process(rows[start:])
+            self.pending.add(rows[start:])
+
+
+@dataclass(frozen=True)
+class EpochOutput:
+    """What one partition sends the merger when it closes an epoch: all its changes of
+    the epoch (and of the snapshot the epoch's marker asked for) in one element."""
+
+    epoch: int
+    snapshot: int
+    rows: tuple[OutputRow, ...]
 
 
 class EpochMerger(KeyedProcessFunction):
-    """Sums the partitions' changes of an epoch once all partitions closed it, and
-    writes the epoch (deltas, and the snapshot it asked for) to the sinks."""
+    """Keyed by epoch: appends each partition's :class:`EpochOutput` to the epoch's
+    ``ListState`` and, when the last partition has closed the epoch, sums the changes
+    per row (:func:`~core.consolidate.consolidate_by`), writes the epoch (and its
+    snapshot) to the sinks and clears the epoch's state: O(rows) per epoch.
+
+    Epochs complete in order (each partition closes them in stream order, and this
+    runs at parallelism 1), and the sinks skip epochs they already hold, so after a
+    restore every epoch is written exactly once."""
 
     def __init__(self, partitions: int, deltas: str | None, snapshots: str | None,
                  columns: tuple[str, ...], kafka_options: Sequence[str] = ()) -> None:
@@ -120,8 +187,11 @@ class EpochMerger(KeyedProcessFunction):
         self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.open_epochs = runtime_context.get_state(
-            ValueStateDescriptor("open_epochs", Types.PICKLED_BYTE_ARRAY())
+        self.parts = runtime_context.get_list_state(
+            ListStateDescriptor("epoch_parts", Types.PICKLED_BYTE_ARRAY())
+        )
+        self.closed = runtime_context.get_state(
+            ValueStateDescriptor("partitions_closed", Types.INT())
         )
         opts = self.kafka_options
         self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
@@ -133,31 +203,23 @@ class EpochMerger(KeyedProcessFunction):
                 sink.close()
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
-        out: OutputRow = value
-        epochs: dict[int, dict[str, Any]] = self.open_epochs.value() or {}
-        key = out.epoch if out.kind != "snapshot" else -out.epoch
-        if out.kind == DONE:
-            entry = epochs.setdefault(out.epoch, {"rows": [], "done": 0, "snap": 0})
-            entry["done"] += 1
-            entry["snap"] = out.mult
-            if entry["done"] == self.partitions:
-                self._write(out.epoch, entry, epochs.pop(-entry["snap"], None))
-                del epochs[out.epoch]
-        else:
-            epochs.setdefault(key, {"rows": [], "done": 0, "snap": 0})["rows"].append(out)
-        self.open_epochs.update(epochs)
-        return iter(())
-
-    def _write(self, epoch: int, entry: dict[str, Any], snap: dict[str, Any] | None) -> None:
-        merged = merge_outputs(entry["rows"])
-        # Both sinks skip the epochs (snapshots) they already hold: a restored job
-        # recomputes them.
+        part: EpochOutput = value
+        closed = (self.closed.value() or 0) + 1
+        if closed < self.partitions:
+            self.parts.add(part)
+            self.closed.update(closed)
+            return iter(())
+        parts = [*(self.parts.get() or []), part]
+        self.parts.clear()
+        self.closed.clear()
+        merged = consolidate_by(((r.kind, r.epoch), r.mult, r.row)
+                                for p in parts for r in p.rows)
+        epoch, k = part.epoch, part.snapshot
         if self.deltas is not None:
             self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
-        k = entry["snap"]
         if k and self.snapshots is not None:
-            rows = merge_outputs(snap["rows"]).get(("snapshot", k), []) if snap else []
-            self.snapshots.write_snapshot(k, rows)
+            self.snapshots.write_snapshot(k, merged.get(("snapshot", k), []))
+        return iter(())
 
 
 def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
@@ -182,17 +244,47 @@ def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
     return SkipCommitted(ssink, snapshot=ssink.last_committed_snapshot)
 
 
+def _interpreter_first_on_path() -> None:
+    """Put this interpreter's directory first on PATH for the JVM (started after this):
+    the embedded (thread-mode) Python finds its prefix, and so a virtual environment's
+    packages, by looking ``python`` up on PATH."""
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[:1] != [bindir]:
+        os.environ["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
+
+
+class FlinkJobError(IvmflowError):
+    """The Flink job failed (after its bounded restarts); the message carries the
+    worker's error (exit code 1)."""
+
+
+def job_failure(exc: BaseException) -> FlinkJobError:
+    """The cause of a failed job, from Flink's nested exception text: the Python error
+    raised in a worker if there is one, else the innermost Java cause."""
+    text = str(exc)
+    causes = [line.split("Caused by: ", 1)[1].strip()
+              for line in text.splitlines() if line.startswith("Caused by: ")]
+    python = [c for c in causes if c.startswith("pemja.core.PythonException")]
+    cause = (python or causes or [text.strip().splitlines()[0] if text.strip() else repr(exc)])[-1]
+    cause = cause.removeprefix("pemja.core.PythonException: ")
+    msg = f"the flink job failed: {cause}"
+    return FlinkJobError(msg)
+
+
 class FlinkJob:
     """Build and run the job on a mini-cluster."""
 
     def __init__(self, query: Any, *, epoch_size: int | None, parallelism: int,
-                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000) -> None:
+                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000,
+                 bundle: int = BUNDLE_RECORDS) -> None:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms
+        self.bundle = bundle
 
     def run(self, records: Iterable[Record], deltas: str | None, snapshots: str | None = None,
             stats: Any = None) -> None:
@@ -212,28 +304,51 @@ class FlinkJob:
         env = self._environment(ckpt, restore)
         plan, spool_path = self.plan, str(spool)
 
-        def tag(seq: int) -> Iterator[Any]:
+        size = self.bundle
+
+        def tag(chunk: int) -> Iterator[Any]:
             _q, layout = plan.compiled()
-            rec = _spool(spool_path)[int(seq)]
-            for t in tag_records(layout, [rec]):
-                yield (t.partition, t)
+            recs = _spool(spool_path)[int(chunk) * size:(int(chunk) + 1) * size]
+            yield from bundle_by_partition(tag_records(layout, recs))
 
         if not numbered:
             return
+        chunks = (len(numbered) + size - 1) // size
         source = env.from_source(
-            NumberSequenceSource(0, len(numbered) - 1), WatermarkStrategy.no_watermarks(),
+            NumberSequenceSource(0, chunks - 1), WatermarkStrategy.no_watermarks(),
             "numbered updates",
         ).set_parallelism(1)
         tagged = source.flat_map(tag, output_type=Types.PICKLED_BYTE_ARRAY()).set_parallelism(1)
         self._partitions_and_merger(tagged, deltas, snapshots)
-        env.execute("ivmflow")
+        try:
+            env.execute("ivmflow")
+        except Exception as exc:  # Py4JJavaError: Flink's trace with the cause inside
+            raise job_failure(exc) from None
         if stats is not None:
             stats.updates = sum(1 for n in numbered if n.kind != CLOSE)
             stats.epochs = sum(1 for n in numbered if n.kind == CLOSE)
 
     def _environment(self, ckpt: Path, restore: str | None) -> StreamExecutionEnvironment:
+        _interpreter_first_on_path()  # before Configuration() starts the JVM
         conf = Configuration()
         conf.set_string("python.execution-mode", "thread")
+        # The Python workers run this interpreter, not whatever ``python`` PATH finds
+        # (a venv's script run by path would otherwise fail to find libpython and the
+        # job restart forever).
+        conf.set_string("python.executable", sys.executable)
+        conf.set_string("python.client.executable", sys.executable)
+        # Fail loud: a failing job is restarted a bounded number of times, then fails
+        # with its cause (a restart of the run resumes from the newest checkpoint).
+        conf.set_string("restart-strategy.type", "fixed-delay")
+        conf.set_string("restart-strategy.fixed-delay.attempts", str(RESTART_ATTEMPTS))
+        conf.set_string("restart-strategy.fixed-delay.delay", "500 ms")
+        backend = os.environ.get("IVMFLOW_FLINK_STATE_BACKEND", "rocksdb")
+        if backend not in ("rocksdb", "hashmap"):
+            msg = (f"IVMFLOW_FLINK_STATE_BACKEND={backend!r}: expected rocksdb (default) "
+                   f"or hashmap (heap)")
+            raise UsageError(msg)
+        conf.set_string("state.backend.type", backend)
+        conf.set_string("execution.checkpointing.incremental", str(backend == "rocksdb").lower())
         conf.set_string("execution.checkpointing.interval", f"{self.interval}ms")
         conf.set_string("execution.checkpointing.dir", ckpt.resolve().as_uri())
         conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
@@ -254,7 +369,7 @@ class FlinkJob:
         )
         merger = EpochMerger(self.layout.partitions, deltas, snapshots,
                              tuple(self.query.output_columns), kafka_options)
-        outputs.key_by(lambda o: 0, key_type=Types.INT()).process(
+        outputs.key_by(lambda o: o.epoch, key_type=Types.INT()).process(
             merger, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1).print()
 
@@ -305,4 +420,4 @@ class FlinkJob:
                 return
             waiter.join(0.3)
         if failure:
-            raise failure[0]
+            raise job_failure(failure[0])

@@ -46,7 +46,7 @@ from pyflink.datastream.state import ValueStateDescriptor
 from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
 from core.epochs import CLOSE
 from core.schema import Schema
-from dataflow.partitioned import WorkerPlan, tag_records
+from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_records
 
 UNBOUNDED_TICKS = 2**62
 IDLE_SLEEP_S = 0.2
@@ -125,5 +125,4 @@ class KafkaEpochSource(KeyedProcessFunction):
         self.updates_read.inc(len(numbered) - closes)
         self.epochs_read.inc(closes)
         _q, layout = self.plan.compiled()
-        for t in tag_records(layout, numbered):
-            yield (t.partition, t)
+        yield from bundle_by_partition(tag_records(layout, numbered))
