@@ -553,14 +553,19 @@ class DeadLetterCsvSink:
     u.csv:4,"expected a relation, found relation 'X'","+,X,1"
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, append: bool = False) -> None:
+        """``append``: keep what the file holds (a resumed run, or a writer in a job
+        that restarts), writing the header only into a new or empty file."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.count = 0
-        self._file = open(self.path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        fresh = not append or not self.path.exists() or self.path.stat().st_size == 0
+        self._file = open(self.path, "w" if not append else "a",  # noqa: SIM115
+                          encoding="utf-8", newline="")
         self._writer = csv.writer(self._file, lineterminator="\n")
-        self._writer.writerow(["source", "reason", "record"])
-        self._file.flush()
+        if fresh:
+            self._writer.writerow(["source", "reason", "record"])
+            self._file.flush()
 
     def write(self, error: InputError) -> None:
         self._writer.writerow([error.source, error.reason, error.record])

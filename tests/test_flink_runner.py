@@ -166,3 +166,65 @@ def test_a_failing_job_fails_loud_with_the_workers_error(tmp_path: Path) -> None
     assert took < 120, took  # JVM start-up plus one bounded restart, not a retry loop
 
 
+
+
+def _local_deltas(q: Path, updates: Path, tmp: Path) -> str:
+    out = tmp / "local.csv"
+    subprocess.run([sys.executable, "-m", "dataflow", "run", str(q), "--updates", str(updates),
+                    "--deltas", str(out), "-q"], cwd=ROOT, check=True, timeout=120)
+    return out.read_text()
+
+
+def _stream_lines(n: int, seed: int) -> list[str]:
+    from core.records import format_update
+
+    return [format_update(r) for r in _window_stream(n, n // 3, seed, 25, nodes=40)]
+
+
+@pytest.mark.integration
+def test_a_growing_directory_is_followed_until_sigterm(tmp_path: Path) -> None:
+    """The streaming file source: files read as they appear (a half-written last line
+    waits), no whole-input spool; SIGTERM stops the run after whole epochs (exit 0), and
+    the deltas equal the local runner's over the concatenated files."""
+    pytest.importorskip("pyflink")
+    import signal
+
+    q = tmp_path / "q.sql"
+    q.write_text(TWO_HOP + ";\n")
+    lines = _stream_lines(300, 5)
+    first, second = lines[: len(lines) // 2], lines[len(lines) // 2:]
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "001.csv").write_text("\n".join(first) + "\n")
+    whole = tmp_path / "all.csv"
+    whole.write_text("\n".join(lines) + "\n")
+    reference = _local_deltas(q, whole, tmp_path)
+    out = tmp_path / "flink.csv"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dataflow", "run", str(q), "--updates", str(d), "--runner",
+         "flink", "--parallelism", "2", "--deltas", str(out), "-q"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        commit = Path(f"{out}.commit")
+        deadline = time.time() + 180
+        while not commit.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        # The second file appears in two writes: a partial last line must wait.
+        part = "\n".join(second)
+        (d / "002.csv").write_text(part[: len(part) - 3])
+        time.sleep(2)
+        with open(d / "002.csv", "a") as f:
+            f.write(part[len(part) - 3:] + "\n*\n")
+        want = reference.count("\n")
+        while time.time() < deadline and out.read_text().count("\n") < want:
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert out.read_text() == reference

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.files import read_updates
 from core.errors import UnavailableError
 from dataflow.drive import DriveStats
 from dataflow.run import scheme
@@ -26,9 +25,9 @@ __all__ = ["run_flink"]
 @register("flink")
 def run_flink(ctx: RunContext) -> DriveStats:
     """The PyFlink runner (``pip install -e '.[flink]'``, Java 17): see
-    :mod:`dataflow.runners.flink.job`. Bounded file sources; mini-cluster in process. The
-    job's epoch merger writes the delta file itself (exactly once per epoch, also
-    across a restart from the checkpoint)."""
+    :mod:`dataflow.runners.flink.job`. The job reads the update file, directory or
+    topic itself (its position in Flink's checkpoints); its epoch merger writes the
+    delta file (exactly once per epoch, also across a restart from the checkpoint)."""
     import tempfile
 
     opts, out = ctx.options, ctx.outputs
@@ -56,10 +55,17 @@ def run_flink(ctx: RunContext) -> DriveStats:
                       should_stop=lambda: ctx.progress.stop_requested,
                       kafka_options=opts.kafka_options)
     else:
-        records = read_updates(
-            opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
+        dead = None
+        if opts.on_error == "skip" and out.dead_letter is not None:
+            out.dead_letter.close()  # the job's source appends to it from here on
+            dead = str(getattr(out.dead_letter, "path", opts.dead_letter_path))
+        ctx.progress.counted_in_job = (
+            "flink job done (the job read the updates; Flink metrics ivmflow.updates_read"
+            " and ivmflow.epochs_read count them)"
         )
-        job.run(records, deltas, opts.snapshots, ctx.progress.stats)
+        job.run_files(opts.updates, deltas, opts.snapshots, stop_at_end=opts.stop_at_end,
+                      batch_lines=opts.batch_lines, on_error=opts.on_error,
+                      dead_letter=dead, should_stop=lambda: ctx.progress.stop_requested)
     if scheme(deltas) == "kafka":
         return ctx.progress.stats
     text = Path(deltas).read_text() if Path(deltas).exists() else ""

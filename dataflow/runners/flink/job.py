@@ -1,22 +1,29 @@
 """The PyFlink runner (in-process mini-cluster by default).
 
-Job shape (DESIGN section 6): a checkpointed sequence source over the numbered,
-epoch-cut records (spooled once per run next to the checkpoint, so a restarted job
-reads exactly the same stream) -> partitioner (``flat_map``: tags each update with its
-HyperCube partitions, broadcasts epoch closes; parallelism 1 so that every partition
-sees its rows in stream order) -> ``key_by(partition)`` -> one keyed process function
-hosting the partition's engine and output finalizer -> ``key_by(0)`` -> the epoch
-merger, which sums the partitions' changes per (epoch, row) once every partition has
-closed the epoch and writes the epoch atomically to the sink. Python operators
-exchange pickled objects in thread mode (typed tuples are an order of magnitude slower
-through PyFlink).
+Job shape (DESIGN section 6): a tick source (``NumberSequenceSource``, parallelism 1)
+-> the reader, a keyed process function that reads the next records of the update file
+or directory (:mod:`dataflow.runners.flink.files`) or Kafka topic
+(:mod:`dataflow.runners.flink.kafka`) from the position in its keyed state, numbers and
+cuts them into epochs once, tags each update with its HyperCube partitions (closes go to
+every partition) and emits one bundle per partition -> ``key_by(partition)`` ->
+:class:`PartitionFunction`, hosting the partition's engine and output finalizer ->
+``key_by(epoch)`` -> :class:`EpochMerger`, which appends each partition's output of an
+epoch and, once every partition has closed it, sums the changes per row and writes the
+epoch atomically to the sink: O(rows) per epoch. Python operators exchange pickled
+objects in thread mode (typed tuples are an order of magnitude slower through PyFlink).
 
-State in Flink: a partition keeps its engine in memory and writes it to keyed
-``ValueState`` at every epoch close; the updates since then go to a ``ListState``, so a
-checkpoint taken mid-epoch is complete (restore = last blob + replay of the list). The
-merger keeps unfinished epochs in ``ValueState``. Checkpoints are retained; a run
-started again with the same ``--checkpoint`` resumes from the newest one, and the sink
-skips epochs it already committed: every epoch is written exactly once.
+State in Flink, per entry: every named map of the State protocol is a ``MapState``
+under the partition key; the engine works on an in-memory cache and at each epoch close
+writes back only the entries it touched. The rows of the open epoch go to a
+``ListState`` once per bundle, so a checkpoint taken mid-epoch is complete (restore =
+the cache rebuilt from the MapStates + a replay of that list). RocksDB with incremental
+checkpoints is the state backend (``IVMFLOW_FLINK_STATE_BACKEND=hashmap`` for the heap).
+Checkpoints are retained; a run started again with the same ``--checkpoint`` resumes
+from the newest one, and the sinks skip epochs they already hold: every epoch is
+written exactly once.
+
+Failures are loud: the workers run this interpreter, a failed job is restarted once,
+then the run fails with the worker's error (:class:`FlinkJobError`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,37 +50,40 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
+from connectors.files import OnError
 from core.consolidate import consolidate_by
-from core.epochs import CLOSE, EpochCursor, NumberedRecord
+from core.epochs import CLOSE
 from core.errors import IvmflowError, UsageError
-from core.records import EpochDelta, Record
+from core.records import EpochDelta
 from dataflow.partitioned import (
     OutputRow,
     PartitionLayout,
     PartitionTask,
     TaggedRow,
     WorkerPlan,
-    bundle_by_partition,
-    tag_records,
 )
 from operators.state import WriteBackState, encode_key
-
-_SPOOLS: dict[str, list[NumberedRecord]] = {}
 
 RESTART_ATTEMPTS = 1
 """Restarts of a failed job before the run fails (deterministic failures, like a bad
 record, fail again; the one restart covers a transient one)."""
 
-BUNDLE_RECORDS = 1000
-"""Records of the input cut per bundle: a bundle reaches each partition as one element."""
+BUNDLE_RECORDS = 10_000
+"""Input lines (records) read per tick: a tick's records reach each partition as one
+element."""
 
 
-def _spool(path: str) -> list[NumberedRecord]:
-    hit = _SPOOLS.get(path)
-    if hit is None:
-        hit = pickle.loads(Path(path).read_bytes())
-        _SPOOLS[path] = hit
-    return hit
+def _spool_stdin(ckpt: Path, fresh: bool) -> Path:
+    """Standard input copied to a file next to the checkpoints (read once; a restarted
+    run reads the copy)."""
+    path = ckpt / "stdin.csv"
+    if fresh or not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            while chunk := sys.stdin.buffer.read(1 << 20):
+                f.write(chunk)
+        os.replace(tmp, path)
+    return path
 
 
 def latest_checkpoint(directory: str) -> str | None:
@@ -273,60 +283,93 @@ def job_failure(exc: BaseException) -> FlinkJobError:
 
 
 class FlinkJob:
-    """Build and run the job on a mini-cluster."""
+    """Build and run the job on a mini-cluster (or the cluster ``flink run`` submits to)."""
 
     def __init__(self, query: Any, *, epoch_size: int | None, parallelism: int,
-                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000,
-                 bundle: int = BUNDLE_RECORDS) -> None:
+                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000) -> None:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms
-        self.bundle = bundle
 
-    def run(self, records: Iterable[Record], deltas: str | None, snapshots: str | None = None,
-            stats: Any = None) -> None:
+    def _checkpoint_dir(self) -> tuple[Path, str | None]:
         import tempfile
 
         ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
         ckpt.mkdir(parents=True, exist_ok=True)
-        spool = ckpt / "records.pkl"
-        restore = latest_checkpoint(str(ckpt))
-        if restore is None or not spool.exists():
-            numbered = list(EpochCursor().number(records, self.epoch_size, final=True))
-            tmp = ckpt / "records.pkl.tmp"
-            tmp.write_bytes(pickle.dumps(numbered, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, spool)
-            restore = None
-        numbered = _spool(str(spool))
+        return ckpt, latest_checkpoint(str(ckpt))
+
+    def run_files(self, path: str, deltas: str | None, snapshots: str | None = None, *,
+                  stop_at_end: bool = False, batch_lines: int = BUNDLE_RECORDS,
+                  on_error: OnError = "fail", dead_letter: str | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> None:
+        """Read an update file (bounded) or a directory of them (followed until stopped,
+        or to its end at start with ``stop_at_end``) inside the job
+        (:mod:`dataflow.runners.flink.files`), ``-`` for stdin (spooled first)."""
+        from dataflow.runners.flink.files import FileEpochSource, start_position
+
+        ckpt, restore = self._checkpoint_dir()
+        if path == "-":
+            path = str(_spool_stdin(ckpt, fresh=restore is None))
+        start, ticks = start_position(path, ckpt, stop_at_end, fresh=restore is None)
+        source = FileEpochSource(path, self.query.schema, start, self.plan, self.epoch_size,
+                                 batch_lines, on_error, dead_letter)
+        self._run(source, ticks, ckpt, restore, deltas, snapshots, (), should_stop)
+
+    def run_kafka(self, url: str, deltas: str | None, snapshots: str | None = None, *,
+                  stop_at_end: bool = False, batch_records: int = 10_000,
+                  should_stop: Callable[[], bool] | None = None,
+                  kafka_options: Sequence[str] = ()) -> None:
+        """Read the update topic(s) at ``url`` (:mod:`dataflow.runners.flink.kafka`: a
+        source in the job, read position in Flink state) until the end known at the first
+        start (``stop_at_end``) or until ``should_stop()``."""
+        from dataflow.runners.flink.kafka import KafkaEpochSource, start_position
+
+        ckpt, restore = self._checkpoint_dir()
+        start, ticks = start_position(url, self.query.schema, ckpt, stop_at_end,
+                                      fresh=restore is None, kafka_options=kafka_options)
+        kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
+                                 batch_records, kafka_options)
+        self._run(kafka, ticks, ckpt, restore, deltas, snapshots, kafka_options, should_stop)
+
+    def _run(self, reader: Any, ticks: int, ckpt: Path, restore: str | None,
+             deltas: str | None, snapshots: str | None, kafka_options: Sequence[str],
+             should_stop: Callable[[], bool] | None) -> None:
+        """Ticks -> ``reader`` (a keyed process function keeping its read position in
+        Flink state; bundles per partition) -> partitions -> merger -> sinks. Runs until
+        the ticks end or ``should_stop()`` (then the job is cancelled; its checkpoints
+        are kept, and the same command resumes from the newest)."""
         env = self._environment(ckpt, restore)
-        plan, spool_path = self.plan, str(spool)
-
-        size = self.bundle
-
-        def tag(chunk: int) -> Iterator[Any]:
-            _q, layout = plan.compiled()
-            recs = _spool(spool_path)[int(chunk) * size:(int(chunk) + 1) * size]
-            yield from bundle_by_partition(tag_records(layout, recs))
-
-        if not numbered:
-            return
-        chunks = (len(numbered) + size - 1) // size
         source = env.from_source(
-            NumberSequenceSource(0, chunks - 1), WatermarkStrategy.no_watermarks(),
-            "numbered updates",
+            NumberSequenceSource(0, ticks - 1), WatermarkStrategy.no_watermarks(), "ticks"
         ).set_parallelism(1)
-        tagged = source.flat_map(tag, output_type=Types.PICKLED_BYTE_ARRAY()).set_parallelism(1)
-        self._partitions_and_merger(tagged, deltas, snapshots)
-        try:
-            env.execute("ivmflow")
-        except Exception as exc:  # Py4JJavaError: Flink's trace with the cause inside
-            raise job_failure(exc) from None
-        if stats is not None:
-            stats.updates = sum(1 for n in numbered if n.kind != CLOSE)
-            stats.epochs = sum(1 for n in numbered if n.kind == CLOSE)
+        tagged = source.key_by(lambda t: 0, key_type=Types.INT()).process(
+            reader, output_type=Types.PICKLED_BYTE_ARRAY()
+        ).set_parallelism(1)
+        self._partitions_and_merger(tagged, deltas, snapshots, kafka_options)
+        client = env.execute_async("ivmflow")
+        # Wait for the result in a thread (the mini-cluster shuts down with the job, so
+        # its status cannot be polled afterwards) while watching for a stop request.
+        failure: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                client.get_job_execution_result().result()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                failure.append(exc)
+
+        waiter = threading.Thread(target=wait, name="ivmflow-flink-wait", daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            if should_stop is not None and should_stop():
+                client.cancel().result()  # checkpoints are retained on cancellation
+                waiter.join(30)
+                return
+            waiter.join(0.3)
+        if failure:
+            raise job_failure(failure[0])
 
     def _environment(self, ckpt: Path, restore: str | None) -> StreamExecutionEnvironment:
         _interpreter_first_on_path()  # before Configuration() starts the JVM
@@ -372,52 +415,3 @@ class FlinkJob:
         outputs.key_by(lambda o: o.epoch, key_type=Types.INT()).process(
             merger, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1).print()
-
-    def run_kafka(self, url: str, deltas: str | None, snapshots: str | None = None, *,
-                  stop_at_end: bool = False, batch_records: int = 10_000,
-                  should_stop: Callable[[], bool] | None = None,
-                  kafka_options: Sequence[str] = ()) -> None:
-        """Read the update topic(s) at ``url`` (:mod:`dataflow.runners.flink.kafka`: a source in
-        the job, read position in Flink state) until the end known at the first start
-        (``stop_at_end``) or until ``should_stop()`` (then the job is cancelled; its
-        checkpoints are kept, and the same command resumes from the newest)."""
-        import tempfile
-
-        from dataflow.runners.flink.kafka import KafkaEpochSource, start_position
-
-        ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
-        ckpt.mkdir(parents=True, exist_ok=True)
-        restore = latest_checkpoint(str(ckpt))
-        start, ticks = start_position(url, self.query.schema, ckpt, stop_at_end,
-                                      fresh=restore is None, kafka_options=kafka_options)
-        env = self._environment(ckpt, restore)
-        source = env.from_source(
-            NumberSequenceSource(0, ticks - 1), WatermarkStrategy.no_watermarks(), "ticks"
-        ).set_parallelism(1)
-        kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
-                                 batch_records, kafka_options)
-        tagged = source.key_by(lambda t: 0, key_type=Types.INT()).process(
-            kafka, output_type=Types.PICKLED_BYTE_ARRAY()
-        ).set_parallelism(1)
-        self._partitions_and_merger(tagged, deltas, snapshots, kafka_options)
-        client = env.execute_async("ivmflow")
-        # Wait for the result in a thread (the mini-cluster shuts down with the job, so
-        # its status cannot be polled afterwards) while watching for a stop request.
-        failure: list[BaseException] = []
-
-        def wait() -> None:
-            try:
-                client.get_job_execution_result().result()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                failure.append(exc)
-
-        waiter = threading.Thread(target=wait, name="ivmflow-flink-wait", daemon=True)
-        waiter.start()
-        while waiter.is_alive():
-            if should_stop is not None and should_stop():
-                client.cancel().result()  # checkpoints are retained on cancellation
-                waiter.join(30)
-                return
-            waiter.join(0.3)
-        if failure:
-            raise job_failure(failure[0])

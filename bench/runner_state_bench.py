@@ -1,0 +1,222 @@
+"""Does a runner keep IVM's promise? Steady per-update cost vs state size.
+
+The stream: a skewed graph under a FIFO window of W edges (W inserts, then 10k more
+inserts each followed by the delete of the oldest edge: 20k steady updates), epochs of
+1000 updates, maintained for the 2-hop ``GROUP BY COUNT``. The steady phase changes as
+much at every W while the state grows with W, so its cost per update must stay flat
+(log-log slope near 0) on every runner.
+
+* local: the engine in this process, timed around the steady epochs;
+* flink: ``ivmflow run --runner flink`` in a subprocess (mini-cluster, RocksDB with
+  incremental checkpoints, the default); the steady phase is timed between the commit
+  of the last warm-up epoch and of the last epoch in the delta file (polled), so job
+  start-up and warm-up are left out. Also the checkpoint directory's size at the end.
+
+    python bench/runner_state_bench.py [--windows 5000,40000,160000] [--runners local,flink]
+        [--parallelism 1,2] [--quick]
+
+Prints a table and writes bench/results/runner_state.json and runner_state.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from connectors.files import read_updates  # noqa: E402
+from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv  # noqa: E402
+from dataflow.api import compile_query  # noqa: E402
+from dataflow.drive import drive  # noqa: E402
+
+SQL = ("CREATE TABLE G(src INT, dst INT);\n"
+       "SELECT G1.src AS a, COUNT(*) AS n FROM G G1, G G2 WHERE G1.dst = G2.src "
+       "GROUP BY G1.src;\n")
+EPOCH = 1000
+STEADY_EDGES = 10_000  # each: one insert and one delete
+
+
+def make_stream(window: int, steady_edges: int, directory: Path) -> tuple[Path, Path, int]:
+    """The update file for window W, its query file, and the number of warm-up epochs."""
+    edges = skewed_graph(window + steady_edges, max(1000, window // 2), seed=7)
+    updates = directory / f"w{window}.csv"
+    write_update_csv(updates, "G", fifo_window_stream(edges, window))
+    query = directory / "q.sql"
+    query.write_text(SQL)
+    return updates, query, window // EPOCH
+
+
+def run_local(query: Path, updates: Path, warm_epochs: int) -> dict[str, Any]:
+    q = compile_query(query.read_text())
+    view = q.maintain()
+    marks: dict[int, float] = {}
+
+    def on_delta(d: Any) -> None:
+        marks[d.epoch] = time.perf_counter()
+
+    records = list(read_updates(str(updates), q.schema))
+    stats = drive(view, records, epoch_size=EPOCH, on_delta=on_delta)
+    steady = stats.updates - warm_epochs * EPOCH
+    secs = marks[stats.epochs] - marks[warm_epochs]
+    return {"steady_updates": steady, "steady_s": secs, "us_per_update": 1e6 * secs / steady,
+            "state_entries": view.state_entries()}
+
+
+def _committed_epoch(commit: Path) -> int:
+    try:
+        return int(json.loads(commit.read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def run_flink(query: Path, updates: Path, warm_epochs: int, parallelism: int,
+              directory: Path) -> dict[str, Any]:
+    deltas = directory / f"flink-{updates.stem}-p{parallelism}.csv"
+    ckpt = directory / f"ckpt-{updates.stem}-p{parallelism}"
+    commit = Path(f"{deltas}.commit")
+    marks: dict[int, float] = {}
+    done = threading.Event()
+
+    def poll() -> None:
+        last = 0
+        while not done.is_set():
+            k = _committed_epoch(commit)
+            if k != last:
+                now = time.perf_counter()
+                for e in range(last + 1, k + 1):
+                    marks.setdefault(e, now)
+                last = k
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
+         "--runner", "flink", "--parallelism", str(parallelism), "--epoch", str(EPOCH),
+         "--deltas", str(deltas), "--checkpoint", str(ckpt), "-q"],
+        cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=3600,
+    )
+    total = time.perf_counter() - start
+    done.set()
+    watcher.join()
+    if proc.returncode != 0:
+        msg = f"flink run failed ({proc.returncode}): {proc.stderr[-2000:]}"
+        raise RuntimeError(msg)
+    last = _committed_epoch(commit)
+    for e in range(1, last + 1):  # epochs committed between the last polls
+        marks.setdefault(e, time.perf_counter())
+    steady_epochs = last - warm_epochs
+    secs = marks[last] - marks[warm_epochs]
+    size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    return {"steady_updates": steady_epochs * EPOCH, "steady_s": secs,
+            "us_per_update": 1e6 * secs / (steady_epochs * EPOCH), "run_s": total,
+            "checkpoint_bytes": size, "deltas": deltas.read_text()}
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of log(y) over log(x)."""
+    xs = [math.log(x) for x, _ in points]
+    ys = [math.log(y) for _, y in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--windows", default="5000,40000,160000")
+    ap.add_argument("--runners", default="local,flink")
+    ap.add_argument("--parallelism", default="1,2")
+    ap.add_argument("--steady-edges", type=int, default=STEADY_EDGES)
+    ap.add_argument("--quick", action="store_true", help="small windows, for a smoke test")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runner_state"))
+    args = ap.parse_args(argv)
+    windows = [2000, 4000] if args.quick else [int(w) for w in args.windows.split(",")]
+    steady_edges = 2000 if args.quick else args.steady_edges
+    runners = args.runners.split(",")
+    pars = [int(p) for p in args.parallelism.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="ivmflow-statebench-"))
+    rows: list[dict[str, Any]] = []
+    for w in windows:
+        updates, query, warm = make_stream(w, steady_edges, tmp)
+        local = run_local(query, updates, warm)
+        rows.append({"runner": "local", "parallelism": 1, "window": w, **local})
+        print(f"W={w} local: {local['us_per_update']:.1f} us/update", flush=True)
+        reference = subprocess.run(
+            [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
+             "--epoch", str(EPOCH), "-q"], cwd=ROOT, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+        if "flink" in runners:
+            for p in pars:
+                res = run_flink(query, updates, warm, p, tmp)
+                same = res.pop("deltas") == reference
+                if not same:
+                    msg = f"flink P={p} W={w}: deltas differ from the local runner's"
+                    raise SystemExit(msg)
+                rows.append({"runner": "flink", "parallelism": p, "window": w, **res,
+                             "ratio_to_local": res["us_per_update"] / local["us_per_update"]})
+                print(f"W={w} flink P={p}: {res['us_per_update']:.1f} us/update "
+                      f"({rows[-1]['ratio_to_local']:.1f}x local), checkpoint "
+                      f"{res['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
+    slopes = {}
+    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
+        pts = [(r["window"], r["us_per_update"]) for r in rows
+               if (r["runner"], r["parallelism"]) == key]
+        slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
+    print()
+    print("| runner | P | W | us/update (steady) | x local | checkpoint MiB | state entries |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = f"{r['ratio_to_local']:.1f}" if "ratio_to_local" in r else "1.0"
+        ck = f"{r['checkpoint_bytes'] / 2**20:.1f}" if "checkpoint_bytes" in r else "-"
+        ent = str(r.get("state_entries", "-"))
+        print(f"| {r['runner']} | {r['parallelism']} | {r['window']} | "
+              f"{r['us_per_update']:.1f} | {ratio} | {ck} | {ent} |")
+    print()
+    for k, v in slopes.items():
+        print(f"log-log slope of steady us/update vs W, {k}: {v:.2f}")
+    result = {"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges, "rows": rows,
+              "slopes": slopes}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
+            pts = sorted((r["window"], r["us_per_update"]) for r in rows
+                         if (r["runner"], r["parallelism"]) == key)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                    label=f"{key[0]} P={key[1]} (slope {slopes[f'{key[0]} P={key[1]}']:.2f})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("live window W (edges)")
+        ax.set_ylabel("steady cost per update (us)")
+        ax.set_title("2-hop GROUP BY COUNT, epochs of 1000: cost vs state size")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out.with_suffix(".png"), dpi=110)
+    except ImportError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
