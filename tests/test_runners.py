@@ -251,7 +251,9 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(SCHEMA + QUERIES["star_count"] + ";\n")
     updates = tmp_path / "u.csv"
-    write_stream(updates, random_stream(9, n=4000))  # long enough to be killed mid-run
+    # Long enough to be killed mid-run: the per-entry job gets through 4000 updates
+    # before its first checkpoint.
+    write_stream(updates, random_stream(9, n=40_000))
     local = tmp_path / "local.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5",
                             "--deltas", str(local)), cwd=ROOT, check=True)
@@ -263,7 +265,8 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
                    "--checkpoint", str(ckpt))
     commit = Path(str(deltas) + ".commit")
     env = _run_and_kill(
-        cmd, lambda: commit.exists() and latest_checkpoint(str(ckpt)) is not None
+        cmd, lambda: commit.exists() and latest_checkpoint(str(ckpt)) is not None,
+        settle=random.Random().uniform(0.0, 1.0),  # a random point after the first checkpoint
     )
     assert deltas.read_text() != local.read_text(), "the kill should have interrupted the run"
     assert latest_checkpoint(str(ckpt)) is not None
