@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import random
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,4 +229,87 @@ def test_a_growing_directory_is_followed_until_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
+    assert out.read_text() == reference
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def flink_cluster(tmp_path: Path) -> Any:
+    """A standalone Flink cluster from the installed apache-flink's own scripts: a
+    JobManager and a TaskManager as separate processes on 127.0.0.1; yields its REST
+    address (host:port), the ``flink`` client script and the environment to run it in."""
+    pyflink = pytest.importorskip("pyflink")
+    import json as _json
+    import shutil
+    import urllib.request
+
+    import yaml
+
+    home = Path(pyflink.__file__).parent
+    conf_dir = tmp_path / "flink-conf"
+    shutil.copytree(home / "conf", conf_dir)
+    conf = yaml.safe_load((conf_dir / "config.yaml").read_text())
+    rest, rpc = _free_port(), _free_port()
+    conf["jobmanager"].update({"bind-host": "127.0.0.1", "rpc": {"address": "127.0.0.1",
+                                                                   "port": rpc},
+                               "memory": {"process": {"size": "1024m"}}})
+    conf["taskmanager"] = {"bind-host": "127.0.0.1", "host": "127.0.0.1",
+                           "numberOfTaskSlots": 4, "memory": {"process": {"size": "1728m"}}}
+    conf["rest"] = {"address": "127.0.0.1", "bind-address": "127.0.0.1", "port": rest}
+    conf["python"] = {"executable": sys.executable, "client": {"executable": sys.executable}}
+    (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf))
+    env = {**os.environ, "FLINK_CONF_DIR": str(conf_dir), "FLINK_LOG_DIR": str(tmp_path / "logs"),
+           "PYTHONPATH": str(ROOT),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    procs = [subprocess.Popen([str(home / "bin" / f"{role}.sh"), "start-foreground"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+             for role in ("jobmanager", "taskmanager")]
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{rest}/overview", timeout=2) as r:
+                    if _json.load(r).get("taskmanagers", 0) >= 1:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, "the standalone cluster did not come up"
+            assert all(p.poll() is None for p in procs), "a cluster process died"
+            time.sleep(0.5)
+        yield f"127.0.0.1:{rest}", home / "bin" / "flink", env
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, 9)
+            p.wait()
+
+
+@pytest.mark.integration
+def test_a_job_runs_on_a_standalone_cluster(flink_cluster: Any, tmp_path: Path) -> None:
+    """``flink run -m host:port -py dataflow/cli.py run ... --runner flink`` (Flink's
+    PythonDriver, as the FlinkDeployment runs it) submits the job to the separate
+    JobManager/TaskManager; the deltas equal the local runner's."""
+    address, flink, env = flink_cluster
+    q = tmp_path / "q.sql"
+    q.write_text(TWO_HOP + ";\n")
+    u = tmp_path / "u.csv"
+    u.write_text("\n".join(_stream_lines(400, 8)) + "\n")
+    reference = _local_deltas(q, u, tmp_path)
+    out = tmp_path / "flink.csv"
+    done = subprocess.run(
+        [str(flink), "run", "-m", address, "-pyexec", sys.executable,
+         "-py", str(ROOT / "dataflow" / "cli.py"), "run", str(q), "--updates", str(u),
+         "--runner", "flink", "--parallelism", "2", "--deltas", str(out), "--checkpoint",
+         str(tmp_path / "ckpt"), "-q"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     assert out.read_text() == reference
