@@ -216,6 +216,8 @@ class View:
             rel = route.relation
             inputs = [(atom, ri._project) for atom, ri in route.atoms]
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
+        self._counts = self.validator.counts
+        self._bind_fast()
         self.epoch = 0
         self.pending_updates = 0
         self.updates_total = 0
@@ -250,31 +252,62 @@ class View:
                              str(update.mult))
         return route, row
 
+    def _bind_fast(self) -> None:
+        """Per relation of a single partition, one generated function that filters and
+        projects a row for every FROM item of the relation and calls that node's apply
+        (itself specialized code), bound once here."""
+        self._direct: dict[str, Any] = {}
+        if len(self.engines) != 1:
+            return
+        nodes = self.engines[0].atom_nodes
+        for route in self.routes.values():
+            env: dict[str, Any] = {}
+            lines = ["def route(row, dm):"]
+            for n, (atom, ri) in enumerate(route.atoms):
+                for name, value in ri.env.items():
+                    env[f"{name}_{n}"] = value
+                env[f"apply{n}"] = nodes[atom].apply
+                test = ri.test_expr
+                for name in sorted(ri.env, key=len, reverse=True):
+                    test = test.replace(f"{name}(", f"{name}_{n}(")
+                ind = "    "
+                if test:
+                    lines.append(f"    if not ({test}):")
+                    ind = "        "
+                lines.append(f"{ind}apply{n}({ri.result_expr}, dm)")
+            if len(lines) == 1:
+                lines.append("    return None")
+            exec(compile("\n".join(lines), f"<route {route.relation.name}>", "exec"),  # noqa: S102
+                 env)
+            self._direct[route.relation.name] = env["route"]
+
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
         row = update.row
         fast = self._fast.get(update.relation)
-        if (
-            fast is None
-            or len(row) != fast[1]
-            or tuple(map(type, row)) != fast[2]
-            or update.mult < 1
-        ):
+        if fast is None or tuple(map(type, row)) != fast[2] or update.mult < 1:
             route, row = self._check(update)
             fast = self._fast[route.relation.name]
-        name, _arity, _types, inputs = fast
+        name = fast[0]
         dm = update.mult if update.op == "+" else -update.mult
-        self.validator.update(name, row, dm, update.source)
-        engines = self.engines
-        if len(engines) == 1:
-            nodes = engines[0].atom_nodes
-            for atom, project in inputs:
-                t = project(row)
-                if t is not None:
-                    nodes[atom].apply(t, dm)
+        # The base validator, inline (BaseValidator.update): a refused delete changes
+        # nothing.
+        counts = self._counts
+        key = (name, row)
+        n = counts.get(key, 0) + dm
+        if n > 0:
+            counts[key] = n
+        elif n == 0:
+            del counts[key]
         else:
+            self.validator.check(name, row, dm, update.source)
+        direct = self._direct.get(name)
+        if direct is not None:
+            direct(row, dm)
+        else:
+            engines = self.engines
             route_of = self.partitioner.route
-            for atom, project in inputs:
+            for atom, project in fast[3]:
                 t = project(row)
                 if t is None:
                     continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
-from core.consolidate import net_changes, sort_rows
+from core.consolidate import net_changes, sort_rows, sorted_changes
 from core.schema import Row, Value
 from operators.aggregate import AggregateLayout
 
@@ -54,26 +54,23 @@ class OutputFinalizer:
         """The consolidated delta of one epoch, sorted."""
         out: list[tuple[int, Row]] = []
         ring = self.ring
-        if self.mode == "bag":
-            out = [(int(m), row) for row, m in raw.items() if m]
-        elif self.mode == "distinct":
-            if not self.count_supports:
-                out = [(int(m), row) for row, m in raw.items() if m]
-            else:
-                counts = self.state
-                for row, m in raw.items():
-                    if not m:
-                        continue
-                    old = counts.get(row, 0)
-                    new = old + m
-                    if new:
-                        counts[row] = new
-                    else:
-                        del counts[row]
-                    if old == 0 and new > 0:
-                        out.append((1, row))
-                    elif old > 0 and new == 0:
-                        out.append((-1, row))
+        if self.mode == "bag" or (self.mode == "distinct" and not self.count_supports):
+            return sorted_changes(raw)
+        if self.mode == "distinct":
+            counts = self.state
+            for row, m in raw.items():
+                if not m:
+                    continue
+                old = counts.get(row, 0)
+                new = old + m
+                if new:
+                    counts[row] = new
+                else:
+                    del counts[row]
+                if old == 0 and new > 0:
+                    out.append((1, row))
+                elif old > 0 and new == 0:
+                    out.append((-1, row))
         else:
             groups = self.state
             changes: dict[Row, int] = {}
