@@ -388,8 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
-        args.windows, args.updates, args.duckdb_max_epochs = [300, 3000], 1000, 10
-        args.budget = 0.3
+        args.windows, args.updates, args.duckdb_max_epochs = [200, 1500], 600, 5
+        args.budget = 0.2
     out = Path(args.out) if args.out else RESULTS_DIR / (
         "crossover_quick.json" if args.quick else "crossover.json")
     records: list[dict[str, Any]] = []
