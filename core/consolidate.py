@@ -62,6 +62,8 @@ def sorted_changes(net: Mapping[Row, Any]) -> list[tuple[int, Row]]:
     >>> sorted_changes({(2,): 1, (1,): -2, (3,): 0})
     [(-2, (1,)), (1, (2,))]
     """
+    if not net:
+        return []
     rows = [row for row, m in net.items() if m]
     try:
         rows.sort()

@@ -330,7 +330,9 @@ class View:
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
         """Close the current epoch and return its consolidated delta."""
-        raw = self._merged([e.take_delta() for e in self.engines])
+        engines = self.engines
+        raw = engines[0].take_delta() if len(engines) == 1 else \
+            self._merged([e.take_delta() for e in engines])
         rows = self.finalizer.epoch(raw)
         self.epoch += 1
         n = self.pending_updates

@@ -42,6 +42,8 @@ class OutputFinalizer:
         self.count_supports = count_supports
         self.grouped = grouped
         self.emitted_once = False
+        # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
+        self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
 
     def _agg_row(self, key: Row, payload: Any) -> Row:
         if self.layout is None:
@@ -52,10 +54,10 @@ class OutputFinalizer:
 
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
+        if self.plain:
+            return sorted_changes(raw)
         out: list[tuple[int, Row]] = []
         ring = self.ring
-        if self.mode == "bag" or (self.mode == "distinct" and not self.count_supports):
-            return sorted_changes(raw)
         if self.mode == "distinct":
             counts = self.state
             for row, m in raw.items():

@@ -48,7 +48,8 @@ def test_quick_run(tmp_path: Path) -> None:
     out = tmp_path / "crossover.json"
     assert crossover_bench.main(["--quick", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert {"results", "skipped", "winners", "latency_epoch1_hop3_filter", "duckdb_note"} <= set(doc)
+    assert {"results", "skipped", "winners", "latency_epoch1_hop3_filter",
+            "duckdb_note"} <= set(doc)
     keys = {(r["query"], r["window"], r["epoch"], r["system"])
             for r in doc["results"] + doc["skipped"]}
     assert len(keys) == 3 * 2 * 4 * 3
