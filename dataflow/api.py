@@ -253,16 +253,41 @@ class View:
         return route, row
 
     def _bind_fast(self) -> None:
-        """Per relation of a single partition, one generated function that filters and
-        projects a row for every FROM item of the relation and calls that node's apply
-        (itself specialized code), bound once here."""
+        """Per relation of a single partition, one generated function for well-typed
+        updates (the common case): type check, base validator, then for every FROM
+        item of the relation its filter, projection and node apply (itself specialized
+        code). It returns False, having changed nothing, when the update needs the
+        checked path."""
         self._direct: dict[str, Any] = {}
         if len(self.engines) != 1:
             return
         nodes = self.engines[0].atom_nodes
         for route in self.routes.values():
-            env: dict[str, Any] = {}
-            lines = ["def route(row, dm):"]
+            rel = route.relation
+            env: dict[str, Any] = {"counts": self._counts, "counts_get": self._counts.get,
+                                   "check": self.validator.check, "NAME": rel.name}
+            type_tests = ["type(row) is not tuple", f"len(row) != {rel.arity}"]
+            for i, t in enumerate(route.exact_types):
+                env[f"T{i}"] = t
+                type_tests.append(f"type(row[{i}]) is not T{i}")
+            lines = [
+                "def fast(u):",
+                "    row = u.row",
+                f"    if {' or '.join(type_tests)}:",
+                "        return False",
+                "    m = u.mult",
+                "    if m < 1:",
+                "        return False",
+                "    dm = m if u.op == '+' else -m",
+                "    key = (NAME, row)",
+                "    n = counts_get(key, 0) + dm",
+                "    if n > 0:",
+                "        counts[key] = n",
+                "    elif n == 0:",
+                "        del counts[key]",
+                "    else:",
+                "        check(NAME, row, dm, u.source)",
+            ]
             for n, (atom, ri) in enumerate(route.atoms):
                 for name, value in ri.env.items():
                     env[f"{name}_{n}"] = value
@@ -275,14 +300,19 @@ class View:
                     lines.append(f"    if not ({test}):")
                     ind = "        "
                 lines.append(f"{ind}apply{n}({ri.result_expr}, dm)")
-            if len(lines) == 1:
-                lines.append("    return None")
-            exec(compile("\n".join(lines), f"<route {route.relation.name}>", "exec"),  # noqa: S102
-                 env)
-            self._direct[route.relation.name] = env["route"]
+            lines.append("    return True")
+            exec(compile("\n".join(lines), f"<apply {rel.name}>", "exec"), env)  # noqa: S102
+            self._direct[rel.name] = env["fast"]
 
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
+        fast = self._direct.get(update.relation)
+        if fast is None or not fast(update):
+            self._apply_checked(update)
+        self.pending_updates += 1
+        self.updates_total += 1
+
+    def _apply_checked(self, update: Update) -> None:
         row = update.row
         fast = self._fast.get(update.relation)
         if fast is None or tuple(map(type, row)) != fast[2] or update.mult < 1:
@@ -290,31 +320,22 @@ class View:
             fast = self._fast[route.relation.name]
         name = fast[0]
         dm = update.mult if update.op == "+" else -update.mult
-        # The base validator, inline (BaseValidator.update): a refused delete changes
-        # nothing.
-        counts = self._counts
-        key = (name, row)
-        n = counts.get(key, 0) + dm
-        if n > 0:
-            counts[key] = n
-        elif n == 0:
-            del counts[key]
-        else:
-            self.validator.check(name, row, dm, update.source)
-        direct = self._direct.get(name)
-        if direct is not None:
-            direct(row, dm)
-        else:
-            engines = self.engines
-            route_of = self.partitioner.route
+        self.validator.update(name, row, dm, update.source)
+        engines = self.engines
+        if len(engines) == 1:
+            nodes = engines[0].atom_nodes
             for atom, project in fast[3]:
                 t = project(row)
-                if t is None:
-                    continue
-                for p in route_of(atom, t):
-                    engines[p].apply_atom(atom, t, dm)
-        self.pending_updates += 1
-        self.updates_total += 1
+                if t is not None:
+                    nodes[atom].apply(t, dm)
+            return
+        route_of = self.partitioner.route
+        for atom, project in fast[3]:
+            t = project(row)
+            if t is None:
+                continue
+            for p in route_of(atom, t):
+                engines[p].apply_atom(atom, t, dm)
 
     # -- output ----------------------------------------------------------------------
     def _merged(self, parts: list[dict[Any, Any]]) -> dict[Any, Any]:
