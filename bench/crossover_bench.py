@@ -244,7 +244,7 @@ class Result:
                 "wall_seconds": round(self.wall_seconds, 4),
                 "measured_seconds": round(self.measured_seconds, 4),
                 "extrapolated": self.extrapolated, "delta_rows": self.delta_rows,
-                "updates_per_s": round(self.updates / self.seconds, 1)}
+                "updates_per_s": float(f"{self.updates / self.seconds:.4g}")}
 
 
 class WarmUpTooSlow(Exception):
