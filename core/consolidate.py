@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from core.schema import Row, Value
 
-__all__ = ["consolidate", "consolidate_by", "net_changes", "row_sort_key", "sort_rows"]
+__all__ = ["consolidate", "consolidate_by", "net_changes", "row_sort_key", "sort_rows",
+           "sorted_changes"]
 
 K = TypeVar("K", bound=Hashable)
 """What changes are grouped by (an epoch, a (kind, number) pair, ...)."""
@@ -51,6 +52,26 @@ def sort_rows(rows: list[tuple[int, Row]]) -> None:
         rows.sort(key=_row_then_mult)
     except TypeError:
         rows.sort(key=row_sort_key)
+
+
+def sorted_changes(net: Mapping[Row, Any]) -> list[tuple[int, Row]]:
+    """``row -> net change`` (integers, zeros allowed) as ``(mult, row)`` pairs without
+    the zeros, sorted as :func:`sort_rows` does. Rows are distinct keys, so sorting the
+    ``(row, mult)`` items by plain tuple order is the same order, done in C.
+
+    >>> sorted_changes({(2,): 1, (1,): -2, (3,): 0})
+    [(-2, (1,)), (1, (2,))]
+    """
+    if len(net) <= 1:  # epochs of one update mostly change zero or one row
+        return [(int(m), row) for row, m in net.items() if m]
+    rows = [row for row, m in net.items() if m]
+    try:
+        rows.sort()
+    except TypeError:
+        out = [(int(net[row]), row) for row in rows]
+        out.sort(key=row_sort_key)
+        return out
+    return [(int(net[row]), row) for row in rows]
 
 
 def net_changes(net: Mapping[Row, int]) -> list[tuple[int, Row]]:

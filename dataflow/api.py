@@ -218,6 +218,8 @@ class View:
             rel = route.relation
             inputs = [(atom, ri._project) for atom, ri in route.atoms]
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
+        self._counts = self.validator.counts
+        self._bind_fast()
         self.epoch = 0
         self.pending_updates = 0
         self.updates_total = 0
@@ -252,38 +254,90 @@ class View:
                              str(update.mult))
         return route, row
 
+    def _bind_fast(self) -> None:
+        """Per relation of a single partition, one generated function for well-typed
+        updates (the common case): type check, base validator, then for every FROM
+        item of the relation its filter, projection and node apply (itself specialized
+        code). It returns False, having changed nothing, when the update needs the
+        checked path."""
+        self._direct: dict[str, Any] = {}
+        if len(self.engines) != 1:
+            return
+        nodes = self.engines[0].atom_nodes
+        for route in self.routes.values():
+            rel = route.relation
+            env: dict[str, Any] = {"counts": self._counts, "counts_get": self._counts.get,
+                                   "check": self.validator.check, "NAME": rel.name}
+            type_tests = ["type(row) is not tuple", f"len(row) != {rel.arity}"]
+            for i, t in enumerate(route.exact_types):
+                env[f"T{i}"] = t
+                type_tests.append(f"type(row[{i}]) is not T{i}")
+            lines = [
+                "def fast(u):",
+                "    row = u.row",
+                f"    if {' or '.join(type_tests)}:",
+                "        return False",
+                "    m = u.mult",
+                "    if m < 1:",
+                "        return False",
+                "    dm = m if u.op == '+' else -m",
+                "    key = (NAME, row)",
+                "    n = counts_get(key, 0) + dm",
+                "    if n > 0:",
+                "        counts[key] = n",
+                "    elif n == 0:",
+                "        del counts[key]",
+                "    else:",
+                "        check(NAME, row, dm, u.source)",
+            ]
+            for n, (atom, ri) in enumerate(route.atoms):
+                for name, value in ri.env.items():
+                    env[f"{name}_{n}"] = value
+                env[f"apply{n}"] = nodes[atom].apply
+                test = ri.test_expr
+                for name in sorted(ri.env, key=len, reverse=True):
+                    test = test.replace(f"{name}(", f"{name}_{n}(")
+                ind = "    "
+                if test:
+                    lines.append(f"    if not ({test}):")
+                    ind = "        "
+                lines.append(f"{ind}apply{n}({ri.result_expr}, dm)")
+            lines.append("    return True")
+            exec(compile("\n".join(lines), f"<apply {rel.name}>", "exec"), env)  # noqa: S102
+            self._direct[rel.name] = env["fast"]
+
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
+        fast = self._direct.get(update.relation)
+        if fast is None or not fast(update):
+            self._apply_checked(update)
+        self.pending_updates += 1
+        self.updates_total += 1
+
+    def _apply_checked(self, update: Update) -> None:
         row = update.row
         fast = self._fast.get(update.relation)
-        if (
-            fast is None
-            or len(row) != fast[1]
-            or tuple(map(type, row)) != fast[2]
-            or update.mult < 1
-        ):
+        if fast is None or tuple(map(type, row)) != fast[2] or update.mult < 1:
             route, row = self._check(update)
             fast = self._fast[route.relation.name]
-        name, _arity, _types, inputs = fast
+        name = fast[0]
         dm = update.mult if update.op == "+" else -update.mult
         self.validator.update(name, row, dm, update.source)
         engines = self.engines
         if len(engines) == 1:
             nodes = engines[0].atom_nodes
-            for atom, project in inputs:
+            for atom, project in fast[3]:
                 t = project(row)
                 if t is not None:
                     nodes[atom].apply(t, dm)
-        else:
-            route_of = self.partitioner.route
-            for atom, project in inputs:
-                t = project(row)
-                if t is None:
-                    continue
-                for p in route_of(atom, t):
-                    engines[p].apply_atom(atom, t, dm)
-        self.pending_updates += 1
-        self.updates_total += 1
+            return
+        route_of = self.partitioner.route
+        for atom, project in fast[3]:
+            t = project(row)
+            if t is None:
+                continue
+            for p in route_of(atom, t):
+                engines[p].apply_atom(atom, t, dm)
 
     # -- output ----------------------------------------------------------------------
     def _merged(self, parts: list[dict[Any, Any]]) -> dict[Any, Any]:
@@ -299,7 +353,9 @@ class View:
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
         """Close the current epoch and return its consolidated delta."""
-        raw = self._merged([e.take_delta() for e in self.engines])
+        engines = self.engines
+        raw = engines[0].take_delta() if len(engines) == 1 else \
+            self._merged([e.take_delta() for e in engines])
         rows = self.finalizer.epoch(raw)
         self.epoch += 1
         n = self.pending_updates

@@ -12,11 +12,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
-from core.consolidate import net_changes, sort_rows
-from core.schema import Row, Value
+from core.consolidate import sort_rows, sorted_changes
+from core.schema import Row
 from operators.aggregate import AggregateLayout
 
 
@@ -42,38 +42,46 @@ class OutputFinalizer:
         self.count_supports = count_supports
         self.grouped = grouped
         self.emitted_once = False
+        # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
+        self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
+        self._agg_row = self._compile_agg_row()
 
-    def _agg_row(self, key: Row, payload: Any) -> Row:
+    def _compile_agg_row(self) -> Callable[[Row, Any], Row]:
+        """(group key, payload) -> output row, as one generated expression (the columns
+        are fixed per query)."""
+        cols = [f"key[{i}]" if kind == "key" else f"v[{i}]" for kind, i in self.columns]
         if self.layout is None:
-            values: tuple[Value, ...] = (int(payload),)
+            head = "    v = (int(payload),)"
         else:
-            values = self.layout.values(payload)
-        return tuple(key[i] if kind == "key" else values[i] for kind, i in self.columns)
+            head = "    v = values(payload)"
+        text = "\n".join(["def agg_row(key, payload):", head,
+                          "    return (" + "".join(c + ", " for c in cols) + ")"])
+        env: dict[str, Any] = {"values": None if self.layout is None else self.layout.values}
+        exec(compile(text, "<aggregate row>", "exec"), env)  # noqa: S102
+        fn: Callable[[Row, Any], Row] = env["agg_row"]
+        return fn
 
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
+        if self.plain:
+            return sorted_changes(raw)
         out: list[tuple[int, Row]] = []
         ring = self.ring
-        if self.mode == "bag":
-            out = [(int(m), row) for row, m in raw.items() if m]
-        elif self.mode == "distinct":
-            if not self.count_supports:
-                out = [(int(m), row) for row, m in raw.items() if m]
-            else:
-                counts = self.state
-                for row, m in raw.items():
-                    if not m:
-                        continue
-                    old = counts.get(row, 0)
-                    new = old + m
-                    if new:
-                        counts[row] = new
-                    else:
-                        del counts[row]
-                    if old == 0 and new > 0:
-                        out.append((1, row))
-                    elif old > 0 and new == 0:
-                        out.append((-1, row))
+        if self.mode == "distinct":
+            counts = self.state
+            for row, m in raw.items():
+                if not m:
+                    continue
+                old = counts.get(row, 0)
+                new = old + m
+                if new:
+                    counts[row] = new
+                else:
+                    del counts[row]
+                if old == 0 and new > 0:
+                    out.append((1, row))
+                elif old > 0 and new == 0:
+                    out.append((-1, row))
         else:
             groups = self.state
             changes: dict[Row, int] = {}
@@ -106,7 +114,7 @@ class OutputFinalizer:
                 if new_row is not None:
                     changes[new_row] = changes.get(new_row, 0) + 1
             self.emitted_once = True
-            return net_changes(changes)
+            return sorted_changes(changes)
         sort_rows(out)
         return out
 

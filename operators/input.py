@@ -53,6 +53,9 @@ class RelationInput:
             result = "row"
         else:
             result = "(" + "".join(f"row[{i}], " for i in self.positions) + ")"
+        self.test_expr = " or ".join(tests)  # true: the row is filtered out
+        self.result_expr = result
+        self.env = dict(env)  # the predicates p0, p1, ... the expressions call
         lines = ["def project(row):"]
         if tests:
             lines.append(f"    if {' or '.join(tests)}:")

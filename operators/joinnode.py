@@ -41,6 +41,7 @@ from collections.abc import Callable, MutableMapping
 from operator import itemgetter
 from typing import Any
 
+from operators.ring import IntRing
 from operators.state import State
 
 Projector = Callable[[Any], Any]
@@ -117,6 +118,7 @@ class JoinNode:
         self.mode = mode
         self.ring = ring
         self.counting = mode == "set"
+        self.base_payload_default = base_payload is None
         self.base_payload = base_payload or (lambda t, m: m)
         self.children: list[JoinNode] = []
         self.parent: JoinNode | None = None
@@ -147,6 +149,124 @@ class JoinNode:
 
     def finish(self) -> None:
         self.nchildren = len(self.children)
+        # (child, key of a tuple of this node for it, live index for it), for the walks
+        self._walk = list(zip(self.children, self.child_key_of, self.live_index))
+        if self.top:
+            self._compile_sj()
+        if not self.generalized and self.mode in ("bag", "set") \
+                and self.base_payload_default and isinstance(self.ring, IntRing):
+            self.apply = self._compile_apply()  # type: ignore[method-assign,assignment]
+
+    def _compile_sj(self) -> None:
+        """:meth:`_sj_insert` / :meth:`_sj_delete` specialized to this top node (key
+        inlined, parent bound). Called from finish(), after the tree is wired."""
+        parent = self.parent
+        env: dict[str, Any] = {"proj": self.proj, "live": self.live,
+                               "make_live": self._make_live, "make_dead": self._make_dead}
+        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
+        ins = ["def sj_insert(t):", f"    k = {k}", "    group = proj.get(k)",
+               "    if group is None:", "        proj[k] = {t}"]
+        dele = ["def sj_delete(t):", "    if t in live:", "        make_dead(t)",
+                f"    k = {k}", "    group = proj[k]", "    group.discard(t)",
+                "    if not group:", "        del proj[k]"]
+        if parent is not None:
+            pos = self.pos_in_parent
+            env["support"] = parent._child_support
+            env["plive"] = parent.live_index[pos]
+            ins.append(f"        support({pos}, k, True)")
+            dele.append(f"        support({pos}, k, False)")
+        ins += ["    else:", "        group.add(t)"]
+        if parent is None:
+            ins += ["    if t not in live:", "        make_live(t)"]
+        else:
+            ins += ["    if k in plive and t not in live:", "        make_live(t)"]
+        exec(compile("\n".join(ins + dele), f"<sj {self.name}>", "exec"), env)  # noqa: S102
+        self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
+        self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
+
+
+    def apply_source(self) -> tuple[str, dict[str, Any]]:
+        """Python source of :meth:`apply` specialized to this node: children unrolled,
+        keys inlined, integer payloads (bag) or supports (set) inlined. Same steps and
+        state changes as the generic method."""
+        env: dict[str, Any] = {
+            "node": self, "base": self.base, "base_get": self.base.get,
+            "counter": self.counter, "live": self.live,
+            "sj_insert": self._sj_insert, "sj_delete": self._sj_delete,
+            "lower_change": self._lower_base_change,
+        }
+        n = len(self.children)
+        keys = []
+        for i, child in enumerate(self.children):
+            env[f"index{i}"] = self.index[i]
+            env[f"cproj{i}"] = child.proj
+            keys.append(key_expr("t", self.attrs, self.scalar, child.key_attrs))
+        counting = self.counting
+        lines = [
+            "def apply(t, dm):",
+            "    old = base_get(t, 0)",
+            "    new = old + dm",
+            "    if old == 0:",
+            "        c = 0",
+        ]
+        for i, k in enumerate(keys):
+            lines += [
+                f"        k = {k}",
+                f"        b = index{i}.get(k)",
+                "        if b is None:",
+                f"            index{i}[k] = {{t}}",
+                "        else:",
+                "            b.add(t)",
+                f"        if k in cproj{i}:",
+                "            c += 1",
+            ]
+        lines += [
+            "        counter[t] = c",
+            "        base[t] = new",
+            "    else:",
+            "        c = counter[t]",
+            "        if new:",
+            "            base[t] = new",
+            f"    if c == {n}:",
+        ]
+        if self.top:
+            lines += [
+                "        if old == 0:",
+                "            sj_insert(t)",
+                "            if t in live:",
+                f"                node.on_tuple(node, t, {'1' if counting else 'new'})",
+                "        elif new == 0:",
+                "            if t in live:",
+                f"                node.on_tuple(node, t, {'-1' if counting else '-old'})",
+                "            sj_delete(t)",
+            ]
+            if not counting:
+                lines += [
+                    "        elif t in live:",
+                    "            node.on_tuple(node, t, new - old)",
+                ]
+        else:
+            lines.append("        lower_change(t, old, new)")
+        lines += [
+            "    if new == 0:",
+            "        del base[t]",
+            "        del counter[t]",
+        ]
+        for i, k in enumerate(keys):
+            lines += [
+                f"        k = {k}",
+                f"        b = index{i}[k]",
+                "        b.discard(t)",
+                "        if not b:",
+                f"            del index{i}[k]",
+            ]
+        return "\n".join(lines), env
+
+    def _compile_apply(self) -> Callable[[Any, int], None]:
+        text, env = self.apply_source()
+        exec(compile(text, f"<apply {self.name}>", "exec"), env)  # noqa: S102
+        fn: Callable[[Any, int], None] = env["apply"]
+        return fn
 
     # -- R-update: a change of multiplicity of tuple t of this atom -------------------
     def apply(self, t: Any, dm: int) -> None:
@@ -263,14 +383,15 @@ class JoinNode:
                 counter[u] = c - 1
 
     def _make_live(self, t: Any) -> None:
-        if t in self.live:
+        live = self.live
+        if t in live:
             return
-        self.live[t] = True
-        for i, child in enumerate(self.children):
-            k = self.child_key_of[i](t)
-            bucket = self.live_index[i].get(k)
+        live[t] = True
+        for child, key_of, live_index in self._walk:
+            k = key_of(t)
+            bucket = live_index.get(k)
             if bucket is None:
-                self.live_index[i][k] = {t}
+                live_index[k] = {t}
                 if child.top:
                     group = child.proj.get(k)
                     if group:
@@ -280,15 +401,16 @@ class JoinNode:
                 bucket.add(t)
 
     def _make_dead(self, t: Any) -> None:
-        if t not in self.live:
+        live = self.live
+        if t not in live:
             return
-        del self.live[t]
-        for i, child in enumerate(self.children):
-            k = self.child_key_of[i](t)
-            bucket = self.live_index[i][k]
+        del live[t]
+        for child, key_of, live_index in self._walk:
+            k = key_of(t)
+            bucket = live_index[k]
             bucket.discard(t)
             if not bucket:
-                del self.live_index[i][k]
+                del live_index[k]
                 if child.top:
                     group = child.proj.get(k)
                     if group:
