@@ -49,8 +49,9 @@ STEADY_EDGES = 10_000  # each: one insert and one delete
 
 def make_stream(window: int, steady_edges: int, directory: Path) -> tuple[Path, Path, int]:
     """The update file for window W, its query file, and the number of warm-up epochs."""
-    # The density of the crossover bench (3000 nodes per 8k live edges) at every W.
-    edges = skewed_graph(window + steady_edges, max(1000, window * 3 // 8), seed=7)
+    # Uniform endpoints at a fixed density (W / 2 nodes): the degree distribution, and so
+    # the change an update makes, is the same at every W; only the state grows.
+    edges = skewed_graph(window + steady_edges, max(1000, window // 2), seed=7, alpha=0.0)
     updates = directory / f"w{window}.csv"
     write_update_csv(updates, "G", fifo_window_stream(edges, window))
     query = directory / "q.sql"
