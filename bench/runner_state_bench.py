@@ -84,13 +84,14 @@ def _committed_epoch(commit: Path) -> int:
 
 
 def _dir_bytes(path: Path) -> int:
+    """Bytes under ``path``; files and folders Flink removes meanwhile are skipped."""
     total = 0
-    for f in path.rglob("*"):
-        try:
-            if f.is_file():
-                total += f.stat().st_size
-        except OSError:  # a checkpoint file removed while we looked
-            pass
+    for root, _dirs, files in os.walk(path):  # os.walk ignores vanished folders
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
     return total
 
 
