@@ -22,6 +22,7 @@ Prints a table and writes bench/results/runner_state.json and runner_state.png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -88,10 +89,8 @@ def _dir_bytes(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):  # os.walk ignores vanished folders
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
     return total
 
 
