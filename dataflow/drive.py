@@ -35,7 +35,7 @@ from typing import Literal, Protocol
 
 from connectors.base import DeadLetterSink
 from core.errors import InputError
-from core.records import EpochDelta, EpochEnd, Record, Update
+from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Row
 
 __all__ = ["DriveStats", "MaintainedView", "drive"]
@@ -152,8 +152,6 @@ def _with_source(err: InputError, update: Update) -> InputError:
         hint = f"{hint}; {_INVALID_HINT}" if hint else _INVALID_HINT
     if err.source and err.record and hint == err.hint:
         return err
-    from core.records import format_update
-
     return InputError(
         err.source or update.source or "<input>",
         err.record or format_update(update),

@@ -42,13 +42,10 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
 from connectors.files import DeadLetterCsvSink, OnError, read_updates_from_lines
-from core.epochs import CLOSE, EpochCursor
+from core.epochs import EpochCursor
 from core.schema import Schema
-from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_records
-
-UNBOUNDED_TICKS = 2**62
-IDLE_SLEEP_S = 0.2
-"""A followed directory with nothing new waits this long per tick (no busy polling)."""
+from dataflow.partitioned import WorkerPlan
+from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, ReadCounters
 
 
 @dataclass
@@ -122,9 +119,7 @@ class FileEpochSource(KeyedProcessFunction):
             ValueStateDescriptor("file_position", Types.PICKLED_BYTE_ARRAY())
         )
         self.schema: Schema = pickle.loads(self.schema_blob)
-        metrics = runtime_context.get_metrics_group().add_group("ivmflow")
-        self.updates_read = metrics.counter("updates_read")
-        self.epochs_read = metrics.counter("epochs_read")
+        self.counters = ReadCounters(runtime_context)
         if self.on_error == "skip" and self.dead_letter_path:
             self.dead_letter = DeadLetterCsvSink(self.dead_letter_path, append=True)
 
@@ -135,19 +130,22 @@ class FileEpochSource(KeyedProcessFunction):
     def _current(self, pos: FilePosition) -> Path:
         return Path(self.path) / pos.file if self.directory else Path(self.path)
 
-    def _read_lines(self, pos: FilePosition) -> tuple[list[bytes], bool]:
+    def _read_lines(self, pos: FilePosition) -> tuple[list[bytes], bool, str | None]:
         """Complete lines from the position (all lines, the last without newline too,
-        when the file is finished); and whether the file is finished."""
+        when the file is finished); whether the file is read to its end; and, in a
+        directory, the file after it (None while there is none)."""
         if self.directory and not pos.file:
             files = _files(Path(self.path))
             if not files:
-                return [], False
+                return [], False, None
             pos.file = files[0].name
         path = self._current(pos)
         finished = not self.directory
+        following: str | None = None
         if self.directory:
             later = [f for f in _files(Path(self.path)) if f.name > pos.file]
-            finished = bool(later) or (pos.stop_after == pos.file)
+            following = later[0].name if later else None
+            finished = following is not None or (pos.stop_after == pos.file)
         lines: list[bytes] = []
         limit = pos.stop_size if pos.stop_after == pos.file else None
         with open(path, "rb") as f:
@@ -162,14 +160,14 @@ class FileEpochSource(KeyedProcessFunction):
                     break  # a line still being written: read it when it is whole
                 lines.append(line)
             eof = (limit is not None and f.tell() >= limit) or f.read(1) == b""
-        return lines, finished and eof
+        return lines, finished and eof, following
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
         saved = self.position.value()
         pos = FilePosition(**(saved if saved is not None else self.start))
         if pos.done:
             return
-        lines, finished = self._read_lines(pos)
+        lines, finished, following = self._read_lines(pos)
         name = str(self._current(pos))
         text = [line.decode("utf-8", errors="surrogateescape") for line in lines]
         records = list(read_updates_from_lines(
@@ -179,10 +177,8 @@ class FileEpochSource(KeyedProcessFunction):
         pos.offset += sum(len(line) for line in lines)
         pos.line += len(lines)
         last_file = not self.directory or pos.stop_after == pos.file
-        if finished and not last_file:
-            later = [f for f in _files(Path(self.path)) if f.name > pos.file]
-            if later:
-                pos.file, pos.offset, pos.line = later[0].name, 0, 1
+        if finished and not last_file and following is not None:
+            pos.file, pos.offset, pos.line = following, 0, 1
         end = finished and last_file
         cursor = EpochCursor.from_dict(pos.cursor)
         numbered = list(cursor.number(records, self.epoch_size, final=end))
@@ -193,8 +189,4 @@ class FileEpochSource(KeyedProcessFunction):
             if not lines and not end:
                 time.sleep(IDLE_SLEEP_S)
             return
-        closes = sum(1 for n in numbered if n.kind == CLOSE)
-        self.updates_read.inc(len(numbered) - closes)
-        self.epochs_read.inc(closes)
-        _q, layout = self.plan.compiled()
-        yield from bundle_by_partition(tag_records(layout, numbered))
+        yield from self.counters.emit(self.plan, numbered)

@@ -44,13 +44,9 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
 from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
-from core.epochs import CLOSE
 from core.schema import Schema
-from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_records
-
-UNBOUNDED_TICKS = 2**62
-IDLE_SLEEP_S = 0.2
-"""An unbounded run with nothing new waits this long per tick (no busy polling)."""
+from dataflow.partitioned import WorkerPlan
+from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, ReadCounters
 
 
 def start_position(url: str, schema: Schema, checkpoint_dir: Path, stop_at_end: bool,
@@ -98,9 +94,7 @@ class KafkaEpochSource(KeyedProcessFunction):
             ValueStateDescriptor("kafka_position", Types.PICKLED_BYTE_ARRAY())
         )
         # The driver never sees the updates of a Kafka run, so the job counts them.
-        metrics = runtime_context.get_metrics_group().add_group("ivmflow")
-        self.updates_read = metrics.counter("updates_read")
-        self.epochs_read = metrics.counter("epochs_read")
+        self.counters = ReadCounters(runtime_context)
 
     def close(self) -> None:
         if self.reader is not None:
@@ -121,8 +115,4 @@ class KafkaEpochSource(KeyedProcessFunction):
             if not nxt.done:
                 time.sleep(IDLE_SLEEP_S)
             return
-        closes = sum(1 for n in numbered if n.kind == CLOSE)
-        self.updates_read.inc(len(numbered) - closes)
-        self.epochs_read.inc(closes)
-        _q, layout = self.plan.compiled()
-        yield from bundle_by_partition(tag_records(layout, numbered))
+        yield from self.counters.emit(self.plan, numbered)

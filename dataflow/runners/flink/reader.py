@@ -1,0 +1,42 @@
+"""What the job's input readers share (:mod:`dataflow.runners.flink.files`,
+:mod:`dataflow.runners.flink.kafka`): the tick budget of an unbounded run, the idle wait,
+the counters the job keeps of what it read (the driver never sees the updates), and the
+tail of every read: count, tag with partitions, bundle per partition.
+
+This module imports pyflink; ``operators/`` and ``plans/`` never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pyflink.datastream import RuntimeContext
+
+from core.epochs import CLOSE, NumberedRecord
+from dataflow.partitioned import TaggedRow, WorkerPlan, bundle_by_partition, tag_records
+
+__all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "ReadCounters"]
+
+UNBOUNDED_TICKS = 2**62
+IDLE_SLEEP_S = 0.2
+"""An unbounded run with nothing new waits this long per tick (no busy polling)."""
+
+
+class ReadCounters:
+    """Flink metrics ``ivmflow.updates_read`` and ``ivmflow.epochs_read`` of a reader."""
+
+    def __init__(self, runtime_context: RuntimeContext) -> None:
+        metrics = runtime_context.get_metrics_group().add_group("ivmflow")
+        self.updates = metrics.counter("updates_read")
+        self.epochs = metrics.counter("epochs_read")
+
+    def emit(self, plan: WorkerPlan, numbered: Sequence[NumberedRecord]
+             ) -> Iterator[tuple[int, list[TaggedRow]]]:
+        """Count ``numbered``, then yield its rows tagged and bundled per partition."""
+        closes = sum(1 for n in numbered if n.kind == CLOSE)
+        self.updates.inc(len(numbered) - closes)
+        self.epochs.inc(closes)
+        _q, layout = plan.compiled()
+        yield from bundle_by_partition(tag_records(layout, numbered))
+
+
