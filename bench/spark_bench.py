@@ -99,6 +99,104 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+class MarkingSink(CollectingSink):
+    """Collects the deltas and notes when each epoch reached the sink."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: dict[int, float] = {}
+
+    def write_epoch(self, delta: Any) -> None:
+        super().write_epoch(delta)
+        self.marks[delta.epoch] = time.perf_counter()
+
+
+def run_state(args: argparse.Namespace) -> dict[str, Any]:
+    """Steady cost per update vs the live window W (state size), local vs spark."""
+    from bench.runner_state_bench import EPOCH, make_stream, run_local, slope
+    from dataflow.runners.spark.job import SparkJob, spark_session
+
+    tmp = Path(tempfile.mkdtemp(prefix="ivmflow-sparkstate-"))
+    rows: list[dict[str, Any]] = []
+    spark_session(None, 2)  # start the JVM once, outside the timings
+    for w in args.windows:
+        updates, query, warm = make_stream(w, args.steady_edges, tmp)
+        local = run_local(query, updates, warm)
+        rows.append({"runner": "local", "parallelism": 1, "window": w, **local})
+        print(f"W={w} local: {local['us_per_update']:.1f} us/update", flush=True)
+        q = compile_query(query.read_text())
+        reference = [(d.epoch, d.rows) for d in q.run(
+            _read(updates, q), epoch_size=EPOCH) if d.rows]
+        for par in args.parallelism:
+            sink = MarkingSink()
+            ckpt = tmp / f"ckpt-w{w}-p{par}"
+            job = SparkJob(q, str(updates), epoch_size=EPOCH, parallelism=par,
+                           checkpoint=str(ckpt), batch_lines=args.state_batch)
+            t = time.perf_counter()
+            job.run(Outputs(sink))
+            wall = time.perf_counter() - t
+            if [(d.epoch, d.rows) for d in sink.deltas if d.rows] != reference:
+                raise SystemExit(f"spark P={par} W={w}: deltas differ from the local runner's")
+            last = max(sink.marks)
+            steady = (last - warm) * EPOCH
+            secs = sink.marks[last] - sink.marks[warm]
+            batches = [p for p in job.progress if int(p.get("numInputRows", 0)) > 0]
+            rec = {"runner": "spark", "parallelism": par, "window": w, "run_s": wall,
+                   "steady_updates": steady, "steady_s": secs,
+                   "us_per_update": 1e6 * secs / steady,
+                   "median_batch_ms": statistics.median(
+                       float(p["durationMs"]["triggerExecution"]) for p in batches),
+                   "checkpoint_bytes": _dir_bytes(ckpt / "state"),
+                   "state_entries": local["state_entries"]}
+            rec["ratio_to_local"] = rec["us_per_update"] / local["us_per_update"]
+            rows.append(rec)
+            print(f"W={w} spark P={par}: {rec['us_per_update']:.1f} us/update "
+                  f"({rec['ratio_to_local']:.1f}x local), state "
+                  f"{rec['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
+    slopes = {}
+    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
+        pts = [(r["window"], r["us_per_update"]) for r in rows
+               if (r["runner"], r["parallelism"]) == key]
+        slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
+    return {"epoch": EPOCH, "batch_lines": args.state_batch,
+            "steady_edges": args.steady_edges, "rows": rows, "slopes": slopes}
+
+
+def _read(path: Path, q: Any) -> list[Any]:
+    from connectors.files import read_updates
+
+    return list(read_updates(str(path), q.schema))
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _plot_state(state: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = state["rows"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
+        pts = sorted((r["window"], r["us_per_update"]) for r in rows
+                     if (r["runner"], r["parallelism"]) == key)
+        label = f"{key[0]} P={key[1]} (slope {state['slopes'][f'{key[0]} P={key[1]}']:.2f})"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("live window W (edges)")
+    ax.set_ylabel("steady cost per update (us)")
+    ax.set_title(f"Spark runner, 2-hop GROUP BY COUNT, batches of {state['batch_lines']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--query", default="star_count")
@@ -106,11 +204,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epoch", type=int, default=1000)
     p.add_argument("--batch-sizes", nargs="+", default=["1000", "10000", "100000"])
     p.add_argument("--overhead-batch", type=int, default=10)
+    p.add_argument("--windows", type=int, nargs="+", default=[5000, 40000, 160000],
+                   help="live windows W for the cost-vs-state part")
+    p.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--steady-edges", type=int, default=10000,
+                   help="edges after the window fills (each: an insert and a delete)")
+    p.add_argument("--state-batch", type=int, default=10000,
+                   help="micro-batch size (lines) of the cost-vs-state part")
+    p.add_argument("--parts", nargs="+", default=["state", "batches"],
+                   choices=["state", "batches"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = p.parse_args(argv)
     if args.quick:
         args.edges, args.batch_sizes = 2000, ["500", "2000"]
+        args.windows, args.steady_edges, args.parallelism = [2000, 4000], 2000, [2]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = "_quick" if args.quick else ""
+    if "state" in args.parts:
+        state = run_state(args)
+        print("\n| runner | P | W | us/update (steady) | x local | state MiB |")
+        print("|---|---|---|---|---|---|")
+        for r in state["rows"]:
+            ratio = f"{r.get('ratio_to_local', 1.0):.1f}"
+            mib = f"{r['checkpoint_bytes'] / 2**20:.1f}" if "checkpoint_bytes" in r else "-"
+            print(f"| {r['runner']} | {r['parallelism']} | {r['window']} | "
+                  f"{r['us_per_update']:.1f} | {ratio} | {mib} |")
+        for k, v in state["slopes"].items():
+            print(f"log-log slope of steady us/update vs W, {k}: {v:.2f}")
+        (out / f"spark_state{suffix}.json").write_text(json.dumps(state, indent=2) + "\n")
+        _plot_state(state, out / f"spark_state{suffix}.png")
+        print(f"wrote {out / f'spark_state{suffix}.json'}")
+    if "batches" not in args.parts:
+        return 0
     res = run(args)
     loc = res["local"]
     print(f"\n{'runner':8s} {'batch':>7s} {'batches':>7s} {'median ms':>9s} {'p95 ms':>8s} "
@@ -124,8 +251,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'spark':8s} {label:>7s} {r['batches']:>7d} {r['median_batch_ms']:>9.0f} "
               f"{r['p95_batch_ms']:>8.0f} {ups:>10,.0f} {ratio:>8.1f}")
     print("* fixed-overhead probe: tiny batches, median batch time ~ per-batch overhead")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     name = "spark_runner_quick.json" if args.quick else "spark_runner.json"
     (out / name).write_text(json.dumps(res, indent=2))
     print(f"wrote {out / name}")

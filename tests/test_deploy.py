@@ -88,6 +88,10 @@ def test_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
 
     if kind == "SparkApplication":
         build_parser().parse_args(doc["spec"]["arguments"])
+        # The state store the job needs (transformWithState on RocksDB) is set there too.
+        from dataflow.runners.spark.state import STATE_STORE_CONF
+
+        assert STATE_STORE_CONF.items() <= doc["spec"]["sparkConf"].items()
     if kind == "FlinkDeployment":
         args = doc["spec"]["job"]["args"]
         assert args[:2] == ["-pym", "dataflow.cli"]

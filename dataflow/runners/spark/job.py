@@ -2,16 +2,17 @@
 
 Job shape: the update source (numbers records and cuts epochs, offsets in the
 checkpoint) -> ``mapInPandas`` tagging each update with its partitions (HyperCube
-shares; epoch closes broadcast) -> ``groupBy(partition).applyInPandasWithState``: per
-partition the same :class:`dataflow.engines.crown.Engine` and output finalizer process the
+shares; epoch closes broadcast) -> ``groupBy(partition).transformWithStateInPandas``:
+per partition the same engine and output finalizer as the local runner process the
 sub-batch in stream order -> ``foreachBatch``: sum the changes per (epoch, row) over
 partitions and write each closed epoch atomically to the sink, skipping epochs the sink
 already committed (a replayed batch after a crash).
 
-State: a partition's whole engine state lives in Spark's state store as one value of
-the ``applyInPandasWithState`` group state, read once and written once per batch in
-which the partition has input (the per-batch read-through / write-back cache, at the
-granularity of a partition). Nothing but output deltas reaches the driver.
+State (DESIGN section 6): per entry, one MapState per named map of the State protocol
+under the partition key, on the RocksDB state store with changelog checkpointing; the
+engine works on a cache kept by the Python worker between batches, and each batch
+writes back only the entries it changed (:mod:`dataflow.runners.spark.state`). Nothing
+but output deltas reaches the driver.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from core.consolidate import consolidate_by
 from core.epochs import CLOSE, NumberedRecord
@@ -38,13 +39,76 @@ from dataflow.partitioned import (
     tag_records,
 )
 from dataflow.runners.spark.source import SOURCE_NAME, UpdateCsvSource
+from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
+from operators.state import WriteBackState
 
 TAGGED_SCHEMA = (
     "partition INT, seq LONG, epoch INT, kind STRING, atom INT, tup BINARY, dm LONG, "
     "snapshot INT"
 )
 OUTPUT_SCHEMA = "kind STRING, epoch INT, mult LONG, row BINARY"
-STATE_SCHEMA = "blob BINARY"
+
+
+
+_MAP_NAMES: dict[WorkerPlan, list[str]] = {}
+
+
+def _map_names(plan: WorkerPlan) -> list[str]:
+    """The plan's named maps (fixed by the plan), learnt once per worker process from a
+    throw-away engine."""
+    names = _MAP_NAMES.get(plan)
+    if names is None:
+        q, layout = plan.compiled()
+        names = _MAP_NAMES[plan] = PartitionTask(q, layout, state=WriteBackState()).state.names()
+    return names
+
+
+def _restore_open_epoch(task: PartitionTask, extra: bytes | None) -> None:
+    task.engine.acc = pickle.loads(extra) if extra else {}
+
+
+class PartitionProcessor(StatefulProcessor):
+    """Hosts one partition's engine per grouping key (the partition number), its state
+    per entry in MapStates (:mod:`dataflow.runners.spark.state`): the batch's rows run
+    through the cached engine, and only the entries they changed are written back."""
+
+    def __init__(self, plan: WorkerPlan) -> None:
+        self.plan = plan
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.store = PartitionStore(handle, _map_names(self.plan))
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
+        q, layout = self.plan.compiled()
+        part = int(key[0])
+        hit = self.store.cache(part, self.plan,
+                               lambda state: PartitionTask(q, layout, state=state),
+                               _restore_open_epoch)
+        task: PartitionTask = hit.payload
+        tagged = []
+        for pdf in rows:
+            for r in pdf.itertuples(index=False):
+                t = None if r.tup is None else pickle.loads(r.tup)
+                tagged.append(TaggedRow(part, int(r.seq), int(r.epoch), r.kind, int(r.atom), t,
+                                        int(r.dm), int(r.snapshot)))
+        out = task.process(tagged)
+        # The open epoch's accumulated delta lives outside the maps; an epoch may span
+        # batches, so it travels with the stamp (O(the open epoch's changes)).
+        acc = task.engine.acc
+        self.store.commit(part, self.plan, hit,
+                          pickle.dumps(acc, pickle.HIGHEST_PROTOCOL) if acc else None)
+        yield pd.DataFrame(
+            {
+                "kind": [o.kind for o in out],
+                "epoch": [o.epoch for o in out],
+                "mult": [o.mult for o in out],
+                "row": [pickle.dumps(o.row) for o in out],
+            }
+        )
+
+    def close(self) -> None:
+        pass
 
 
 
@@ -69,6 +133,8 @@ def spark_session(master: str | None = None, partitions: int = 2) -> SparkSessio
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.python.worker.reuse", "true")
     )
+    for name, value in STATE_STORE_CONF.items():
+        builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -180,37 +246,10 @@ class SparkJob:
                     }
                 )
 
-        def process(
-            key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: GroupState
-        ) -> Iterator[pd.DataFrame]:
-            q, layout = plan.compiled()
-            blob = state.get[0] if state.exists else None
-            task = PartitionTask(q, layout, blob)
-            part = int(key[0])
-            rows = []
-            for pdf in pdfs:
-                for r in pdf.itertuples(index=False):
-                    t = None if r.tup is None else pickle.loads(r.tup)
-                    rows.append(
-                        TaggedRow(part, int(r.seq), int(r.epoch), r.kind, int(r.atom), t,
-                                  int(r.dm), int(r.snapshot))
-                    )
-            out = task.process(rows)
-            state.update((task.dump(),))
-            yield pd.DataFrame(
-                {
-                    "kind": [o.kind for o in out],
-                    "epoch": [o.epoch for o in out],
-                    "mult": [o.mult for o in out],
-                    "row": [pickle.dumps(o.row) for o in out],
-                }
-            )
-
         tag_fn: Any = tag  # pyspark's stubs want pandas' own iterable types
-        process_fn: Any = process
         tagged = source.mapInPandas(tag_fn, schema=TAGGED_SCHEMA)
-        return tagged.groupBy("partition").applyInPandasWithState(
-            process_fn, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout
+        return tagged.groupBy("partition").transformWithStateInPandas(
+            PartitionProcessor(plan), OUTPUT_SCHEMA, "Append", "None"
         )
 
     def run(self, outputs: Any, stats: Any = None,
@@ -225,7 +264,7 @@ class SparkJob:
             # bytes). The sinks skip epochs they already hold (a replayed batch).
             grouped = consolidate_by(
                 ((r["kind"], int(r["epoch"])), int(r["mult"]), pickle.loads(r["row"]))
-                for r in df.toLocalIterator()
+                for r in df.collect()
             )
             for (kind, n) in sorted(grouped, key=lambda k: (k[1], k[0])):
                 rows = grouped[kind, n]
