@@ -65,7 +65,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _write(path: Path, records: list[Record]) -> None:
     path.write_text("".join(
-        ("epoch\n" if not isinstance(r, Update) else format_update(r) + "\n") for r in records))
+        ("*\n" if not isinstance(r, Update) else format_update(r) + "\n") for r in records))
 
 
 def _local(sql: Path, updates: Path, out: Path, *extra: str) -> str:
