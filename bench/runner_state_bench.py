@@ -155,6 +155,16 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
 
 
+def slopes_by_runner(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per (runner, parallelism): the log-log slope of us/update over the window W."""
+    slopes = {}
+    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
+        pts = [(r["window"], r["us_per_update"]) for r in rows
+               if (r["runner"], r["parallelism"]) == key]
+        slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
+    return slopes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--windows", default="5000,40000,160000")
@@ -191,11 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"W={w} flink P={p}: {res['us_per_update']:.1f} us/update "
                       f"({rows[-1]['ratio_to_local']:.1f}x local), checkpoint "
                       f"{res['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
-    slopes = {}
-    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
-        pts = [(r["window"], r["us_per_update"]) for r in rows
-               if (r["runner"], r["parallelism"]) == key]
-        slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
+    slopes = slopes_by_runner(rows)
     print()
     print("| runner | P | W | us/update (steady) | x local | checkpoint MiB | state entries |")
     print("|---|---|---|---|---|---|---|")

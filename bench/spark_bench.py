@@ -113,7 +113,7 @@ class MarkingSink(CollectingSink):
 
 def run_state(args: argparse.Namespace) -> dict[str, Any]:
     """Steady cost per update vs the live window W (state size), local vs spark."""
-    from bench.runner_state_bench import EPOCH, make_stream, run_local, slope
+    from bench.runner_state_bench import EPOCH, make_stream, run_local, slopes_by_runner
     from dataflow.runners.spark.job import SparkJob, spark_session
 
     tmp = Path(tempfile.mkdtemp(prefix="ivmflow-sparkstate-"))
@@ -153,11 +153,7 @@ def run_state(args: argparse.Namespace) -> dict[str, Any]:
             print(f"W={w} spark P={par}: {rec['us_per_update']:.1f} us/update "
                   f"({rec['ratio_to_local']:.1f}x local), state "
                   f"{rec['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
-    slopes = {}
-    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
-        pts = [(r["window"], r["us_per_update"]) for r in rows
-               if (r["runner"], r["parallelism"]) == key]
-        slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
+    slopes = slopes_by_runner(rows)
     return {"epoch": EPOCH, "batch_lines": args.state_batch,
             "steady_edges": args.steady_edges, "rows": rows, "slopes": slopes}
 
@@ -219,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.edges, args.batch_sizes = 2000, ["500", "2000"]
         args.windows, args.steady_edges, args.parallelism = [2000, 4000], 2000, [2]
+        args.state_batch = 500  # the steady phase must span several batches
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""
