@@ -44,7 +44,7 @@ from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.partitioner import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
-from operators.state import DictState, State
+from operators.state import DictState, State, WriteBackState
 from plans.dag import finalize_mode
 
 FINALIZE_OUTPUT, FINALIZE_META = "finalize.output", "finalize.meta"
@@ -149,6 +149,19 @@ class WorkerPlan:
         return compiled_for_workers(
             self.sql, self.rates, self.parallelism, self.eps, self.partitioning
         )
+
+    def map_names(self) -> list[str]:
+        """The named maps of a partition's State, fixed by the plan: what a runner binds
+        to its keyed map states. Learnt once per worker process from a throw-away task."""
+        names = _MAP_NAMES.get(self)
+        if names is None:
+            q, layout = self.compiled()
+            names = PartitionTask(q, layout, state=WriteBackState()).state.names()
+            _MAP_NAMES[self] = names
+        return names
+
+
+_MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
 
 def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> list[TaggedRow]:

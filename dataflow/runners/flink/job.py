@@ -114,14 +114,11 @@ class PartitionFunction(KeyedProcessFunction):
         self.tasks: dict[int, tuple[PartitionTask, WriteBackState]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        q, layout = self.plan.compiled()
-        # The map names are fixed by the plan: learn them from a throw-away engine.
-        names = PartitionTask(q, layout, state=WriteBackState()).state.names()
         self.maps = {
             name: runtime_context.get_map_state(
                 MapStateDescriptor(f"map:{name}", Types.STRING(), Types.PICKLED_BYTE_ARRAY())
             )
-            for name in names
+            for name in self.plan.map_names()
         }
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("open_epoch_rows", Types.PICKLED_BYTE_ARRAY())

@@ -40,27 +40,12 @@ from dataflow.partitioned import (
 )
 from dataflow.runners.spark.source import SOURCE_NAME, UpdateCsvSource
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
-from operators.state import WriteBackState
 
 TAGGED_SCHEMA = (
     "partition INT, seq LONG, epoch INT, kind STRING, atom INT, tup BINARY, dm LONG, "
     "snapshot INT"
 )
 OUTPUT_SCHEMA = "kind STRING, epoch INT, mult LONG, row BINARY"
-
-
-
-_MAP_NAMES: dict[WorkerPlan, list[str]] = {}
-
-
-def _map_names(plan: WorkerPlan) -> list[str]:
-    """The plan's named maps (fixed by the plan), learnt once per worker process from a
-    throw-away engine."""
-    names = _MAP_NAMES.get(plan)
-    if names is None:
-        q, layout = plan.compiled()
-        names = _MAP_NAMES[plan] = PartitionTask(q, layout, state=WriteBackState()).state.names()
-    return names
 
 
 def _restore_open_epoch(task: PartitionTask, extra: bytes | None) -> None:
@@ -76,7 +61,7 @@ class PartitionProcessor(StatefulProcessor):
         self.plan = plan
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.store = PartitionStore(handle, _map_names(self.plan))
+        self.store = PartitionStore(handle, self.plan.map_names())
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:

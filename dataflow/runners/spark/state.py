@@ -20,8 +20,9 @@ request/response to the JVM over a local socket (measured here: 45-120 us per
 * **A cache that outlives the batch.** A Python worker process keeps each partition's
   cache between batches (:data:`_CACHES`). Spark hands a partition to whichever worker is
   idle, so a cache may be current, behind by a few batches, or ahead (its batch failed
-  after it ran and Spark rolled the store back). A stamp ``(version, token)`` in a
-  ValueState says which state the store holds; a short journal MapState keeps the last
+  after it ran and Spark rolled the store back). A stamp ``(version, token, extra)`` in
+  a ValueState says which state the store holds (``extra``: what the runner keeps
+  outside the maps, the open epoch's delta); a short journal MapState keeps the last
   :data:`JOURNAL` batches' changes, so a cache behind by a few batches catches up by
   replaying them (O(their changes)). Anything else rebuilds the cache from the MapStates
   (O(state), only after a restart or a long absence).
@@ -73,9 +74,9 @@ def _schemas() -> dict[str, Any]:
                                 ("changes", BinaryType())),
     }
 
+
 Changes = list[tuple[str, dict[Any, Any], list[Any]]]
 _GONE = object()
-dumps = pickle.dumps
 
 
 @dataclass
@@ -256,7 +257,7 @@ class PartitionStore:
         if self.wire is None and first is not None:
             self.wire = Wire(first)
         ops = ((f"map:{name}", self.maps[name], encode_key(k).encode(),
-                dumps((k, v), pickle.HIGHEST_PROTOCOL) if v is not _GONE else None)
+                pickle.dumps((k, v), pickle.HIGHEST_PROTOCOL) if v is not _GONE else None)
                for name, puts, gone in changes
                for k, v in itertools.chain(puts.items(), ((k, _GONE) for k in gone)))
         if self.wire is not None:
