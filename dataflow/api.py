@@ -29,7 +29,14 @@ from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Relation, Row, Schema
 from dataflow.engines import PartitionEngine
 from dataflow.engines.crown import aggregate_layout, make_ring
-from dataflow.kinds import CrownKind, GhdKind, QueryKind, TriangleKind, estimate_rates
+from dataflow.kinds import (
+    CrownKind,
+    GhdKind,
+    HierarchicalKind,
+    QueryKind,
+    TriangleKind,
+    estimate_rates,
+)
 from dataflow.partitioner import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import BaseValidator, RelationInput
@@ -37,6 +44,7 @@ from operators.state import DictState
 from plans.cq import ConjunctiveQuery
 from plans.dag import finalize_mode
 from plans.ghd import build_ghd
+from plans.hierarchical import HierarchicalPlan, plan_hierarchical
 from plans.plan import Plan, build_plan, classify
 from plans.sql import parse_query
 from plans.triangle import recognise_triangle
@@ -113,13 +121,17 @@ def compile_query(
     prefix: Iterable[Record] | None = None,
     eps: float = 0.5,
     triangle_partitioning: str = "single",
+    view_trees: bool = False,
 ) -> CompiledQuery:
     """Parse, classify, plan and compile a query file's text.
 
     ``rates`` (one per FROM item) or a ``prefix`` of the update stream steer the join
     tree choice (sum of depth * update rate); without them rates are uniform. Triangle
     queries are planned for IVM-epsilon with threshold exponent ``eps``;
-    ``triangle_partitioning="double"`` picks the double-partitioned triangle count."""
+    ``triangle_partitioning="double"`` picks the double-partitioned triangle count.
+    ``view_trees=True`` (the CLI sets it when ``--eps`` is given) maintains a
+    hierarchical query that is not q-hierarchical with view trees and the knob ``eps``
+    (:mod:`plans.hierarchical`) instead of CROWN."""
     _check_eps(eps)
     cq = parse_query(sql, source_name)
     tri = recognise_triangle(cq, triangle_partitioning)  # type: ignore[arg-type]
@@ -132,11 +144,23 @@ def compile_query(
         kind = TriangleKind.of(tri, eps)
     elif classify(cq)[0] == "cyclic":
         kind = GhdKind.of(build_ghd(cq), eps)
+    elif view_trees and (hp := _view_tree_plan(cq)) is not None:
+        kind = HierarchicalKind.of(hp, eps)
     else:
         if rates is None and prefix is not None:
             rates = estimate_rates(cq, prefix)
         kind = CrownKind.of(build_plan(cq, rates))
     return CompiledQuery(cq, kind, source_name)
+
+
+def _view_tree_plan(cq: ConjunctiveQuery) -> HierarchicalPlan | None:
+    """The view-tree plan of a hierarchical query that is not q-hierarchical (a bound
+    variable above a free one: CROWN's updates are not O(1) there), else None."""
+    try:
+        hp = plan_hierarchical(cq)
+    except UnsupportedQueryError:
+        return None
+    return hp if hp.bf else None
 
 
 def _check_eps(eps: float) -> None:

@@ -81,7 +81,7 @@ def cmd_explain(
     query_path: str, eps: float | None = None, parallelism: int = 1, partitioning: str = "single"
 ) -> int:
     """``ivmflow explain``: print the plan of a query file."""
-    query = compile_file(query_path, partitioning=partitioning)
+    query = compile_file(query_path, eps, partitioning=partitioning)
     print(query.explain(parallelism=parallelism, eps=eps))
     return 0
 
@@ -218,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--parallelism", type=_positive_int, default=1, metavar="P")
     run.add_argument("--eps", type=_unit_float, metavar="E",
                      help="IVM-epsilon heavy/light threshold exponent, 0 <= E <= 1 "
-                          "(default: the engine's choice)")
+                          "(default: the engine's choice); for a hierarchical query that "
+                          "is not q-hierarchical it also selects view trees, the knob "
+                          "between update time N^(delta E) and delay N^(1-E)")
     run.add_argument("--partitioning", choices=("single", "double"), default="single",
                      help="triangle COUNT(*): heavy/light partition each relation on one "
                           "column (default) or on both (lower space)")
@@ -255,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="print the plan of a query")
     explain.add_argument("query", metavar="QUERY.sql")
     explain.add_argument("--eps", type=_unit_float, default=None, metavar="E",
-                         help="IVM-epsilon exponent for triangle queries (default 0.5)")
+                         help="IVM-epsilon exponent for triangle queries (default 0.5); "
+                              "for a hierarchical, not q-hierarchical query: its view trees "
+                              "and predicted exponents at E")
     explain.add_argument("--parallelism", type=_positive_int, default=1, metavar="P",
                          help="show the partitioning for P partitions")
     explain.add_argument("--partitioning", choices=("single", "double"), default="single",

@@ -5,7 +5,10 @@
 * ``triangle``: IVM-epsilon heavy/light views (:mod:`plans.triangle`), run by
   :class:`~dataflow.engines.triangle.TriangleEngine`;
 * ``ghd``: bags of a hypertree decomposition (:mod:`plans.ghd`), run by
-  :class:`~dataflow.engines.ghd.GhdEngine`.
+  :class:`~dataflow.engines.ghd.GhdEngine`;
+* ``hierarchical``: view trees with the update/delay knob eps for a hierarchical
+  query that is not q-hierarchical (:mod:`plans.hierarchical`), run by
+  :class:`~dataflow.engines.hierarchical.HierarchicalEngine` (chosen with ``--eps``).
 
 A :class:`QueryKind` makes its engine (one per partition), explains itself, says what
 its output finalizer needs, re-plans itself from a stream prefix where it has a choice,
@@ -31,6 +34,7 @@ from core.records import Record, Update
 from dataflow.engines import PartitionEngine
 from dataflow.engines.crown import Engine
 from dataflow.engines.ghd import GhdEngine, compile_ghd_dataflow
+from dataflow.engines.hierarchical import HierarchicalEngine
 from dataflow.engines.triangle import TriangleEngine
 from dataflow.partitioner import Partitioner
 from operators.input import RelationInput
@@ -39,12 +43,18 @@ from plans.cq import ConjunctiveQuery
 from plans.dag import compile_dataflow
 from plans.explain import explain
 from plans.ghd import GhdPlan, explain_ghd
+from plans.hierarchical import (
+    HierarchicalPlan,
+    compile_hierarchical_dataflow,
+    explain_hierarchical,
+)
 from plans.plan import Plan, build_plan
 from plans.triangle import TrianglePlan, compile_triangle_dataflow, explain_triangle
 
-__all__ = ["CrownKind", "GhdKind", "KindName", "QueryKind", "TriangleKind", "estimate_rates"]
+__all__ = ["CrownKind", "GhdKind", "HierarchicalKind", "KindName", "QueryKind", "TriangleKind",
+           "estimate_rates"]
 
-KindName = Literal["crown", "triangle", "ghd"]
+KindName = Literal["crown", "triangle", "ghd", "hierarchical"]
 
 
 class QueryKind(Protocol):
@@ -212,3 +222,41 @@ class GhdKind:
 
     def worker_options(self) -> tuple[float, str]:
         return (self.eps, "single")
+
+
+VIEW_TREES = "view-trees"
+"""What :meth:`HierarchicalKind.worker_options` ships as its partitioning: workers plan
+the query with view trees too."""
+
+
+@dataclass(frozen=True)
+class HierarchicalKind:
+    """A hierarchical query, not q-hierarchical: view trees with the knob eps."""
+
+    hp: HierarchicalPlan
+    dataflow: Dataflow
+    eps: float = 0.5
+    name: KindName = "hierarchical"
+    engine_emits_bags: bool = True
+
+    @classmethod
+    def of(cls, hp: HierarchicalPlan, eps: float) -> HierarchicalKind:
+        return cls(hp, compile_hierarchical_dataflow(hp), eps)
+
+    @property
+    def plan(self) -> Plan:
+        return self.hp.plan
+
+    def make_engine(self, state: State | None = None, eps: float | None = None
+                    ) -> PartitionEngine:
+        return HierarchicalEngine(self.hp, self.eps if eps is None else eps, state)
+
+    def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
+        e = self.eps if eps is None else eps
+        return explain_hierarchical(self.hp, self.dataflow, e, _parts(self.plan, parallelism))
+
+    def replanned(self, prefix: Iterable[Record]) -> HierarchicalKind:
+        return self  # the canonical order does not depend on rates
+
+    def worker_options(self) -> tuple[float, str]:
+        return (self.eps, VIEW_TREES)

@@ -41,6 +41,7 @@ from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import InputError
 from dataflow.engines import AtomPort, PartitionEngine
+from dataflow.kinds import VIEW_TREES
 from dataflow.partitioner import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
@@ -121,7 +122,11 @@ def compiled_for_workers(
     if hit is None:
         from dataflow.api import compile_query
 
-        q = compile_query(sql, rates=list(rates), eps=eps, triangle_partitioning=partitioning)
+        if partitioning == VIEW_TREES:
+            q = compile_query(sql, rates=list(rates), eps=eps, view_trees=True)
+        else:
+            q = compile_query(sql, rates=list(rates), eps=eps,
+                              triangle_partitioning=partitioning)
         hit = (q, PartitionLayout(q, parallelism))
         _COMPILED[key] = hit
     return hit

@@ -287,13 +287,15 @@ def stop_on_signals(progress: Progress) -> Iterator[None]:
 
 
 def compile_file(path: str, eps: float | None = None, partitioning: str = "single") -> Any:
-    """Compile a query file (errors name the file)."""
+    """Compile a query file (errors name the file). A given ``eps`` also selects view
+    trees for a hierarchical query that is not q-hierarchical (the knob applies there)."""
     text = Path(path).read_text(encoding="utf-8")
     from dataflow.api import compile_query
 
     kwargs: dict[str, Any] = {}
     if eps is not None:
         kwargs["eps"] = eps
+        kwargs["view_trees"] = True
     if partitioning != "single":
         kwargs["triangle_partitioning"] = partitioning
     return compile_query(text, source_name=path, **kwargs)

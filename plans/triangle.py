@@ -90,7 +90,7 @@ def _unsupported(cq: ConjunctiveQuery, construct: str) -> UnsupportedQueryError:
     return UnsupportedQueryError(msg)
 
 
-def _output_shape(cq: ConjunctiveQuery) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def output_shape(cq: ConjunctiveQuery) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(free variables in first-use order, the engine's row variables) of a supported
     output, or an error naming the construct."""
     out_vars = tuple(col.var for col in cq.columns if col.var is not None)
@@ -122,7 +122,7 @@ def recognise_triangle(
     if not _is_triangle_shape(cq):
         return None
     atoms = cq.atoms
-    free, row_vars = _output_shape(cq)
+    free, row_vars = output_shape(cq)
     kind: TriangleKind
     if not free:
         kind = "count"

@@ -1,0 +1,456 @@
+"""The view trees of a hierarchical query with the update/delay knob eps (notes part B):
+count views, heavy/light split of every bound variable above a free one, light
+listing views, delta and full enumeration.
+
+State, all named maps of the State protocol (``K_X`` = the values of X's path, i.e.
+anc(X) + X; an atom's tuple is the key of its lowest variable):
+
+* ``hier.rel.<i>``: atom i's copy, ``K -> multiplicity``;
+* ``hier.prod.<X>``: per anc(X), ``x -> product of X's children's counts at K_X``
+  (non-zero only): the keys present in every relation below X (the paper's All_X);
+* ``hier.count.<X>``: ``anc(X) -> sum of those products`` (the sibling view V'_X: the
+  derivations of X's subtree). Both are maintained in O(1) per variable on the path;
+* ``hier.deg.<X>.<i>``: for a split X, ``K_X -> distinct tuples of atom i`` (degrees);
+* ``hier.heavy.<X>``: per anc(X), the heavy x (the paper's H_X);
+* ``hier.light.<X>``: per anc(X), ``row -> multiplicity``: the rows over X's free
+  subtree variables contributed by light keys (the light view L_X);
+* ``hier.meta``: the database size N and the threshold base Theta.
+
+An update to atom i with tuple t emits ``dm x`` the derivations of the rest of the
+query joined with t (the output delta does not depend on the partition, so a migration
+between light and heavy emits nothing), adds the same restricted to X's subtree to
+L_X for every split X on t's path whose key was light **before** the update, then
+updates the counts and degrees bottom-up and rebalances: minor per key (light -> heavy
+at degree >= 3/2 theta, heavy -> light below 1/2 theta), major when N leaves
+[Theta/4, Theta) (Theta doubles or halves, every key is repartitioned strictly at
+theta = Theta^eps, and the light views are rebuilt).
+
+Enumeration walks the variable order: a free variable iterates its present values, a
+split variable reads its light view and grounds each heavy key (at most N^(1-eps) per
+context), a subtree without free variables is its count.
+
+Example (Q(A,C) = R(A,B), S(B,C), eps = 1/2):
+    >>> from plans.hierarchical import plan_hierarchical
+    >>> from plans.sql import parse_query
+    >>> cq = parse_query("CREATE TABLE R(a INT, b INT); CREATE TABLE S(b INT, c INT);"
+    ...                  "SELECT R.a, S.c FROM R, S WHERE R.b = S.b")
+    >>> views = HierarchicalViews(plan_hierarchical(cq), DictState(), 0.5)
+    >>> # tuples in path order: R(a, b) as (b, a), S(b, c) as (b, c)
+    >>> views.update(0, (7, 1), 1); views.update(1, (7, 3), 1); views.update(0, (7, 2), 1)
+    >>> sorted(views.take_delta().items()), sorted(views.full().items())
+    ([((1, 3), 1), ((2, 3), 1)], [((1, 3), 1), ((2, 3), 1)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from itertools import product
+from typing import Any
+
+from operators.state import DictState, State
+from plans.hierarchical import HierarchicalPlan, VarNode
+
+__all__ = ["DictState", "Grouped", "HierarchicalViews"]
+
+Row = tuple[Any, ...]
+
+
+class Grouped:
+    """A map of groups ``anc -> {sub: value}`` kept in one keyed map. Below the root the
+    group is one entry (a dict); at the root (``anc == ()``) every member is its own
+    entry, so that no single entry holds a whole relation (the runners write entries
+    back one by one)."""
+
+    __slots__ = ("flat", "m")
+
+    def __init__(self, m: MutableMapping[Any, Any], flat: bool) -> None:
+        self.m = m
+        self.flat = flat
+
+    def get(self, anc: Row, sub: Any) -> Any:
+        if self.flat:
+            return self.m.get(sub, 0)
+        group = self.m.get(anc)
+        return 0 if group is None else group.get(sub, 0)
+
+    def add(self, anc: Row, sub: Any, v: Any) -> None:
+        """Add ``v`` to a count, dropping it at zero."""
+        if not v:
+            return
+        if self.flat:
+            new = self.m.get(sub, 0) + v
+            if new:
+                self.m[sub] = new
+            else:
+                del self.m[sub]
+            return
+        group = self.m.get(anc)
+        if group is None:
+            self.m[anc] = {sub: v}
+            return
+        new = group.get(sub, 0) + v
+        if new:
+            group[sub] = new
+        else:
+            del group[sub]
+            if not group:
+                del self.m[anc]
+
+    def put(self, anc: Row, sub: Any, v: Any) -> None:
+        """Set a value (``0`` removes it)."""
+        if self.flat:
+            if v:
+                self.m[sub] = v
+            else:
+                self.m.pop(sub, None)
+            return
+        group = self.m.get(anc)
+        if v:
+            if group is None:
+                self.m[anc] = {sub: v}
+            else:
+                group[sub] = v
+        elif group is not None and sub in group:
+            del group[sub]
+            if not group:
+                del self.m[anc]
+
+    def members(self, anc: Row) -> list[tuple[Any, Any]]:
+        """The group's (sub, value) pairs (a copy: callers may change the map)."""
+        if self.flat:
+            return list(self.m.items())
+        group = self.m.get(anc)
+        return [] if group is None else list(group.items())
+
+    def groups(self) -> Iterator[tuple[Row, Any, Any]]:
+        """Every (anc, sub, value)."""
+        if self.flat:
+            for sub, v in list(self.m.items()):
+                yield (), sub, v
+            return
+        for anc, group in list(self.m.items()):
+            for sub, v in list(group.items()):
+                yield anc, sub, v
+
+    def clear(self) -> None:
+        for key in list(self.m.keys()):
+            del self.m[key]
+
+
+class HierarchicalViews:
+    """The count, degree, heavy and light views of one partition (see the module)."""
+
+    def __init__(self, hp: HierarchicalPlan, state: State, eps: float) -> None:
+        self.hp = hp
+        self.eps = eps
+        self.state = state
+        self.nodes: dict[str, VarNode] = {n.var: n for n in hp.nodes}
+        self.rel = [state.map(f"hier.rel.{a.index}") for a in hp.cq.atoms]
+        self.prod = {n.var: Grouped(state.map(f"hier.prod.{n.var}"), n.depth == 0)
+                     for n in hp.nodes}
+        self.count = {n.var: state.map(f"hier.count.{n.var}") for n in hp.nodes}
+        self.splits = [self.nodes[x] for x in hp.bf]
+        self.deg = {x.var: {i: state.map(f"hier.deg.{x.var}.{i}") for i in x.under}
+                    for x in self.splits}
+        self.heavy = {x.var: Grouped(state.map(f"hier.heavy.{x.var}"), x.depth == 0)
+                      for x in self.splits}
+        self.light = {x.var: Grouped(state.map(f"hier.light.{x.var}"), x.depth == 0)
+                      for x in self.splits}
+        self.meta = state.map("hier.meta")
+        self.acc: dict[Row, int] = {}
+        self.stats = {"major": 0, "minor": 0, "moved_rows": 0}
+        """Rebalancing counters (not state: they restart with the worker)."""
+        # Per atom: the split nodes on its path, top-down.
+        self._atom_splits = [
+            [self.nodes[v] for v in path if self.nodes[v].split] for path in hp.atom_paths
+        ]
+
+    # -- the state's size and threshold ---------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """The database size N: distinct tuples over all atoms' copies."""
+        return int(self.meta.get("n", 0))
+
+    @property
+    def base(self) -> int:
+        """The threshold base Theta, with floor(Theta/4) <= N < Theta."""
+        return int(self.meta.get("base", 1))
+
+    @property
+    def theta(self) -> float:
+        """The heavy/light threshold Theta^eps."""
+        return float(self.base) ** self.eps
+
+    # -- updates ---------------------------------------------------------------------
+
+    def multiplicity(self, atom: int, key: Row) -> int:
+        """Atom ``atom``'s multiplicity of the tuple ``key`` (in path order)."""
+        return int(self.rel[atom].get(key, 0))
+
+    def update(self, atom: int, key: Row, dm: int) -> None:
+        """Apply ``dm`` copies of atom ``atom``'s tuple ``key`` (in path order)."""
+        if not dm:
+            return
+        rel = self.rel[atom]
+        old = rel.get(key, 0)
+        new = old + dm
+        if new < 0:
+            msg = (f"delete of {-dm} copies of {key} from {self.hp.cq.atoms[atom].alias},"
+                   f" which holds {old}")
+            raise ValueError(msg)
+        splits = self._atom_splits[atom]
+        light_before = [not self._is_heavy(x, key) for x in splits]
+        path = self.hp.atom_paths[atom]
+        # The output delta and the light views: derivations of the rest joined with t.
+        acc = self.acc
+        positions = self.hp.out_positions
+        for row, m in self._path_rows(0, path, key, atom):
+            out = tuple(row[p] for p in positions)
+            acc[out] = acc.get(out, 0) + dm * m
+        for x, light in zip(splits, light_before, strict=True):
+            if light:
+                anc = key[: x.depth]
+                view = self.light[x.var]
+                for row, m in self._path_rows(x.depth, path, key, atom):
+                    view.add(anc, row, dm * m)
+        if new:
+            rel[key] = new
+        else:
+            del rel[key]
+        self._recount(path, key)
+        if (old == 0) != (new == 0):
+            step = 1 if new else -1
+            self.meta["n"] = self.n + step
+            for x in splits:
+                deg = self.deg[x.var][atom]
+                k = key[: x.depth + 1]
+                d = deg.get(k, 0) + step
+                if d:
+                    deg[k] = d
+                else:
+                    del deg[k]
+        if not self._major():
+            for x in splits:
+                self._minor(x, key[: x.depth + 1])
+
+    def _recount(self, path: tuple[str, ...], key: Row) -> None:
+        """Recompute the products and counts on the path, bottom-up, until one holds."""
+        for depth in range(len(path) - 1, -1, -1):
+            node = self.nodes[path[depth]]
+            k = key[: depth + 1]
+            anc = key[:depth]
+            new = self._product(node, k)
+            prod = self.prod[node.var]
+            old = prod.get(anc, k[-1])
+            if new == old:
+                return
+            prod.put(anc, k[-1], new)
+            count = self.count[node.var]
+            c = count.get(anc, 0) + new - old
+            if c:
+                count[anc] = c
+            else:
+                del count[anc]
+
+    def _product(self, node: VarNode, k: Row) -> int:
+        p = 1
+        for i in node.atoms:
+            p *= self.rel[i].get(k, 0)
+            if not p:
+                return 0
+        for c in node.children:
+            p *= self.count[c].get(k, 0)
+            if not p:
+                return 0
+        return p
+
+    # -- heavy/light ------------------------------------------------------------------
+
+    def _is_heavy(self, x: VarNode, key: Row) -> bool:
+        return bool(self.heavy[x.var].get(key[: x.depth], key[x.depth]))
+
+    def _degree(self, x: VarNode, k: Row) -> int:
+        return max((deg.get(k, 0) for deg in self.deg[x.var].values()), default=0)
+
+    def _minor(self, x: VarNode, k: Row) -> None:
+        """Move key ``k`` of split ``x`` between light and heavy when its degree left the
+        band [theta/2, 3 theta/2) on the wrong side."""
+        heavy = self._is_heavy(x, k)
+        d = self._degree(x, k)
+        theta = self.theta
+        if not heavy and d >= 1.5 * theta:
+            self._move(x, k, to_heavy=True)
+        elif heavy and d < 0.5 * theta:
+            self._move(x, k, to_heavy=False)
+
+    def _move(self, x: VarNode, k: Row, to_heavy: bool) -> None:
+        anc = k[:-1]
+        sign = -1 if to_heavy else 1
+        view = self.light[x.var]
+        self.stats["minor"] += 1
+        for row, m in self._expand(x, k):
+            view.add(anc, row, sign * m)
+            self.stats["moved_rows"] += 1
+        self.heavy[x.var].put(anc, k[-1], True if to_heavy else 0)
+
+    def _major(self) -> bool:
+        """Keep floor(Theta/4) <= N < Theta; on a change of Theta repartition every key
+        strictly at the new theta and rebuild the light views. True if it ran."""
+        n, base = self.n, self.base
+        if n >= base:
+            new_base = 2 * base
+        elif n < base // 4:
+            new_base = max(1, base // 2 - 1)
+        else:
+            return False
+        self.meta["base"] = new_base
+        self.stats["major"] += 1
+        self.rebuild()
+        return True
+
+    def rebuild(self) -> None:
+        """Strict repartition of every split at theta, light views recomputed."""
+        theta = self.theta
+        for x in self.splits:
+            heavy, light = self.heavy[x.var], self.light[x.var]
+            heavy.clear()
+            light.clear()
+            keys: set[Row] = set()
+            for deg in self.deg[x.var].values():
+                keys.update(deg.keys())
+            for k in keys:
+                if self._degree(x, k) >= theta:
+                    heavy.put(k[:-1], k[-1], True)
+            for anc, xv, _ in self.prod[x.var].groups():
+                k = (*anc, xv)
+                if not heavy.get(anc, xv):
+                    for row, m in self._expand(x, k):
+                        light.add(anc, row, m)
+
+    # -- enumeration ------------------------------------------------------------------
+
+    def _produce(self, node: VarNode, ctx: Row) -> Iterator[tuple[Row, int]]:
+        """The rows over ``node.free_order`` of the node's subtree in context ``ctx``
+        (= anc(node)), with multiplicities; a row may come several times (summed by the
+        caller) where a bound variable is projected away."""
+        if not node.has_free:
+            c = self.count[node.var].get(ctx, 0)
+            if c:
+                yield (), c
+            return
+        prod = self.prod[node.var]
+        if node.split:
+            yield from self.light[node.var].members(ctx)
+            for xv, _ in self.heavy[node.var].members(ctx):
+                if prod.get(ctx, xv):
+                    yield from self._expand(node, (*ctx, xv))
+            return
+        for xv, _ in prod.members(ctx):
+            for row, m in self._expand(node, (*ctx, xv)):
+                yield (xv, *row), m
+
+    def _expand(self, node: VarNode, k: Row) -> Iterator[tuple[Row, int]]:
+        """The rows of the node's children's free variables under key ``k``."""
+        scalar = 1
+        for i in node.atoms:
+            scalar *= self.rel[i].get(k, 0)
+        parts: list[list[tuple[Row, int]]] = []
+        for c in node.children:
+            child = self.nodes[c]
+            if child.has_free:
+                parts.append(list(self._produce(child, k)))
+            else:
+                scalar *= self.count[c].get(k, 0)
+            if not scalar:
+                return
+        yield from _combine(scalar, parts)
+
+    def _path_rows(self, depth: int, path: tuple[str, ...], key: Row, atom: int
+                   ) -> Iterator[tuple[Row, int]]:
+        """The rows over ``free_order`` of the node at ``depth`` on the path, for the
+        derivations that use atom ``atom``'s tuple ``key`` (its multiplicity left out)."""
+        node = self.nodes[path[depth]]
+        k = key[: depth + 1]
+        scalar = 1
+        for i in node.atoms:
+            if i != atom:
+                scalar *= self.rel[i].get(k, 0)
+        below = path[depth + 1] if depth + 1 < len(path) else None
+        parts: list[list[tuple[Row, int]]] = []
+        for c in node.children:
+            child = self.nodes[c]
+            if c == below:
+                parts.append(list(self._path_rows(depth + 1, path, key, atom)))
+            elif child.has_free:
+                parts.append(list(self._produce(child, k)))
+            else:
+                scalar *= self.count[c].get(k, 0)
+            if not scalar:
+                return
+        own = (k[-1],) if node.free else ()
+        for row, m in _combine(scalar, parts):
+            yield (*own, *row), m
+
+    def full(self) -> dict[Row, int]:
+        """The whole result: row (engine row variables) -> multiplicity."""
+        root = self.nodes[self.hp.root]
+        positions = self.hp.out_positions
+        out: dict[Row, int] = {}
+        for row, m in self._produce(root, ()):
+            r = tuple(row[p] for p in positions)
+            out[r] = out.get(r, 0) + m
+        return {r: m for r, m in out.items() if m}
+
+    def take_delta(self) -> dict[Row, int]:
+        """Row changes since the last call (zero entries possible)."""
+        out, self.acc = self.acc, {}
+        return out
+
+    def check_invariants(self) -> None:
+        """Assert what the views promise (for tests): counts equal their products, every
+        heavy key's degree is at least theta/2 and every light key's below 3 theta/2,
+        floor(Theta/4) <= N < Theta, and each light view equals its recomputation."""
+        n = sum(len(r) for r in self.rel)
+        assert n == self.n and self.base // 4 <= n < self.base, (n, self.base)
+        for node in self.hp.nodes:
+            sums: dict[Row, int] = {}
+            for anc, xv, p in self.prod[node.var].groups():
+                assert p == self._product(node, (*anc, xv)) != 0, (node.var, anc, xv)
+                sums[anc] = sums.get(anc, 0) + p
+            assert sums == dict(self.count[node.var]), node.var
+        theta = self.theta
+        for x in self.splits:
+            expected = Grouped({}, x.depth == 0)
+            for anc, xv, _ in self.prod[x.var].groups():
+                k = (*anc, xv)
+                heavy = self._is_heavy(x, k)
+                d = self._degree(x, k)
+                assert (d >= 0.5 * theta) if heavy else (d < 1.5 * theta), (x.var, k, d)
+                if not heavy:
+                    for row, m in self._expand(x, k):
+                        expected.add(anc, row, m)
+            got = {(a, r): m for a, r, m in self.light[x.var].groups()}
+            assert got == {(a, r): m for a, r, m in expected.groups()}, x.var
+
+    def light_rows(self) -> int:
+        """Rows held by the light views (their space)."""
+        return sum(1 for v in self.light.values() for _ in v.groups())
+
+
+def _combine(scalar: int, parts: list[list[tuple[Row, int]]]) -> Iterator[tuple[Row, int]]:
+    """The product of the children's row lists, rows concatenated in child order."""
+    if not parts:
+        yield (), scalar
+        return
+    if len(parts) == 1:
+        for row, m in parts[0]:
+            yield row, scalar * m
+        return
+    for combo in product(*parts):
+        joined: Row = ()
+        m = scalar
+        for r, cm in combo:
+            joined += r
+            m *= cm
+        yield joined, m
