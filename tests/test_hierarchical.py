@@ -287,3 +287,33 @@ def test_cli_eps_runs_view_trees_with_the_same_deltas(tmp_path: Path) -> None:
         outs[eps] = out.read_text()
     assert len(outs[None].splitlines()) > 40
     assert outs["0"] == outs["0.5"] == outs["1"] == outs[None]
+
+
+# -- enumeration with bounded delay -------------------------------------------------------
+@pytest.mark.parametrize("eps", [0.0, 0.25, 0.5, 1.0])
+@pytest.mark.parametrize("name", ["ex4", "ex5", "ex18_bag", "ex14_acf", "two_hop"])
+def test_enumeration_emits_each_row_once_with_its_multiplicity(name: str, eps: float) -> None:
+    """UNION over the light view and the heavy buckets, PRODUCT over the children:
+    distinct rows whose multiplicities sum to the result (equal to ``full()``)."""
+    _, arities = QUERIES[name]
+    view = check_stream(name, random_stream(random.Random(11), arities, 250, 5, 60), eps)
+    for engine in view.engines:
+        views = engine.views  # type: ignore[attr-defined]
+        rows = list(views.enumerate())
+        assert len(rows) == len({r for r, _ in rows})
+        assert dict(rows) == views.full()
+        if eps == 0.0:
+            assert any(h.m for h in views.heavy.values())  # heavy buckets were merged
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 12), unique=True, max_size=8), min_size=1,
+                max_size=6))
+def test_union_of_buckets(buckets: list[list[int]]) -> None:
+    from operators.viewtrees import _union
+
+    sets = [set(b) for b in buckets]
+    got = list(_union([iter([((v,), 1) for v in b]) for b in buckets],
+                      lambda k, row: row[0] in sets[k]))
+    assert sorted(got) == sorted({(v,) for b in buckets for v in b})
+    assert len(got) == len(set(got))

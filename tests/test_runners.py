@@ -37,7 +37,11 @@ QUERIES = {
     "triangle_count": f"SELECT COUNT(*) {TRIANGLE}",
     "triangle_listing": f"SELECT G1.src, G2.src, G3.src {TRIANGLE}",
     "triangle_pairs": f"SELECT DISTINCT G2.dst, G1.src {TRIANGLE}",
+    # A hierarchical query that is not q-hierarchical: view trees with the knob eps.
+    "view_trees_hop2": "SELECT G1.src, G2.dst FROM G G1, G G2 WHERE G1.dst = G2.src",
 }
+EPS = {"view_trees_hop2": 0.25}
+"""Queries run with ``--eps`` (the hierarchical view trees); the reference is CROWN."""
 
 
 def random_stream(seed: int, n: int = 60) -> list[Record]:
@@ -75,8 +79,13 @@ class Outputs:
     resume_snapshot: int = 0
 
 
-def run_local(sql: str, path: Path, epoch: int | None, parallelism: int) -> list[Any]:
-    q = compile_query(sql)
+def _compile(sql: str, eps: float | None) -> Any:
+    return compile_query(sql) if eps is None else compile_query(sql, eps=eps, view_trees=True)
+
+
+def run_local(sql: str, path: Path, epoch: int | None, parallelism: int,
+              eps: float | None = None) -> list[Any]:
+    q = _compile(sql, eps)
     return [
         (d.epoch, d.rows)
         for d in q.run(read_updates(path, q.schema), epoch_size=epoch, parallelism=parallelism)
@@ -84,11 +93,12 @@ def run_local(sql: str, path: Path, epoch: int | None, parallelism: int) -> list
     ]
 
 
-def run_spark(sql: str, path: Path, epoch: int | None, parallelism: int, tmp: Path) -> list[Any]:
+def run_spark(sql: str, path: Path, epoch: int | None, parallelism: int, tmp: Path,
+              eps: float | None = None) -> list[Any]:
     pytest.importorskip("pyspark")
     from dataflow.runners.spark.job import SparkJob
 
-    q = compile_query(sql)
+    q = _compile(sql, eps)
     sink = CollectingSink()
     job = SparkJob(q, str(path), epoch_size=epoch, parallelism=parallelism,
                    checkpoint=str(tmp / "ckpt"), batch_lines=7)
@@ -96,7 +106,8 @@ def run_spark(sql: str, path: Path, epoch: int | None, parallelism: int, tmp: Pa
     return [(d.epoch, d.rows) for d in sink.deltas if d.rows]
 
 
-def run_flink(sql: str, path: Path, epoch: int | None, parallelism: int) -> list[Any]:
+def run_flink(sql: str, path: Path, epoch: int | None, parallelism: int,
+              eps: float | None = None) -> list[Any]:
     """The Flink runner through the CLI, in its own process: PyFlink and PySpark each
     start a py4j gateway, and sharing one test process between them is flaky."""
     pytest.importorskip("pyflink")
@@ -108,6 +119,8 @@ def run_flink(sql: str, path: Path, epoch: int | None, parallelism: int) -> list
             "--checkpoint", str(path.parent / "flink-ckpt")]
     if epoch:
         args += ["--epoch", str(epoch)]
+    if eps is not None:
+        args += ["--eps", str(eps)]
     subprocess.run(_ivmflow(*args), cwd=ROOT, check=True, timeout=300,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
     return read_delta_csv(out)
@@ -140,14 +153,17 @@ def test_runner_matches_local_reference(runner: str, name: str, tmp_path: Path) 
     write_stream(path, records)
     epoch = [None, 5, 3, 11][seed % 4]
     sql = SCHEMA + QUERIES[name]
+    eps = EPS.get(name)
     reference = run_local(sql, path, epoch, 1)
     assert reference, "the stream should change the result"
     if runner == "local":
-        got = run_local(sql, path, epoch, 4)
+        got = run_local(sql, path, epoch, 4, eps)
+        if eps is not None:
+            assert run_local(sql, path, epoch, 1, eps) == reference
     elif runner == "spark":
-        got = run_spark(sql, path, epoch, 2, tmp_path)
+        got = run_spark(sql, path, epoch, 2, tmp_path, eps)
     else:  # P = 1, 2, 4 over the query families
-        got = run_flink(sql, path, epoch, [1, 2, 4, 2][seed % 4])
+        got = run_flink(sql, path, epoch, [1, 2, 4, 2][seed % 4], eps)
     assert got == reference
 
 
