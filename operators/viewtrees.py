@@ -43,8 +43,9 @@ Example (Q(A,C) = R(A,B), S(B,C), eps = 1/2):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from itertools import product
+from operator import itemgetter
 from typing import Any
 
 from operators.state import DictState, State
@@ -96,6 +97,26 @@ class Grouped:
             if not group:
                 del self.m[anc]
 
+    def add_many(self, anc: Row, items: Iterable[tuple[Any, int]], factor: int) -> None:
+        """:meth:`add` of ``factor * v`` for each ``(sub, v)``."""
+        m: MutableMapping[Any, Any]
+        if self.flat:
+            m = self.m
+        else:
+            group = self.m.get(anc)
+            m = {} if group is None else group
+        for sub, v in items:
+            new = m.get(sub, 0) + factor * v
+            if new:
+                m[sub] = new
+            else:
+                del m[sub]
+        if not self.flat:
+            if m:
+                self.m[anc] = m
+            else:
+                self.m.pop(anc, None)
+
     def put(self, anc: Row, sub: Any, v: Any) -> None:
         """Set a value (``0`` removes it)."""
         if self.flat:
@@ -140,9 +161,13 @@ class Grouped:
 class HierarchicalViews:
     """The count, degree, heavy and light views of one partition (see the module)."""
 
-    def __init__(self, hp: HierarchicalPlan, state: State, eps: float) -> None:
+    def __init__(self, hp: HierarchicalPlan, state: State, eps: float,
+                 emit_deltas: bool = True) -> None:
         self.hp = hp
         self.eps = eps
+        self.emit_deltas = emit_deltas
+        """False: maintain the views only (the paper's update; the result is read by
+        enumeration). Benchmarks of Theorem 3's update time use it; runners never do."""
         self.state = state
         self.nodes: dict[str, VarNode] = {n.var: n for n in hp.nodes}
         self.rel = [state.map(f"hier.rel.{a.index}") for a in hp.cq.atoms]
@@ -157,6 +182,8 @@ class HierarchicalViews:
         self.light = {x.var: Grouped(state.map(f"hier.light.{x.var}"), x.depth == 0)
                       for x in self.splits}
         self.meta = state.map("hier.meta")
+        self._to_output = _row_mapper(hp.out_positions,
+                                      len(self.nodes[hp.root].free_order))
         self.acc: dict[Row, int] = {}
         self.stats = {"major": 0, "minor": 0, "moved_rows": 0}
         """Rebalancing counters (not state: they restart with the worker)."""
@@ -203,17 +230,22 @@ class HierarchicalViews:
         light_before = [not self._is_heavy(x, key) for x in splits]
         path = self.hp.atom_paths[atom]
         # The output delta and the light views: derivations of the rest joined with t.
-        acc = self.acc
-        positions = self.hp.out_positions
-        for row, m in self._path_rows(0, path, key, atom):
-            out = tuple(row[p] for p in positions)
-            acc[out] = acc.get(out, 0) + dm * m
+        # The root's rows serve the output and a light root split alike: one walk.
+        root_rows = None
+        if self.emit_deltas:
+            root_rows = self._path_rows(0, path, key, atom)
+            acc = self.acc
+            to_output = self._to_output
+            for row, m in root_rows:
+                out = to_output(row)
+                acc[out] = acc.get(out, 0) + dm * m
         for x, light in zip(splits, light_before, strict=True):
             if light:
                 anc = key[: x.depth]
                 view = self.light[x.var]
-                for row, m in self._path_rows(x.depth, path, key, atom):
-                    view.add(anc, row, dm * m)
+                rows = root_rows if x.depth == 0 and root_rows is not None else \
+                    self._path_rows(x.depth, path, key, atom)
+                view.add_many(anc, rows, dm)
         if new:
             rel[key] = new
         else:
@@ -346,6 +378,11 @@ class HierarchicalViews:
                 if prod.get(ctx, xv):
                     yield from self._expand(node, (*ctx, xv))
             return
+        if len(node.free_order) == 1:
+            # No free variable below: the product is the multiplicity.
+            for xv, p in prod.members(ctx):
+                yield (xv,), p
+            return
         for xv, _ in prod.members(ctx):
             for row, m in self._expand(node, (*ctx, xv)):
                 yield (xv, *row), m
@@ -367,9 +404,11 @@ class HierarchicalViews:
         yield from _combine(scalar, parts)
 
     def _path_rows(self, depth: int, path: tuple[str, ...], key: Row, atom: int
-                   ) -> Iterator[tuple[Row, int]]:
+                   ) -> list[tuple[Row, int]]:
         """The rows over ``free_order`` of the node at ``depth`` on the path, for the
-        derivations that use atom ``atom``'s tuple ``key`` (its multiplicity left out)."""
+        derivations that use atom ``atom``'s tuple ``key`` (its multiplicity left out).
+        Lists, not generators: an update's rows are all needed, and list building is
+        the cheapest per row."""
         node = self.nodes[path[depth]]
         k = key[: depth + 1]
         scalar = 1
@@ -381,24 +420,26 @@ class HierarchicalViews:
         for c in node.children:
             child = self.nodes[c]
             if c == below:
-                parts.append(list(self._path_rows(depth + 1, path, key, atom)))
+                parts.append(self._path_rows(depth + 1, path, key, atom))
             elif child.has_free:
                 parts.append(list(self._produce(child, k)))
             else:
                 scalar *= self.count[c].get(k, 0)
             if not scalar:
-                return
-        own = (k[-1],) if node.free else ()
-        for row, m in _combine(scalar, parts):
-            yield (*own, *row), m
+                return []
+        rows = _combine(scalar, parts)
+        if node.free:
+            xv = k[-1]
+            return [((xv, *row), m) for row, m in rows]
+        return rows
 
     def full(self) -> dict[Row, int]:
         """The whole result: row (engine row variables) -> multiplicity."""
         root = self.nodes[self.hp.root]
-        positions = self.hp.out_positions
+        to_output = self._to_output
         out: dict[Row, int] = {}
         for row, m in self._produce(root, ()):
-            r = tuple(row[p] for p in positions)
+            r = to_output(row)
             out[r] = out.get(r, 0) + m
         return {r: m for r, m in out.items() if m}
 
@@ -424,9 +465,9 @@ class HierarchicalViews:
         [((5,), 2), ((6,), 2), ((7,), 2)]
         """
         root = self.nodes[self.hp.root]
-        positions = self.hp.out_positions
+        to_output = self._to_output
         for row, m in self._distinct(root, ()):
-            yield tuple(row[p] for p in positions), m
+            yield to_output(row), m
 
     def _distinct(self, node: VarNode, ctx: Row) -> Iterator[tuple[Row, int]]:
         """The distinct rows over ``node.free_order`` in context ``ctx``, lazily."""
@@ -548,6 +589,16 @@ class HierarchicalViews:
         return sum(1 for v in self.light.values() for _ in v.groups())
 
 
+def _row_mapper(positions: tuple[int, ...], width: int) -> Callable[[Row], Row]:
+    """Root row -> output row (the identity when the orders agree)."""
+    if positions == tuple(range(width)):
+        return lambda row: row
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda row: (row[p],)
+    return itemgetter(*positions)
+
+
 def _union(buckets: list[Iterator[tuple[Row, int]]],
            contains: Callable[[int, Row], bool]) -> Iterator[Row]:
     """UNION of buckets of distinct rows, each row once (Durand-Strozecki, as in the
@@ -579,19 +630,22 @@ def _union(buckets: list[Iterator[tuple[Row, int]]],
             yield row
 
 
-def _combine(scalar: int, parts: list[list[tuple[Row, int]]]) -> Iterator[tuple[Row, int]]:
+def _combine(scalar: int, parts: list[list[tuple[Row, int]]]) -> list[tuple[Row, int]]:
     """The product of the children's row lists, rows concatenated in child order."""
     if not parts:
-        yield (), scalar
-        return
+        return [((), scalar)]
     if len(parts) == 1:
-        for row, m in parts[0]:
-            yield row, scalar * m
-        return
+        if scalar == 1:
+            return parts[0]
+        return [(row, scalar * m) for row, m in parts[0]]
+    if len(parts) == 2:
+        return [((*r1, *r2), scalar * m1 * m2) for r1, m1 in parts[0] for r2, m2 in parts[1]]
+    out = []
     for combo in product(*parts):
         joined: Row = ()
         m = scalar
         for r, cm in combo:
             joined += r
             m *= cm
-        yield joined, m
+        out.append((joined, m))
+    return out
