@@ -17,9 +17,10 @@ B. Two families per (N, eps):
 - **light edge**, D = floor(0.9 N^eps): every key is light but as heavy as a light key
   gets, so an update of S(b) (ex5) or R(a,b) (ex4) changes D rows of the light view:
   the update time family (predicted N^(delta eps));
-- **heavy edge**, D = ceil(2 (4N)^eps) (at most N/4): every key is heavy, so the
-  enumeration merges N/D ~ N^(1-eps) heavy buckets: the delay family (predicted
-  N^(1-eps)). At eps = 1 no key can be heavy and the light view answers.
+- **heavy edge**, D = 3/2 Theta^eps + 1 (Theta the threshold base after loading, the
+  next power of two above N; at most N/4): every key is heavy, so the enumeration
+  merges N/D ~ N^(1-eps) heavy buckets: the delay family (predicted N^(1-eps)). At
+  eps = 1 no key can be heavy and the light view answers.
 
 Measured: **update** = mean time of a maintenance-only update (``emit_deltas=False``:
 the paper's update; the output delta is an enumeration of its own), over toggles
@@ -114,8 +115,10 @@ def time_updates(loaded: Loaded, toggles: list[tuple[int, dict[str, int]]]) -> f
     return elapsed / (2 * len(toggles))
 
 
-def time_enumeration(rows_iter: Any, limit: int) -> tuple[float, float, int]:
-    """(mean seconds per row, largest gap, rows) over the first ``limit`` rows."""
+def time_enumeration(rows_iter: Any, limit: int, budget: float = 2.0
+                     ) -> tuple[float, float, int]:
+    """(mean seconds per row, largest gap, rows) over the first ``limit`` rows, or fewer
+    (at least 20) when they take more than ``budget`` seconds."""
     gc.disable()
     count = 0
     worst = 0.0
@@ -125,7 +128,7 @@ def time_enumeration(rows_iter: Any, limit: int) -> tuple[float, float, int]:
         worst = max(worst, now - last)
         last = now
         count += 1
-        if count >= limit:
+        if count >= limit or (count >= 20 and now - start > budget):
             break
     gc.enable()
     return (last - start) / max(1, count), worst, count
@@ -144,7 +147,10 @@ def measure(name: str, n: int, eps: float, args: argparse.Namespace) -> dict[str
     hp = q.kind.hp  # type: ignore[attr-defined]
     pred = predicted_exponents(hp, eps)
     light_degree = max(1, math.floor(0.9 * n ** eps))
-    heavy_degree = max(1, min(math.ceil(2 * (4 * n) ** eps), n // 4))
+    # Heavy whatever the load order: at least 3/2 theta for the final base Theta (the
+    # next power of two above N), at most N/4 (at eps = 1 nothing is heavy anyway).
+    final_base = 2 ** math.ceil(math.log2(n + 1))
+    heavy_degree = max(2, min(math.ceil(1.5 * final_base ** eps) + 1, n // 4))
     # update time: light-edge data, maintenance only
     tuples, _ = database(name, n, light_degree)
     t = time.perf_counter()

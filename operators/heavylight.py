@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operators.state import State
+from operators.state import Grouped, State
 
 HEAVY = "H"
 LIGHT = "L"
@@ -336,3 +336,139 @@ class HeavyLightRouter(ThresholdRouter):
             assert set(self.degrees[rel]) == hv | lv
         assert size == self.size, (size, self.size)
         assert self.base // 4 <= self.size < self.base, (self.size, self.base)
+
+
+@dataclass(frozen=True)
+class PrefixSpec:
+    """A partition of hierarchical view trees: the split variable's name, its depth (a
+    key is the first ``depth + 1`` values of a path-ordered tuple: anc(X) + X) and the
+    atoms below it, whose degrees decide the key's class."""
+
+    name: str
+    depth: int
+    atoms: tuple[int, ...]
+
+
+MoveFn = Callable[[PrefixSpec, tuple[Any, ...], bool], None]
+"""``move(partition, key, to_heavy)``: re-route a key's contributions (minor rebalance)."""
+
+
+class PrefixRouter(ThresholdRouter):
+    """The heavy/light router of hierarchical view trees (notes part B.8): one partition
+    per split variable X, on the key anc(X) + X, over every atom below X. A key is light
+    while its largest degree among those atoms stays below 3/2 theta, heavy while it
+    stays at or above theta/2 (the loose band), strict at theta after a major rebalance;
+    new keys start light (pre-update membership, notes B.12.1), except at eps = 0 where
+    every key is heavy. |D| and the threshold base N are :class:`ThresholdRouter`'s.
+
+    The router keeps degrees and classes only; the view trees own the tuples and views.
+    It calls ``move(partition, key, to_heavy)`` before flipping a key's class on a minor
+    rebalance, and ``rebuild()`` after a major one (classes already strict).
+
+    >>> from operators.state import DictState
+    >>> r = PrefixRouter(DictState(), [PrefixSpec("B", 0, (0,))], 0.5)
+    >>> for a in range(6):
+    ...     r.tuple_changed(0, (1, a), 1)
+    >>> r.is_heavy("B", (1,)), r.degree("B", (1,)), r.base, r.stats["major"]
+    (True, 6, 8, 3)
+    """
+
+    def __init__(
+        self,
+        state: State,
+        specs: Sequence[PrefixSpec],
+        eps: float,
+        *,
+        name: str = "hier",
+        move: MoveFn | None = None,
+        rebuild: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(state, name, eps, None, rebuild)
+        self.specs = {s.name: s for s in specs}
+        self.move: MoveFn = move or (lambda spec, key, to_heavy: None)
+        self.degrees: dict[str, dict[int, MutableMapping[tuple[Any, ...], int]]] = {
+            s.name: {i: state.map(f"{name}.deg.{s.name}.{i}") for i in s.atoms} for s in specs
+        }
+        self.heavy: dict[str, Grouped] = {
+            s.name: Grouped(state.map(f"{name}.heavy.{s.name}"), s.depth == 0) for s in specs
+        }
+        self._of_atom: dict[int, list[PrefixSpec]] = {}
+        for s in specs:
+            for i in s.atoms:
+                self._of_atom.setdefault(i, []).append(s)
+        self.stats["moved"] = 0
+
+    def is_heavy(self, name: str, key: tuple[Any, ...]) -> bool:
+        """The class of the key ``key[:depth + 1]`` of partition ``name``."""
+        depth = self.specs[name].depth
+        return bool(self.heavy[name].get(key[:depth], key[depth]))
+
+    def routes_light(self, name: str, key: tuple[Any, ...]) -> bool:
+        """Whether an update of a tuple with this key goes to the light side (its class
+        before the update; a new key is light except at eps = 0)."""
+        return self.eps != 0.0 and not self.is_heavy(name, key)
+
+    def degree(self, name: str, key: tuple[Any, ...]) -> int:
+        """The key's largest degree (distinct tuples) among the partition's atoms."""
+        k = key[: self.specs[name].depth + 1]
+        return max((deg.get(k, 0) for deg in self.degrees[name].values()), default=0)
+
+    def tuple_changed(self, atom: int, key: tuple[Any, ...], step: int) -> None:
+        """A path-ordered tuple of ``atom`` appeared (``step`` 1) or left (-1): degrees,
+        classes, |D|, then a major rebalance or the minor checks of its keys."""
+        specs = self._of_atom.get(atom, ())
+        zero_degree: list[PrefixSpec] = []
+        for spec in specs:
+            k = key[: spec.depth + 1]
+            deg = self.degrees[spec.name][atom]
+            d = deg.get(k, 0) + step
+            if d:
+                deg[k] = d
+            else:
+                del deg[k]
+            if step > 0 and self.eps == 0.0:
+                self.heavy[spec.name].put(k[:-1], k[-1], True)
+            elif step < 0 and not self.degree(spec.name, k):
+                zero_degree.append(spec)
+        for spec in zero_degree:  # the key left every relation: it has no class any more
+            k = key[: spec.depth + 1]
+            self.heavy[spec.name].put(k[:-1], k[-1], 0)
+        meta = self.meta
+        meta["size"] += step
+        size, base = meta["size"], meta["base"]
+        if size >= base:
+            meta["base"] = 2 * base
+            self.major_rebalance()
+        elif size < base // 4:
+            meta["base"] = max(1, base // 2 - 1)
+            self.major_rebalance()
+        elif 0.0 < self.eps < 1.0:  # eps = 0: all heavy; eps = 1: no degree reaches 3/2 N
+            for spec in specs:
+                self.check_minor(spec, key[: spec.depth + 1])
+
+    def check_minor(self, spec: PrefixSpec, k: tuple[Any, ...]) -> None:
+        """Move key ``k`` to the other class if its degree left the band on the wrong
+        side."""
+        d = self.degree(spec.name, k)
+        heavy = self.is_heavy(spec.name, k)
+        theta = self.theta
+        if heavy and d < theta / 2 or not heavy and d >= 1.5 * theta:
+            self.stats["minor"] += 1
+            self.move(spec, k, not heavy)
+            self.heavy[spec.name].put(k[:-1], k[-1], 0 if heavy else True)
+
+    def major_rebalance(self) -> None:
+        """Strict classes at the current theta (heavy iff the largest degree >= theta;
+        every key at eps = 0), then the view trees rebuild their light views."""
+        self.stats["major"] += 1
+        theta = self.theta
+        for spec in self.specs.values():
+            heavy = self.heavy[spec.name]
+            heavy.clear()
+            keys: set[tuple[Any, ...]] = set()
+            for deg in self.degrees[spec.name].values():
+                keys.update(deg.keys())
+            for k in keys:
+                if self.eps == 0.0 or (self.eps < 1.0 and self.degree(spec.name, k) >= theta):
+                    heavy.put(k[:-1], k[-1], True)
+        self.rebuild()

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Protocol
 
 
@@ -96,6 +96,118 @@ def add_nested_count(
 # runner writes back, at each epoch or batch end, only the entries touched since.
 
 _IMMUTABLE = (int, float, str, bytes, bool, tuple, frozenset, type(None))
+
+
+class Grouped:
+    """A map of groups ``anc -> {sub: value}`` kept in one keyed map. Below the root the
+    group is one entry (a dict); at the root (``anc == ()``) every member is its own
+    entry, so that no single entry holds a whole relation (the runners write entries
+    back one by one)."""
+
+    __slots__ = ("flat", "m")
+
+    def __init__(self, m: MutableMapping[Any, Any], flat: bool) -> None:
+        self.m = m
+        self.flat = flat
+
+    def _read(self, key: Any) -> Any:
+        """A read that marks nothing dirty: a TrackedMap marks a key whose value is a
+        dict when it is read (the caller might change it); the read-only methods here
+        never do, so a snapshot does not make the runners write the whole map back."""
+        m = self.m
+        return dict.get(m, key) if isinstance(m, dict) else m.get(key)
+
+    def get(self, anc: tuple[Any, ...], sub: Any) -> Any:
+        if self.flat:
+            return self.m.get(sub, 0)
+        group = self._read(anc)
+        return 0 if group is None else group.get(sub, 0)
+
+    def add(self, anc: tuple[Any, ...], sub: Any, v: Any) -> None:
+        """Add ``v`` to a count, dropping it at zero."""
+        if not v:
+            return
+        if self.flat:
+            new = self.m.get(sub, 0) + v
+            if new:
+                self.m[sub] = new
+            else:
+                del self.m[sub]
+            return
+        group = self.m.get(anc)
+        if group is None:
+            self.m[anc] = {sub: v}
+            return
+        new = group.get(sub, 0) + v
+        if new:
+            group[sub] = new
+        else:
+            del group[sub]
+            if not group:
+                del self.m[anc]
+
+    def add_many(self, anc: tuple[Any, ...], items: Iterable[tuple[Any, int]], factor: int) -> None:
+        """:meth:`add` of ``factor * v`` for each ``(sub, v)``."""
+        m: MutableMapping[Any, Any]
+        if self.flat:
+            m = self.m
+        else:
+            group = self.m.get(anc)
+            m = {} if group is None else group
+        for sub, v in items:
+            new = m.get(sub, 0) + factor * v
+            if new:
+                m[sub] = new
+            else:
+                del m[sub]
+        if not self.flat:
+            if m:
+                self.m[anc] = m
+            else:
+                self.m.pop(anc, None)
+
+    def put(self, anc: tuple[Any, ...], sub: Any, v: Any) -> None:
+        """Set a value (``0`` removes it)."""
+        if self.flat:
+            if v:
+                self.m[sub] = v
+            else:
+                self.m.pop(sub, None)
+            return
+        group = self.m.get(anc)
+        if v:
+            if group is None:
+                self.m[anc] = {sub: v}
+            else:
+                group[sub] = v
+        elif group is not None and sub in group:
+            del group[sub]
+            if not group:
+                del self.m[anc]
+
+    def members(self, anc: tuple[Any, ...]) -> Iterable[tuple[Any, Any]]:
+        """The group's (sub, value) pairs, a live view (O(1) to start, nothing marked
+        dirty): do not change this group while iterating it."""
+        if self.flat:
+            m = self.m
+            return dict.items(m) if isinstance(m, dict) else m.items()
+        group = self._read(anc)
+        return () if group is None else group.items()
+
+    def groups(self) -> Iterator[tuple[tuple[Any, ...], Any, Any]]:
+        """Every (anc, sub, value)."""
+        m = self.m
+        if self.flat:
+            for sub, v in list(dict.items(m) if isinstance(m, dict) else m.items()):
+                yield (), sub, v
+            return
+        for anc, group in list(dict.items(m) if isinstance(m, dict) else m.items()):
+            for sub, v in list(group.items()):
+                yield anc, sub, v
+
+    def clear(self) -> None:
+        for key in list(self.m.keys()):
+            del self.m[key]
 
 
 class TrackedMap(dict[Any, Any]):

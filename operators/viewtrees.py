@@ -10,11 +10,12 @@ anc(X) + X; an atom's tuple is the key of its lowest variable):
   (non-zero only): the keys present in every relation below X (the paper's All_X);
 * ``hier.count.<X>``: ``anc(X) -> sum of those products`` (the sibling view V'_X: the
   derivations of X's subtree). Both are maintained in O(1) per variable on the path;
-* ``hier.deg.<X>.<i>``: for a split X, ``K_X -> distinct tuples of atom i`` (degrees);
-* ``hier.heavy.<X>``: per anc(X), the heavy x (the paper's H_X);
+* ``hier.deg.<X>.<i>``: for a split X, ``K_X -> distinct tuples of atom i`` (degrees,
+  kept by the :class:`~operators.heavylight.PrefixRouter`);
+* ``hier.heavy.<X>``: per anc(X), the heavy x (the paper's H_X; the router's classes);
 * ``hier.light.<X>``: per anc(X), ``row -> multiplicity``: the rows over X's free
   subtree variables contributed by light keys (the light view L_X);
-* ``hier.meta``: the database size N and the threshold base Theta.
+* ``hier.meta``: the database size N and the threshold base Theta (the router's).
 
 An update to atom i with tuple t emits ``dm x`` the derivations of the rest of the
 query joined with t (the output delta does not depend on the partition, so a migration
@@ -43,119 +44,18 @@ Example (Q(A,C) = R(A,B), S(B,C), eps = 1/2):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator
 from itertools import product
 from operator import itemgetter
 from typing import Any
 
-from operators.state import DictState, State
+from operators.heavylight import PrefixRouter, PrefixSpec
+from operators.state import DictState, Grouped, State
 from plans.hierarchical import HierarchicalPlan, VarNode
 
-__all__ = ["DictState", "Grouped", "HierarchicalViews"]
+__all__ = ["DictState", "HierarchicalViews"]
 
 Row = tuple[Any, ...]
-
-
-class Grouped:
-    """A map of groups ``anc -> {sub: value}`` kept in one keyed map. Below the root the
-    group is one entry (a dict); at the root (``anc == ()``) every member is its own
-    entry, so that no single entry holds a whole relation (the runners write entries
-    back one by one)."""
-
-    __slots__ = ("flat", "m")
-
-    def __init__(self, m: MutableMapping[Any, Any], flat: bool) -> None:
-        self.m = m
-        self.flat = flat
-
-    def get(self, anc: Row, sub: Any) -> Any:
-        if self.flat:
-            return self.m.get(sub, 0)
-        group = self.m.get(anc)
-        return 0 if group is None else group.get(sub, 0)
-
-    def add(self, anc: Row, sub: Any, v: Any) -> None:
-        """Add ``v`` to a count, dropping it at zero."""
-        if not v:
-            return
-        if self.flat:
-            new = self.m.get(sub, 0) + v
-            if new:
-                self.m[sub] = new
-            else:
-                del self.m[sub]
-            return
-        group = self.m.get(anc)
-        if group is None:
-            self.m[anc] = {sub: v}
-            return
-        new = group.get(sub, 0) + v
-        if new:
-            group[sub] = new
-        else:
-            del group[sub]
-            if not group:
-                del self.m[anc]
-
-    def add_many(self, anc: Row, items: Iterable[tuple[Any, int]], factor: int) -> None:
-        """:meth:`add` of ``factor * v`` for each ``(sub, v)``."""
-        m: MutableMapping[Any, Any]
-        if self.flat:
-            m = self.m
-        else:
-            group = self.m.get(anc)
-            m = {} if group is None else group
-        for sub, v in items:
-            new = m.get(sub, 0) + factor * v
-            if new:
-                m[sub] = new
-            else:
-                del m[sub]
-        if not self.flat:
-            if m:
-                self.m[anc] = m
-            else:
-                self.m.pop(anc, None)
-
-    def put(self, anc: Row, sub: Any, v: Any) -> None:
-        """Set a value (``0`` removes it)."""
-        if self.flat:
-            if v:
-                self.m[sub] = v
-            else:
-                self.m.pop(sub, None)
-            return
-        group = self.m.get(anc)
-        if v:
-            if group is None:
-                self.m[anc] = {sub: v}
-            else:
-                group[sub] = v
-        elif group is not None and sub in group:
-            del group[sub]
-            if not group:
-                del self.m[anc]
-
-    def members(self, anc: Row) -> list[tuple[Any, Any]]:
-        """The group's (sub, value) pairs (a copy: callers may change the map)."""
-        if self.flat:
-            return list(self.m.items())
-        group = self.m.get(anc)
-        return [] if group is None else list(group.items())
-
-    def groups(self) -> Iterator[tuple[Row, Any, Any]]:
-        """Every (anc, sub, value)."""
-        if self.flat:
-            for sub, v in list(self.m.items()):
-                yield (), sub, v
-            return
-        for anc, group in list(self.m.items()):
-            for sub, v in list(group.items()):
-                yield anc, sub, v
-
-    def clear(self) -> None:
-        for key in list(self.m.keys()):
-            del self.m[key]
 
 
 class HierarchicalViews:
@@ -175,17 +75,17 @@ class HierarchicalViews:
                      for n in hp.nodes}
         self.count = {n.var: state.map(f"hier.count.{n.var}") for n in hp.nodes}
         self.splits = [self.nodes[x] for x in hp.bf]
-        self.deg = {x.var: {i: state.map(f"hier.deg.{x.var}.{i}") for i in x.under}
-                    for x in self.splits}
-        self.heavy = {x.var: Grouped(state.map(f"hier.heavy.{x.var}"), x.depth == 0)
-                      for x in self.splits}
+        self.router = PrefixRouter(
+            state, [PrefixSpec(x.var, x.depth, x.under) for x in self.splits], eps,
+            name="hier", move=self._move, rebuild=self.rebuild,
+        )
+        self.heavy = self.router.heavy
         self.light = {x.var: Grouped(state.map(f"hier.light.{x.var}"), x.depth == 0)
                       for x in self.splits}
-        self.meta = state.map("hier.meta")
         self._to_output = _row_mapper(hp.out_positions,
                                       len(self.nodes[hp.root].free_order))
         self.acc: dict[Row, int] = {}
-        self.stats = {"major": 0, "minor": 0, "moved_rows": 0}
+        self.stats = self.router.stats
         """Rebalancing counters (not state: they restart with the worker)."""
         # Per atom: the split nodes on its path, top-down.
         self._atom_splits = [
@@ -197,17 +97,17 @@ class HierarchicalViews:
     @property
     def n(self) -> int:
         """The database size N: distinct tuples over all atoms' copies."""
-        return int(self.meta.get("n", 0))
+        return self.router.size
 
     @property
     def base(self) -> int:
         """The threshold base Theta, with floor(Theta/4) <= N < Theta."""
-        return int(self.meta.get("base", 1))
+        return self.router.base
 
     @property
     def theta(self) -> float:
         """The heavy/light threshold Theta^eps."""
-        return float(self.base) ** self.eps
+        return self.router.theta
 
     # -- updates ---------------------------------------------------------------------
 
@@ -227,7 +127,8 @@ class HierarchicalViews:
                    f" which holds {old}")
             raise ValueError(msg)
         splits = self._atom_splits[atom]
-        light_before = [not self._is_heavy(x, key) for x in splits]
+        router = self.router
+        light_before = [router.routes_light(x.var, key) for x in splits]
         path = self.hp.atom_paths[atom]
         # The output delta and the light views: derivations of the rest joined with t.
         # The root's rows serve the output and a light root split alike: one walk.
@@ -252,19 +153,7 @@ class HierarchicalViews:
             del rel[key]
         self._recount(path, key)
         if (old == 0) != (new == 0):
-            step = 1 if new else -1
-            self.meta["n"] = self.n + step
-            for x in splits:
-                deg = self.deg[x.var][atom]
-                k = key[: x.depth + 1]
-                d = deg.get(k, 0) + step
-                if d:
-                    deg[k] = d
-                else:
-                    del deg[k]
-        if not self._major():
-            for x in splits:
-                self._minor(x, key[: x.depth + 1])
+            router.tuple_changed(atom, key, 1 if new else -1)
 
     def _recount(self, path: tuple[str, ...], key: Row) -> None:
         """Recompute the products and counts on the path, bottom-up, until one holds."""
@@ -297,63 +186,29 @@ class HierarchicalViews:
                 return 0
         return p
 
-    # -- heavy/light ------------------------------------------------------------------
+    # -- heavy/light (the router decides, the views follow) ----------------------------
 
     def _is_heavy(self, x: VarNode, key: Row) -> bool:
-        return bool(self.heavy[x.var].get(key[: x.depth], key[x.depth]))
+        return self.router.is_heavy(x.var, key)
 
     def _degree(self, x: VarNode, k: Row) -> int:
-        return max((deg.get(k, 0) for deg in self.deg[x.var].values()), default=0)
+        return self.router.degree(x.var, k)
 
-    def _minor(self, x: VarNode, k: Row) -> None:
-        """Move key ``k`` of split ``x`` between light and heavy when its degree left the
-        band [theta/2, 3 theta/2) on the wrong side."""
-        heavy = self._is_heavy(x, k)
-        d = self._degree(x, k)
-        theta = self.theta
-        if not heavy and d >= 1.5 * theta:
-            self._move(x, k, to_heavy=True)
-        elif heavy and d < 0.5 * theta:
-            self._move(x, k, to_heavy=False)
-
-    def _move(self, x: VarNode, k: Row, to_heavy: bool) -> None:
+    def _move(self, spec: PrefixSpec, k: Row, to_heavy: bool) -> None:
+        """A minor rebalance: the key's contributions leave (or join) the light view."""
         anc = k[:-1]
         sign = -1 if to_heavy else 1
-        view = self.light[x.var]
-        self.stats["minor"] += 1
-        for row, m in self._expand(x, k):
+        view = self.light[spec.name]
+        for row, m in self._expand(self.nodes[spec.name], k):
             view.add(anc, row, sign * m)
-            self.stats["moved_rows"] += 1
-        self.heavy[x.var].put(anc, k[-1], True if to_heavy else 0)
-
-    def _major(self) -> bool:
-        """Keep floor(Theta/4) <= N < Theta; on a change of Theta repartition every key
-        strictly at the new theta and rebuild the light views. True if it ran."""
-        n, base = self.n, self.base
-        if n >= base:
-            new_base = 2 * base
-        elif n < base // 4:
-            new_base = max(1, base // 2 - 1)
-        else:
-            return False
-        self.meta["base"] = new_base
-        self.stats["major"] += 1
-        self.rebuild()
-        return True
+            self.stats["moved"] += 1
 
     def rebuild(self) -> None:
-        """Strict repartition of every split at theta, light views recomputed."""
-        theta = self.theta
+        """After a major rebalance (classes strict at the new theta): light views
+        recomputed from the light keys."""
         for x in self.splits:
             heavy, light = self.heavy[x.var], self.light[x.var]
-            heavy.clear()
             light.clear()
-            keys: set[Row] = set()
-            for deg in self.deg[x.var].values():
-                keys.update(deg.keys())
-            for k in keys:
-                if self._degree(x, k) >= theta:
-                    heavy.put(k[:-1], k[-1], True)
             for anc, xv, _ in self.prod[x.var].groups():
                 k = (*anc, xv)
                 if not heavy.get(anc, xv):
