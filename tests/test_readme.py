@@ -74,3 +74,24 @@ def test_kafka_example_runs_as_written(kafka_bootstrap: str) -> None:
         outputs.append(proc.stdout)
     table = next(b for _, b in _fenced() if b.startswith("epoch,mult,a,b,c"))
     assert outputs[-1] == table
+
+
+def test_hierarchical_example_output_matches_readme() -> None:
+    """The README's view-tree example: its SQL is the example file's, ``explain`` prints
+    the README's lines and ``run --eps 0.5`` the README's delta table."""
+    sql = next(b for lang, b in _fenced() if lang == "sql" and "DISTINCT f1.src AS a" in b)
+    assert sql in (ROOT / "examples" / "reach.sql").read_text()
+    explained = next(b for _, b in _fenced() if b.startswith("class: hierarchical"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataflow.cli", "explain", "examples/reach.sql", "--eps", "0.5"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    assert explained in proc.stdout
+    expected = next(b for _, b in _fenced() if b.startswith("epoch,mult,a,c\n"))
+    for extra in (["--eps", "0.5"], []):
+        proc = subprocess.run(
+            [sys.executable, "-m", "dataflow.cli", "run", "examples/reach.sql",
+             "--updates", "examples/paths_updates.csv", "--quiet", *extra],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        )
+        assert proc.stdout == expected
