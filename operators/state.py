@@ -333,6 +333,10 @@ class WriteBackState:
         return sum(len(m) for m in self._maps.values())
 
 
+_SCALARS = frozenset({int, str, float, bool, type(None), bytes})
+"""Types whose ``repr`` is their encoding (canonical, injective within the type)."""
+
+
 def encode_key(key: Any) -> str:
     """A deterministic, injective text form of a state key (tuples of values, possibly
     nested, and frozensets), for stores keyed by bytes or strings: equal keys give equal
@@ -341,6 +345,9 @@ def encode_key(key: Any) -> str:
     >>> encode_key((1, "a,b", None, 2.5, (True,))), encode_key(frozenset({"b", "a"}))
     ("(1,'a,b',None,2.5,(True,))", "{'a','b'}")
     """
+    if type(key) is tuple and _SCALARS.issuperset(map(type, key)):
+        # The common case (a tuple of plain values) in C: the same text, no recursion.
+        return "(" + ",".join(map(repr, key)) + ("," if len(key) == 1 else "") + ")"
     if isinstance(key, tuple):
         return "(" + ",".join(encode_key(k) for k in key) + ("," if len(key) == 1 else "") + ")"
     if isinstance(key, frozenset):

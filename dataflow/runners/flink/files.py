@@ -13,7 +13,7 @@ with the input (no spool).
 
 * A file is bounded (DESIGN section 4): its last line is read even without a newline,
   the last epoch closes at its end, and the job ends after it. The tick count is
-  bounded by the file's size (every tick before the end consumes a line at least).
+  bounded by its line count (every tick before the end consumes a bundle of lines).
 * A directory is a growing stream of ``*.csv`` files in name order: only complete lines
   are read, a file is finished once a later one exists, and new lines or files are
   picked up as they come, until the run is stopped (SIGTERM) - or, with
@@ -45,7 +45,7 @@ from connectors.files import DeadLetterCsvSink, OnError, read_updates_from_lines
 from core.epochs import EpochCursor
 from core.schema import Schema
 from dataflow.partitioned import WorkerPlan
-from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, ReadCounters
+from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, Profiling, ReadCounters
 
 
 @dataclass
@@ -68,10 +68,28 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.csv") if p.is_file())
 
 
-def start_position(path: str, checkpoint_dir: Path, stop_at_end: bool, fresh: bool
-                   ) -> tuple[FilePosition, int]:
+def _line_count(path: Path, limit: int | None = None) -> int:
+    """Lines in a file (the last one may lack its newline), read in 1 MiB chunks."""
+    count = 0
+    left = limit
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            if left is not None:
+                left -= len(chunk)
+    return count + 1
+
+
+def start_position(path: str, checkpoint_dir: Path, stop_at_end: bool, fresh: bool,
+                   batch_lines: int = 1) -> tuple[FilePosition, int]:
     """The first run's start position and tick count, kept in ``file-start.json`` next
-    to the checkpoints so that a restarted run uses the same ones."""
+    to the checkpoints so that a restarted run uses the same ones. Every tick before
+    the end reads ``batch_lines`` lines (or the rest of a file), so a bounded input
+    needs its line count / ``batch_lines`` ticks, plus one per file and a margin: no
+    run of idle ticks after the end (each would read the position state)."""
     saved = checkpoint_dir / "file-start.json"
     if not fresh and saved.exists():
         data = json.loads(saved.read_text())
@@ -84,12 +102,12 @@ def start_position(path: str, checkpoint_dir: Path, stop_at_end: bool, fresh: bo
         if stop_at_end:
             pos.stop_after = files[-1].name if files else ""
             pos.stop_size = files[-1].stat().st_size if files else 0
-            total = sum(f.stat().st_size for f in files)
-            ticks = total // 2 + 2 * len(files) + 10
+            lines = sum(_line_count(f, pos.stop_size if f.name == pos.stop_after else None)
+                        for f in files)
+            ticks = lines // batch_lines + 2 * len(files) + 10
     else:
         pos = FilePosition(src.name)
-        # Each tick reads a line at least, and a line takes two bytes at least.
-        ticks = src.stat().st_size // 2 + 10
+        ticks = _line_count(src) // batch_lines + 10
     tmp = saved.with_suffix(".tmp")
     tmp.write_text(json.dumps({"position": asdict(pos), "ticks": ticks}))
     os.replace(tmp, saved)
@@ -122,10 +140,13 @@ class FileEpochSource(KeyedProcessFunction):
         self.counters = ReadCounters(runtime_context)
         if self.on_error == "skip" and self.dead_letter_path:
             self.dead_letter = DeadLetterCsvSink(self.dead_letter_path, append=True)
+        self.profiling = Profiling("reader")
+        self.finished = False  # the input is read to its end (idle ticks skip the state)
 
     def close(self) -> None:
         if self.dead_letter is not None:
             self.dead_letter.close()
+        self.profiling.dump()
 
     def _current(self, pos: FilePosition) -> Path:
         return Path(self.path) / pos.file if self.directory else Path(self.path)
@@ -163,9 +184,15 @@ class FileEpochSource(KeyedProcessFunction):
         return lines, finished and eof, following
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
+        yield from self.profiling.run(self._process)
+
+    def _process(self) -> Iterator[Any]:
+        if self.finished:
+            return
         saved = self.position.value()
         pos = FilePosition(**(saved if saved is not None else self.start))
         if pos.done:
+            self.finished = True
             return
         lines, finished, following = self._read_lines(pos)
         name = str(self._current(pos))

@@ -62,6 +62,7 @@ from dataflow.partitioned import (
     TaggedRow,
     WorkerPlan,
 )
+from dataflow.runners.flink.reader import Profiling
 from operators.state import WriteBackState, encode_key
 
 RESTART_ATTEMPTS = 1
@@ -99,12 +100,18 @@ def latest_checkpoint(directory: str) -> str | None:
     return None if best is None else best[1]
 
 
+def _stored_entry(value: Any) -> tuple[Any, Any]:
+    """A MapState value back as its (key, value) pair; checkpoints of ivmflow <= 0.2
+    hold the pair pickled once more (bytes)."""
+    return pickle.loads(value) if isinstance(value, bytes) else value
+
+
 class PartitionFunction(KeyedProcessFunction):
     """Hosts one partition's engine per key (the partition number).
 
     The engine works on a :class:`~operators.state.WriteBackState` cache; every named map
     of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value: the
-    pickled (key, value) pair), and at each epoch close only the entries touched during
+    (key, value) pair, pickled by PyFlink), and at each epoch close only the entries touched during
     the epoch are written back (``put_all`` and removals). Rows of the open epoch are
     appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
     a restore rebuilds the cache from the MapStates and replays that list."""
@@ -114,6 +121,7 @@ class PartitionFunction(KeyedProcessFunction):
         self.tasks: dict[int, tuple[PartitionTask, WriteBackState]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        self.profiling = Profiling("partition")
         self.maps = {
             name: runtime_context.get_map_state(
                 MapStateDescriptor(f"map:{name}", Types.STRING(), Types.PICKLED_BYTE_ARRAY())
@@ -131,7 +139,7 @@ class PartitionFunction(KeyedProcessFunction):
         q, layout = self.plan.compiled()
         state = WriteBackState()
         for name, ms in self.maps.items():  # restore: rebuild the cache from MapState
-            state.load(name, (pickle.loads(v) for v in ms.values()))
+            state.load(name, (_stored_entry(v) for v in ms.values()))
         task = PartitionTask(q, layout, state=state)
         replay = [r for bundle in (self.pending.get() or []) for r in bundle]
         task.process(replay)  # updates only: they emit nothing
@@ -142,12 +150,19 @@ class PartitionFunction(KeyedProcessFunction):
         for name, puts, gone in state.changes():
             ms = self.maps[name]
             if puts:
-                ms.put_all({encode_key(k): pickle.dumps((k, v), protocol=pickle.HIGHEST_PROTOCOL)
-                            for k, v in puts.items()})
+                # The value type is PICKLED_BYTE_ARRAY: PyFlink pickles the (key, value)
+                # pair itself, once (pickling it here too would pickle the bytes again).
+                ms.put_all({encode_key(k): (k, v) for k, v in puts.items()})
             for k in gone:
                 ms.remove(encode_key(k))
 
+    def close(self) -> None:
+        self.profiling.dump()
+
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
+        yield from self.profiling.run(self._process, value)
+
+    def _process(self, value: Any) -> Iterator[Any]:
         partition, rows = value
         if isinstance(rows, TaggedRow):
             rows = [rows]
@@ -203,13 +218,18 @@ class EpochMerger(KeyedProcessFunction):
         opts = self.kafka_options
         self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
         self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts)
+        self.profiling = Profiling("merger")
 
     def close(self) -> None:
         for sink in (self.deltas, self.snapshots):
             if sink is not None:
                 sink.close()
+        self.profiling.dump()
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
+        yield from self.profiling.run(self._process, value)
+
+    def _process(self, value: Any) -> Iterator[Any]:
         part: EpochOutput = value
         closed = (self.closed.value() or 0) + 1
         if closed < self.partitions:
@@ -310,7 +330,8 @@ class FlinkJob:
         ckpt, restore = self._checkpoint_dir()
         if path == "-":
             path = str(_spool_stdin(ckpt, fresh=restore is None))
-        start, ticks = start_position(path, ckpt, stop_at_end, fresh=restore is None)
+        start, ticks = start_position(path, ckpt, stop_at_end, fresh=restore is None,
+                                      batch_lines=batch_lines)
         source = FileEpochSource(path, self.query.schema, start, self.plan, self.epoch_size,
                                  batch_lines, on_error, dead_letter)
         self._run(source, ticks, ckpt, restore, deltas, snapshots, (), should_stop)

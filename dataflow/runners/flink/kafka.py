@@ -95,15 +95,19 @@ class KafkaEpochSource(KeyedProcessFunction):
         )
         # The driver never sees the updates of a Kafka run, so the job counts them.
         self.counters = ReadCounters(runtime_context)
+        self.finished = False  # read to the stop offsets (idle ticks skip the state)
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
+        if self.finished:
+            return
         saved = self.position.value()
         pos = ReadPosition.from_dict(saved if saved is not None else self.start)
         if pos.done:
+            self.finished = True
             return
         if self.reader is None:
             endpoint = parse_kafka_url(self.url, self.kafka_options)

@@ -8,14 +8,16 @@ This module imports pyflink; ``operators/`` and ``plans/`` never do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from pyflink.datastream import RuntimeContext
 
 from core.epochs import CLOSE, NumberedRecord
 from dataflow.partitioned import TaggedRow, WorkerPlan, bundle_by_partition, tag_records
 
-__all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "ReadCounters"]
+__all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "Profiling", "ReadCounters"]
 
 UNBOUNDED_TICKS = 2**62
 IDLE_SLEEP_S = 0.2
@@ -40,3 +42,32 @@ class ReadCounters:
         yield from bundle_by_partition(tag_records(layout, numbered))
 
 
+
+
+class Profiling:
+    """``IVMFLOW_FLINK_PROFILE=PREFIX``: cProfile a function's ``process_element`` calls,
+    written to ``PREFIX.<role>.<pid>.<id>.prof`` at close (where a Flink run spends its
+    Python time: ``python -m pstats FILE``). Off (no cost but a branch) otherwise."""
+
+    def __init__(self, role: str) -> None:
+        prefix = os.environ.get("IVMFLOW_FLINK_PROFILE")
+        self.profile: Any = None
+        if prefix:
+            import cProfile
+
+            self.profile = cProfile.Profile()
+            self.path = f"{prefix}.{role}.{os.getpid()}.{id(self)}.prof"
+
+    def run(self, fn: Callable[..., Iterator[Any]], *args: Any) -> Iterator[Any]:
+        if self.profile is None:
+            return fn(*args)
+        self.profile.enable()
+        try:
+            out = list(fn(*args))
+        finally:
+            self.profile.disable()
+        return iter(out)
+
+    def dump(self) -> None:
+        if self.profile is not None:
+            self.profile.dump_stats(self.path)
