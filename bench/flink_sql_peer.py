@@ -1,178 +1,309 @@
-"""Flink SQL peer: the bench workloads through Flink SQL's regular streaming joins
-(PyFlink Table API over a changelog stream with inserts and retractions - the same
-updates), next to ivmflow's local and Flink runners, in one process run.
+"""Flink SQL peer (issue 14): ivmflow on Flink against Flink SQL's regular streaming joins
+on the same changelog, 3-hop (with an end filter) and 4-hop join-project, FIFO windows
+of 8k and 80k edges, time and state size, side by side in one run.
 
-    python bench/flink_sql_peer.py [--edges 10000] [--queries hop3_full ...] [--quick]
+The stream (``bench/crossover_bench.py``'s): a skewed graph (3000 nodes per 8k live
+edges, Zipf-like degrees), W inserts (warm-up), then ``--steady`` updates, each new
+edge followed by the delete of the oldest one; epochs of 1000 updates.
 
-Prints wall time and updates/s per system and the ratios; writes
-bench/results/flink_sql_peer.json. Flink SQL's output goes to a blackhole sink (its
-result is checked against ivmflow's on a small prefix with a collecting run).
+* **ivmflow local**: the engine in this process, steady epochs timed
+  (``bench/runner_state_bench.py``'s ``run_local``); state entries.
+* **ivmflow flink**: ``ivmflow run --runner flink`` (mini-cluster, parallelism 1,
+  RocksDB with incremental checkpoints every second), the steady phase timed between
+  the commits of the last warm-up epoch and the last epoch (``run_flink``); state size =
+  the largest checkpoint directory during the run.
+* **Flink SQL**: the query's SELECT through PyFlink's Table API over a changelog stream
+  (``from_changelog_stream``: the same inserts and deletes, a blackhole sink), in a
+  subprocess with the same state backend and checkpoint settings, parallelism 1. Its
+  steady time = the run over warm-up + steady minus the run over the warm-up alone (so
+  start-up and warm-up cancel); state size = the largest checkpoint directory.
+
+Before timing, each query's result on a small window is checked: Flink SQL's collected
+changelog, summed, must equal the sum of ivmflow's deltas.
+
+    python bench/flink_sql_peer.py [--windows 8000,80000] [--queries hop3_filter,hop4_bag]
+        [--steady 20000] [--quick]
+
+Prints a table with ratios, writes ``bench/results/flink_sql_peer.json`` and
+``flink_sql_peer.png`` (``flink_sql_peer_quick.*`` with ``--quick``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import os
 import re
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from bench.workloads import make_workload  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
+from bench.crossover_bench import make_stream, query_sql  # noqa: E402
+from bench.runner_state_bench import EPOCH, _dir_bytes, run_flink, run_local  # noqa: E402
+from core.records import Update, format_update  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+QUERY_NAMES = ("hop3_filter", "hop4_bag")
 
 
+def write_stream(path: Path, updates: list[Update]) -> None:
+    path.write_text("\n".join(format_update(u) for u in updates) + "\n")
+
+
+# -- Flink SQL (run in a subprocess: one PyFlink job per process) ------------------------
 def _select_only(sql: str) -> str:
     return re.sub(r"CREATE TABLE[^;]*;", "", sql, flags=re.I).strip().rstrip(";")
 
 
-def flink_sql(wl: Any, collect: bool) -> tuple[float, Counter[tuple[Any, ...]] | None]:
+def flink_sql_job(sql: str, updates_csv: str, collect: bool, checkpoint: str) -> dict[str, Any]:
+    """Run the query on Flink SQL over the changelog of ``updates_csv``."""
     from pyflink.common import Configuration, Row, RowKind, Types
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
 
     conf = Configuration()
     conf.set_string("python.execution-mode", "thread")
+    conf.set_string("state.backend.type", "rocksdb")
+    conf.set_string("execution.checkpointing.incremental", "true")
+    conf.set_string("execution.checkpointing.interval", "1000ms")
+    conf.set_string("execution.checkpointing.dir", Path(checkpoint).resolve().as_uri())
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(1)
     t_env = StreamTableEnvironment.create(env)
-    tables: dict[str, list[Any]] = {}
-    for u in wl.updates:
-        row = Row(*u.row)
-        row.set_row_kind(RowKind.INSERT if u.op == "+" else RowKind.DELETE)
-        for _ in range(u.mult):
-            tables.setdefault(u.relation, []).append(row)
-    for name, rows in tables.items():
-        arity = len(rows[0])
-        cols = ["src", "dst"] if arity == 2 else ["v"]
-        ds = env.from_collection(rows, type_info=Types.ROW_NAMED(cols, [Types.LONG()] * arity))
-        t_env.create_temporary_view(name, t_env.from_changelog_stream(ds))
-    result = t_env.sql_query(_select_only(wl.sql))
+    rows = []
+    for line in Path(updates_csv).read_text().splitlines():
+        op, _rel, src, dst = line.split(",")
+        row = Row(int(src), int(dst))
+        row.set_row_kind(RowKind.INSERT if op.startswith("+") else RowKind.DELETE)
+        rows.append(row)
+    ds = env.from_collection(rows, type_info=Types.ROW_NAMED(["src", "dst"],
+                                                             [Types.LONG(), Types.LONG()]))
+    t_env.create_temporary_view("G", t_env.from_changelog_stream(ds))
+    result = t_env.sql_query(_select_only(sql))
     t = time.perf_counter()
     if not collect:
         schema = result.get_schema()
-        fields = ", ".join(f"`{n}` {t}" for n, t in zip(schema.get_field_names(),
-                                                         schema.get_field_data_types()))
+        fields = ", ".join(f"`{n}` {ty}" for n, ty in zip(schema.get_field_names(),
+                                                           schema.get_field_data_types()))
         t_env.execute_sql(f"CREATE TEMPORARY TABLE sink_out ({fields}) "
                           "WITH ('connector' = 'blackhole')")
         result.execute_insert("sink_out").wait()
-        return time.perf_counter() - t, None
-    acc: Counter[tuple[Any, ...]] = Counter()
+        return {"seconds": time.perf_counter() - t}
+    acc: Counter[str] = Counter()
     with result.execute().collect() as it:
         for row in it:
             kind = row.get_row_kind()
             sign = 1 if kind in (RowKind.INSERT, RowKind.UPDATE_AFTER) else -1
-            acc[tuple(row)] += sign
-    return time.perf_counter() - t, +acc
+            acc[json.dumps(list(row))] += sign
+    return {"seconds": time.perf_counter() - t, "result": dict(+acc)}
 
 
-def ivmflow_local(wl: Any, epoch: int) -> tuple[float, Counter[tuple[Any, ...]]]:
-    q = compile_query(wl.sql)
-    t = time.perf_counter()
-    acc: Counter[tuple[Any, ...]] = Counter()
-    for d in q.run(wl.updates, epoch_size=epoch):
-        for m, row in d.rows:
-            acc[row] += m
-    return time.perf_counter() - t, +acc
+def run_flink_sql(sql_path: Path, updates: Path, collect: bool, directory: Path,
+                  timeout: float) -> dict[str, Any]:
+    """``flink_sql_job`` in a subprocess, its checkpoint directory's largest size sampled."""
+    ckpt = directory / f"sql-ckpt-{updates.stem}-{int(time.time() * 1000)}"
+    ckpt.mkdir(parents=True)
+    out = directory / f"sql-{updates.stem}.json"
+    sizes = [0]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            sizes.append(_dir_bytes(ckpt))
+            done.wait(0.25)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--flink-sql-worker", str(sql_path), str(updates),
+             str(out), str(ckpt), "collect" if collect else "blackhole"],
+            cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    except subprocess.TimeoutExpired:
+        return {"timeout": timeout}
+    finally:
+        done.set()
+        watcher.join()
+    if proc.returncode != 0:
+        msg = f"Flink SQL run failed ({proc.returncode}): {proc.stderr[-2000:]}"
+        raise RuntimeError(msg)
+    rec: dict[str, Any] = json.loads(out.read_text())
+    rec["run_s"] = time.perf_counter() - start
+    rec["checkpoint_bytes"] = max(sizes)
+    return rec
 
 
-def ivmflow_flink(wl: Any, epoch: int) -> float:
-    from dataflow.runners.flink.job import FlinkJob
-
-    q = compile_query(wl.sql)
-    tmp = Path(tempfile.mkdtemp(prefix="ivmflow-peer-"))
-    t = time.perf_counter()
-    FlinkJob(q, epoch_size=epoch, parallelism=2, checkpoint=str(tmp / "ck")).run(
-        wl.updates, str(tmp / "d.csv")
-    )
-    return time.perf_counter() - t
+# -- the comparison ----------------------------------------------------------------------
+def ivmflow_result(deltas_csv: str) -> dict[str, int]:
+    """The final result from a delta file's text (sum of every epoch's changes)."""
+    acc: Counter[str] = Counter()
+    for line in deltas_csv.splitlines()[1:]:
+        fields = line.split(",")
+        acc[json.dumps([int(v) for v in fields[2:]])] += int(fields[1])
+    return dict(+acc)
 
 
-class PeakRss:
-    """Peak resident memory of this process and its children (the Flink JVM), sampled
-    every 50 ms while the block runs."""
+def check_agreement(name: str, directory: Path) -> bool:
+    """Flink SQL's and ivmflow's results on a small window (900 edges, 2000 updates)."""
+    stream = make_stream(900, 2000, seed=2)
+    sql = query_sql(name, stream.threshold)
+    qpath = directory / f"check-{name}.sql"
+    qpath.write_text(sql)
+    upath = directory / f"check-{name}.csv"
+    write_stream(upath, stream.warm + stream.timed)
+    from dataflow.cli import main as cli
 
-    def __enter__(self) -> PeakRss:
-        import threading
+    deltas = directory / f"check-{name}-deltas.csv"
+    assert cli(["run", str(qpath), "--updates", str(upath), "--epoch", str(EPOCH),
+                "--deltas", str(deltas), "-q"]) == 0
+    sql_rec = run_flink_sql(qpath, upath, True, directory, timeout=600)
+    return bool(sql_rec.get("result") == ivmflow_result(deltas.read_text()))
 
-        import psutil
 
-        self.peak = 0
-        self._stop = threading.Event()
-        me = psutil.Process()
+def measure(name: str, window: int, steady: int, directory: Path, timeout: float
+            ) -> dict[str, Any]:
+    stream = make_stream(window, steady, seed=1)
+    sql = query_sql(name, stream.threshold)
+    qpath = directory / f"{name}-{window}.sql"
+    qpath.write_text(sql)
+    full = directory / f"{name}-{window}.csv"
+    warm = directory / f"{name}-{window}-warm.csv"
+    write_stream(full, stream.warm + stream.timed)
+    write_stream(warm, stream.warm)
+    warm_epochs = window // EPOCH
+    rec: dict[str, Any] = {"query": name, "window": window, "steady_updates": steady,
+                           "epoch": EPOCH}
+    local = run_local(qpath, full, warm_epochs)
+    rec["ivmflow_local"] = {k: v for k, v in local.items() if k != "deltas"}
+    print(f"  ivmflow local: {local['us_per_update']:.1f} us/update", flush=True)
+    flink = run_flink(qpath, full, warm_epochs, 1, directory)
+    rec["ivmflow_flink"] = {k: v for k, v in flink.items() if k != "deltas"}
+    print(f"  ivmflow flink: {flink['us_per_update']:.1f} us/update, checkpoint "
+          f"{flink['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
+    sql_full = run_flink_sql(qpath, full, False, directory, timeout)
+    sql_warm = run_flink_sql(qpath, warm, False, directory, timeout)
+    if "timeout" in sql_full or "timeout" in sql_warm:
+        rec["flink_sql"] = {"timeout_s": timeout}
+        print(f"  Flink SQL: over {timeout:.0f} s, stopped", flush=True)
+        return rec
+    steady_s = max(1e-9, sql_full["seconds"] - sql_warm["seconds"])
+    rec["flink_sql"] = {
+        "steady_s": steady_s, "us_per_update": 1e6 * steady_s / steady,
+        "run_s": sql_full["seconds"], "warm_run_s": sql_warm["seconds"],
+        "checkpoint_bytes": sql_full["checkpoint_bytes"],
+    }
+    print(f"  Flink SQL: {rec['flink_sql']['us_per_update']:.1f} us/update, checkpoint "
+          f"{sql_full['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
+    return rec
 
-        def sample() -> None:
-            while not self._stop.is_set():
-                total = 0
-                for proc in [me, *me.children(recursive=True)]:
-                    with contextlib.suppress(psutil.Error):  # a child may just have exited
-                        total += proc.memory_info().rss
-                self.peak = max(self.peak, total)
-                self._stop.wait(0.05)
 
-        self._thread = threading.Thread(target=sample, daemon=True)
-        self._thread.start()
-        return self
+def plot(records: list[dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def mib(self) -> float:
-        return self.peak / 2**20
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return False
+    done = [r for r in records if "us_per_update" in r.get("flink_sql", {})]
+    if not done:
+        return False
+    labels = [f"{r['query']}\nW={r['window'] // 1000}k" for r in done]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.27
+    xs = range(len(done))
+    for k, (key, label) in enumerate((("ivmflow_local", "ivmflow local"),
+                                      ("ivmflow_flink", "ivmflow on Flink"),
+                                      ("flink_sql", "Flink SQL"))):
+        ax1.bar([x + (k - 1) * width for x in xs], [r[key]["us_per_update"] for r in done],
+                width, label=label)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("us per update (steady)")
+    ax1.set_xticks(list(xs), labels)
+    ax1.legend(fontsize=8)
+    for k, (key, label) in enumerate((("ivmflow_flink", "ivmflow on Flink"),
+                                      ("flink_sql", "Flink SQL"))):
+        ax2.bar([x + (k - 0.5) * width for x in xs],
+                [r[key]["checkpoint_bytes"] / 2**20 for r in done], width, label=label)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("largest checkpoint (MiB)")
+    ax2.set_xticks(list(xs), labels)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--edges", type=int, default=10000)
-    p.add_argument("--epoch", type=int, default=1000)
-    p.add_argument("--queries", nargs="+", default=["hop3_full", "hop4_project", "star_count"])
-    p.add_argument("--check-edges", type=int, default=600)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    args = p.parse_args(argv)
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--flink-sql-worker":
+        sql_path, updates, out, ckpt, mode = sys.argv[2:7]
+        rec = flink_sql_job(Path(sql_path).read_text(), updates, mode == "collect", ckpt)
+        Path(out).write_text(json.dumps(rec))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--windows", default="8000,80000")
+    ap.add_argument("--queries", default=",".join(QUERY_NAMES))
+    ap.add_argument("--steady", type=int, default=20_000, help="timed updates")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds per Flink SQL run before it is stopped")
+    ap.add_argument("--quick", action="store_true", help="W = 2k, 4k steady updates")
+    ap.add_argument("--out", type=Path, default=None, help="JSON path")
+    args = ap.parse_args(argv)
+    windows = [int(w) for w in args.windows.split(",")]
     if args.quick:
-        args.edges, args.check_edges = 1500, 300
-    results = []
-    for name in args.queries:
-        small = make_workload(name, args.check_edges, seed=2)
-        _, want = ivmflow_local(small, args.epoch)
-        _, got = flink_sql(small, collect=True)
-        agree = got == want
-        wl = make_workload(name, args.edges, seed=1)
-        n = len(wl.updates)
-        with PeakRss() as m_local:
-            local_s, _ = ivmflow_local(wl, args.epoch)
-        with PeakRss() as m_flink:
-            flink_s = ivmflow_flink(wl, args.epoch)
-        with PeakRss() as m_sql:
-            sql_s, _ = flink_sql(wl, collect=False)
-        rec = {"query": name, "edges": args.edges, "updates": n, "agree_on_check": agree,
-               "ivmflow_local_s": local_s, "ivmflow_flink_s": flink_s, "flink_sql_s": sql_s,
-               "peak_rss_mib": {"ivmflow_local": m_local.mib, "ivmflow_flink": m_flink.mib,
-                                "flink_sql": m_sql.mib},
-               "memory_note": "RSS of this process and its children (the JVM), sampled; "
-                              "the JVM stays up between runs, so Flink columns include it"}
-        results.append(rec)
-        print(f"{name:13s} {n:>7d} upd  ivmflow local {n / local_s:>9,.0f}/s "
-              f"({m_local.mib:5.0f} MiB)  ivmflow flink {n / flink_s:>7,.0f}/s "
-              f"({m_flink.mib:5.0f} MiB)  Flink SQL {n / sql_s:>8,.0f}/s ({m_sql.mib:5.0f} MiB)  "
-              f"SQL/local {sql_s / local_s:6.1f}x  agree: {agree}", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = "flink_sql_peer_quick.json" if args.quick else "flink_sql_peer.json"
-    (out / name).write_text(json.dumps(results, indent=2))
-    print(f"wrote {out / name}")
+        windows, args.steady = [2000], 4000
+    names = args.queries.split(",")
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="ivmflow-peer-") as tmp:
+        directory = Path(tmp)
+        agree = {name: check_agreement(name, directory) for name in names}
+        print(f"Flink SQL = ivmflow on the check window: {agree}", flush=True)
+        for name in names:
+            for window in windows:
+                print(f"{name} W={window}", flush=True)
+                rec = measure(name, window, args.steady, directory, args.timeout)
+                rec["agree_on_check"] = agree[name]
+                records.append(rec)
+    print("\n| query | W | ivmflow local | ivmflow flink | Flink SQL | SQL / ivmflow flink "
+          "(time) | checkpoint flink / SQL (MiB) | SQL / ivmflow flink (state) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in records:
+        sql = r["flink_sql"]
+        fl = r["ivmflow_flink"]
+        if "us_per_update" not in sql:
+            print(f"| {r['query']} | {r['window']} | {r['ivmflow_local']['us_per_update']:.1f} us"
+                  f" | {fl['us_per_update']:.1f} us | over {sql['timeout_s']:.0f} s | - | "
+                  f"{fl['checkpoint_bytes'] / 2**20:.1f} / - | - |")
+            continue
+        r["ratios"] = {"sql_over_flink_time": sql["us_per_update"] / fl["us_per_update"],
+                       "sql_over_flink_state": sql["checkpoint_bytes"]
+                       / max(1, fl["checkpoint_bytes"])}
+        print(f"| {r['query']} | {r['window']} | {r['ivmflow_local']['us_per_update']:.1f} us"
+              f" | {fl['us_per_update']:.1f} us | {sql['us_per_update']:.1f} us | "
+              f"{r['ratios']['sql_over_flink_time']:.2f}x | "
+              f"{fl['checkpoint_bytes'] / 2**20:.1f} / {sql['checkpoint_bytes'] / 2**20:.1f} | "
+              f"{r['ratios']['sql_over_flink_state']:.2f}x |")
+    stem = "flink_sql_peer_quick" if args.quick else "flink_sql_peer"
+    out = args.out or RESULTS / f"{stem}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"records": records, "agree_on_check": agree}, indent=1))
+    print(f"wrote {out}")
+    if plot(records, out.with_suffix(".png")):
+        print(f"wrote {out.with_suffix('.png')}")
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
