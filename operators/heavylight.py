@@ -175,6 +175,25 @@ class ThresholdRouter:
     def part(self, rel: str, label: str) -> KeyedBag:
         return self.parts[rel][label]
 
+    def rebase(self) -> bool:
+        """Keep floor(N/4) <= |D| < N after |D| changed: double N (or set it to
+        floor(N/2) - 1) when |D| left that range, then :meth:`major_rebalance`. True if it
+        ran (the caller's minor checks are moot then)."""
+        meta = self.meta
+        size, base = meta["size"], meta["base"]
+        if size >= base:
+            meta["base"] = 2 * base
+        elif size < base // 4:
+            meta["base"] = max(1, base // 2 - 1)
+        else:
+            return False
+        self.major_rebalance()
+        return True
+
+    def major_rebalance(self) -> None:
+        """Strict repartition at the current theta (each router's own)."""
+        raise NotImplementedError
+
 
 class HeavyLightRouter(ThresholdRouter):
     """Per relation: a heavy and a light part, partitioned on ``spec.key``.
@@ -257,14 +276,7 @@ class HeavyLightRouter(ThresholdRouter):
                 heavy.pop(x, None)
         else:
             return cls
-        size, base = meta["size"], meta["base"]
-        if size >= base:
-            meta["base"] = 2 * base
-            self.major_rebalance()
-        elif size < base // 4:
-            meta["base"] = max(1, base // 2 - 1)
-            self.major_rebalance()
-        else:
+        if not self.rebase():
             self.check_minor(rel, x)
         return cls
 
@@ -433,16 +445,9 @@ class PrefixRouter(ThresholdRouter):
         for spec in zero_degree:  # the key left every relation: it has no class any more
             k = key[: spec.depth + 1]
             self.heavy[spec.name].put(k[:-1], k[-1], 0)
-        meta = self.meta
-        meta["size"] += step
-        size, base = meta["size"], meta["base"]
-        if size >= base:
-            meta["base"] = 2 * base
-            self.major_rebalance()
-        elif size < base // 4:
-            meta["base"] = max(1, base // 2 - 1)
-            self.major_rebalance()
-        elif 0.0 < self.eps < 1.0:  # eps = 0: all heavy; eps = 1: no degree reaches 3/2 N
+        self.meta["size"] += step
+        if not self.rebase() and 0.0 < self.eps < 1.0:
+            # eps = 0: all heavy; eps = 1: no degree reaches 3/2 N
             for spec in specs:
                 self.check_minor(spec, key[: spec.depth + 1])
 

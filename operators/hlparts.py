@@ -134,14 +134,7 @@ class DoubleRouter(ThresholdRouter):
             else:  # the value left the relation: it has no class any more
                 degrees.pop(t[pos], None)
                 self.heavy[rel][k].pop(t[pos], None)
-        size, base = meta["size"], meta["base"]
-        if size >= base:
-            meta["base"] = 2 * base
-            self.major_rebalance()
-        elif size < base // 4:
-            meta["base"] = max(1, base // 2 - 1)
-            self.major_rebalance()
-        else:
+        if not self.rebase():
             for k, pos in enumerate(spec.keys):
                 self.check_minor(rel, k, t[pos])
         return label

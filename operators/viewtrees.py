@@ -242,21 +242,26 @@ class HierarchicalViews:
             for row, m in self._expand(node, (*ctx, xv)):
                 yield (xv, *row), m
 
-    def _expand(self, node: VarNode, k: Row) -> Iterator[tuple[Row, int]]:
-        """The rows of the node's children's free variables under key ``k``."""
+    def _split_children(self, node: VarNode, k: Row) -> tuple[int, list[VarNode]]:
+        """Under key ``k``: the product of the atoms' multiplicities and of the counts of
+        the children without free variables, and the children with free variables."""
         scalar = 1
         for i in node.atoms:
             scalar *= self.rel[i].get(k, 0)
-        parts: list[list[tuple[Row, int]]] = []
+        free_children = []
         for c in node.children:
             child = self.nodes[c]
             if child.has_free:
-                parts.append(list(self._produce(child, k)))
+                free_children.append(child)
             else:
                 scalar *= self.count[c].get(k, 0)
-            if not scalar:
-                return
-        yield from _combine(scalar, parts)
+        return scalar, free_children
+
+    def _expand(self, node: VarNode, k: Row) -> Iterator[tuple[Row, int]]:
+        """The rows of the node's children's free variables under key ``k``."""
+        scalar, free_children = self._split_children(node, k)
+        if scalar:
+            yield from _combine(scalar, [list(self._produce(c, k)) for c in free_children])
 
     def _path_rows(self, depth: int, path: tuple[str, ...], key: Row, atom: int
                    ) -> list[tuple[Row, int]]:
@@ -354,16 +359,7 @@ class HierarchicalViews:
     def _children_product(self, node: VarNode, k: Row) -> Iterator[tuple[Row, int]]:
         """PRODUCT of the children's distinct rows under key ``k`` (an odometer: later
         children are re-enumerated for each row of earlier ones, nothing materialised)."""
-        scalar = 1
-        for i in node.atoms:
-            scalar *= self.rel[i].get(k, 0)
-        free_children = []
-        for c in node.children:
-            child = self.nodes[c]
-            if child.has_free:
-                free_children.append(child)
-            else:
-                scalar *= self.count[c].get(k, 0)
+        scalar, free_children = self._split_children(node, k)
         if not scalar:
             return
 
