@@ -32,7 +32,6 @@ import os
 import pickle
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,20 +111,14 @@ class PartitionFunction(KeyedProcessFunction):
 
     The engine works on a :class:`~operators.state.WriteBackState` cache; every named map
     of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value: the
-    (key, value) pair, pickled by PyFlink). At an epoch close, once ``write_back_s``
-    (the checkpoint interval) has passed since the last write-back, the entries touched
-    since then are written back (``put_all`` and removals): a key changed in several
-    epochs is written once (about 1/3 fewer entries than per epoch on the 2-hop
-    window). The rows since the last write-back are appended to a ``ListState``, one
-    list per bundle, so every checkpoint is complete: a restore rebuilds the cache from
-    the MapStates and replays that list, discarding what it emits (those epochs went
-    downstream before the checkpoint)."""
+    (key, value) pair, pickled by PyFlink), and at each epoch close only the entries touched during
+    the epoch are written back (``put_all`` and removals). Rows of the open epoch are
+    appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
+    a restore rebuilds the cache from the MapStates and replays that list."""
 
-    def __init__(self, plan: WorkerPlan, write_back_s: float = 1.0) -> None:
+    def __init__(self, plan: WorkerPlan) -> None:
         self.plan = plan
-        self.write_back_s = write_back_s
         self.tasks: dict[int, tuple[PartitionTask, WriteBackState]] = {}
-        self.written: dict[int, float] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.profiling = Profiling("partition")
@@ -149,9 +142,8 @@ class PartitionFunction(KeyedProcessFunction):
             state.load(name, (_stored_entry(v) for v in ms.values()))
         task = PartitionTask(q, layout, state=state)
         replay = [r for bundle in (self.pending.get() or []) for r in bundle]
-        task.process(replay)  # its epochs' outputs were sent before the checkpoint
+        task.process(replay)  # updates only: they emit nothing
         self.tasks[partition] = (task, state)
-        self.written[partition] = time.monotonic()
         return task
 
     def _write_back(self, state: WriteBackState) -> None:
@@ -177,23 +169,17 @@ class PartitionFunction(KeyedProcessFunction):
         task = self._task(partition)
         state = self.tasks[partition][1]
         start = 0
-        unsaved = 0  # rows[unsaved:] are neither written back nor in the pending list
         for i, row in enumerate(rows):
             if row.kind != CLOSE:
                 continue
             out = task.process(rows[start:i + 1])
             start = i + 1
-            now = time.monotonic()
-            if now - self.written[partition] >= self.write_back_s:
-                self._write_back(state)
-                self.pending.clear()
-                self.written[partition] = now
-                unsaved = i + 1
+            self._write_back(state)
+            self.pending.clear()
             yield EpochOutput(row.epoch, row.snapshot, tuple(out))
         if start < len(rows):
             task.process(rows[start:])
-        if unsaved < len(rows):
-            self.pending.add(rows[unsaved:])
+            self.pending.add(rows[start:])
 
 
 @dataclass(frozen=True)
@@ -443,8 +429,7 @@ class FlinkJob:
                                ) -> None:
         """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink."""
         outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
-            PartitionFunction(self.plan, self.interval / 1000),
-            output_type=Types.PICKLED_BYTE_ARRAY()
+            PartitionFunction(self.plan), output_type=Types.PICKLED_BYTE_ARRAY()
         )
         merger = EpochMerger(self.layout.partitions, deltas, snapshots,
                              tuple(self.query.output_columns), kafka_options)
