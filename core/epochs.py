@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.records import EpochEnd, Record, Update
 
@@ -71,10 +71,10 @@ class EpochCursor:
         return rec
 
 
-@dataclass(frozen=True)
-class NumberedRecord:
+class NumberedRecord(NamedTuple):
     """One record of a numbered stream: an update (``kind`` ``u``) or an epoch close
-    (``c``, with the snapshot number it asks for, 0 for none)."""
+    (``c``, with the snapshot number it asks for, 0 for none). A named tuple: one is
+    built per record on the readers' hot path."""
 
     seq: int
     epoch: int

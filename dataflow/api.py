@@ -240,7 +240,7 @@ class View:
         self._fast: dict[str, tuple[str, int, tuple[type, ...], list[Any]]] = {}
         for route in self.routes.values():
             rel = route.relation
-            inputs = [(atom, ri._project) for atom, ri in route.atoms]
+            inputs = [(atom, ri.project) for atom, ri in route.atoms]
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
         self._counts = self.validator.counts
         self._bind_fast()

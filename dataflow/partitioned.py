@@ -35,7 +35,8 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
@@ -48,6 +49,8 @@ from operators.input import RelationInput
 from operators.state import DictState, State, WriteBackState
 from plans.dag import finalize_mode
 
+_SEQ = itemgetter(1)  # TaggedRow.seq, also of a plain tuple
+
 FINALIZE_OUTPUT, FINALIZE_META = "finalize.output", "finalize.meta"
 """The maps of a partition's State that hold the output finalizer's rows and flags."""
 
@@ -58,9 +61,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class TaggedRow:
-    """One row of a partition's input: an update of one self-join copy, or a close."""
+class TaggedRow(NamedTuple):
+    """One row of a partition's input: an update of one self-join copy, or a close.
+
+    A named tuple, not a dataclass: the readers build one per update and self-join
+    copy, and the runners pickle bundles of them across the Python/JVM boundary, where
+    a tuple builds, pickles and unpickles several times faster."""
 
     partition: int
     seq: int
@@ -72,9 +78,10 @@ class TaggedRow:
     snapshot: int
 
 
-@dataclass(frozen=True)
-class OutputRow:
-    """A final change: ``kind`` is ``delta`` (epoch) or ``snapshot`` (number in epoch)."""
+class OutputRow(NamedTuple):
+    """A final change: ``kind`` is ``delta`` (epoch) or ``snapshot`` (number in epoch).
+    A named tuple for the same reason as :class:`TaggedRow` (partitions send every
+    output row of an epoch to the merger)."""
 
     kind: str
     epoch: int
@@ -173,8 +180,12 @@ def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> 
     """Route updates to partitions (one row per partition and self-join copy) and
     broadcast closes to every partition."""
     out: list[TaggedRow] = []
+    append = out.append
     route = layout.partitioner.route
+    single = layout.partitions == 1  # no routing to do: the hot path of one partition
     everyone = range(layout.partitions)
+    inputs = layout.inputs
+    copies: dict[str, list[tuple[int, Any]]] = {}
     for n in numbered:
         if n.kind == CLOSE:
             out.extend(
@@ -184,12 +195,21 @@ def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> 
         u = n.update
         assert u is not None
         dm = u.mult if u.op == "+" else -u.mult
-        for atom, project in layout.inputs.get(u.relation.lower(), []):
-            t = project(u.row)
+        atoms = copies.get(u.relation)
+        if atoms is None:
+            atoms = copies[u.relation] = [
+                (atom, ri.project) for atom, ri in inputs.get(u.relation.lower(), [])
+            ]
+        seq, epoch, row = n.seq, n.epoch, u.row
+        for atom, project in atoms:
+            t = project(row)
             if t is None:
                 continue
-            for p in route(atom, t):
-                out.append(TaggedRow(p, n.seq, n.epoch, UPDATE, atom, t, dm, 0))
+            if single:
+                append(TaggedRow(0, seq, epoch, UPDATE, atom, t, dm, 0))
+            else:
+                for p in route(atom, t):
+                    append(TaggedRow(p, seq, epoch, UPDATE, atom, t, dm, 0))
     return out
 
 
@@ -242,30 +262,31 @@ class PartitionTask:
             self._meta = None
         self.atom_nodes: Mapping[int, AtomPort] = self.engine.atom_nodes
 
-    def process(self, rows: Sequence[TaggedRow]) -> list[OutputRow]:
+    def process(self, rows: Sequence[Sequence[Any]]) -> list[OutputRow]:
+        """Apply ``rows`` (:class:`TaggedRow`, or plain tuples of its fields as the
+        runners ship them) in stream order; the changes of the epochs they close."""
         out: list[OutputRow] = []
         nodes = self.atom_nodes
-        for r in sorted(rows, key=lambda r: r.seq):
-            if r.kind == UPDATE:
-                node = nodes[r.atom]
-                assert r.tuple is not None
-                if r.dm < 0 and node.base.get(r.tuple, 0) + r.dm < 0:
-                    where = f"update #{r.seq + 1}"
-                    have = f"{node.base.get(r.tuple, 0)} copies present"
+        for _p, seq, epoch, kind, atom, t, dm, snapshot in sorted(rows, key=_SEQ):
+            if kind == UPDATE:
+                node = nodes[atom]
+                if dm < 0 and node.base.get(t, 0) + dm < 0:
+                    where = f"update #{seq + 1}"
+                    have = f"{node.base.get(t, 0)} copies present"
                     raise InputError(
-                        where, repr(r.tuple), f"a delete of at most {have}",
-                        f"a delete of {-r.dm}", "fix the update stream",
+                        where, repr(t), f"a delete of at most {have}",
+                        f"a delete of {-dm}", "fix the update stream",
                     )
-                node.apply(r.tuple, r.dm)
+                node.apply(t, dm)
                 continue
             raw = self.engine.take_delta()
             for mult, row in self.finalizer.epoch(raw):
-                out.append(OutputRow("delta", r.epoch, mult, row))
+                out.append(OutputRow("delta", epoch, mult, row))
             if self._meta is not None and self._meta.get("emitted_once") is not True:
                 self._meta["emitted_once"] = self.finalizer.emitted_once
-            if r.snapshot:
+            if snapshot:
                 full = self.finalizer.snapshot(self.engine.full())
-                out.extend(OutputRow("snapshot", r.snapshot, m, row) for m, row in full)
+                out.extend(OutputRow("snapshot", snapshot, m, row) for m, row in full)
         return out
 
     def dump(self) -> bytes:

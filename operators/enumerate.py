@@ -24,7 +24,7 @@ Example (the generated source for a 2-node path, bag semantics):
         get = acc.get
         for t0 in cands:
             f1 = f0
-            for t1 in N1_live0.get(t0[0], EMPTY):
+            for t1 in N1_live0(t0[0], EMPTY):
                 f2 = f1 * B1[t1]
                 row = (t1[0], t0[0], t0[1],)
                 acc[row] = get(row, 0) + f2
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from operators.joinnode import EMPTY, JoinNode, key_expr
+from operators.state import read_only_get
 
 EnumFn = Callable[[Any, Any, dict[Any, Any]], None]
 
@@ -96,7 +97,8 @@ class Enumerator:
                     name = f"N{j}_live{ci}"
                     env[name] = node.live_index[ci]
                     k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, src_node.key_attrs)
-                lines.append(f"{indent}for t{j} in {name}.get({k}, EMPTY):")
+                env[name] = read_only_get(env[name])
+                lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
             indent += "    "
             if counting:
                 continue

@@ -63,10 +63,11 @@ class RelationInput:
         lines.append(f"    return {result}")
         self.source = "\n".join(lines)
         exec(compile(self.source, f"<input {atom.alias}>", "exec"), env)  # noqa: S102
-        self._project: Callable[[Row], tuple[Any, ...] | None] = env["project"]
+        self.project: Callable[[Row], tuple[Any, ...] | None] = env["project"]
+        """The compiled filter and projection (call it directly on hot paths)."""
 
     def __call__(self, row: Row) -> tuple[Any, ...] | None:
-        return self._project(row)
+        return self.project(row)
 
 
 class BaseValidator:

@@ -42,7 +42,7 @@ from operator import itemgetter
 from typing import Any
 
 from operators.ring import IntRing
-from operators.state import State
+from operators.state import State, read_only_get
 
 Projector = Callable[[Any], Any]
 EMPTY: frozenset[Any] = frozenset()
@@ -131,6 +131,9 @@ class JoinNode:
         self.counter: MutableMapping[Any, int] = state.map(f"{name}.counter")
         self.index: list[MutableMapping[Any, set[Any]]] = []
         self.proj: MutableMapping[Any, Any] = state.map(f"{name}.proj")
+        # Read-only lookups for walks that change nothing (see read_only_get).
+        self.proj_read = read_only_get(self.proj)
+        self.index_read: list[Callable[..., Any]] = []
         self.live: MutableMapping[Any, bool] = state.map(f"{name}.live")
         self.live_index: list[MutableMapping[Any, set[Any]]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
@@ -145,6 +148,7 @@ class JoinNode:
         self.children.append(child)
         self.child_key_of.append(make_projector(self.attrs, self.scalar, key_attrs))
         self.index.append(self.state.map(f"{self.name}.index.{child.name}"))
+        self.index_read.append(read_only_get(self.index[-1]))
         self.live_index.append(self.state.map(f"{self.name}.live.{child.name}"))
 
     def finish(self) -> None:
@@ -366,7 +370,7 @@ class JoinNode:
                 else:
                     del self.counter[k]
             return
-        bucket = self.index[i].get(k)
+        bucket = self.index_read[i](k)
         if not bucket:
             return
         counter = self.counter
@@ -393,7 +397,7 @@ class JoinNode:
             if bucket is None:
                 live_index[k] = {t}
                 if child.top:
-                    group = child.proj.get(k)
+                    group = child.proj_read(k)
                     if group:
                         for u in list(group):
                             child._make_live(u)
@@ -412,7 +416,7 @@ class JoinNode:
             if not bucket:
                 del live_index[k]
                 if child.top:
-                    group = child.proj.get(k)
+                    group = child.proj_read(k)
                     if group:
                         for u in list(group):
                             child._make_dead(u)
@@ -500,7 +504,7 @@ class JoinNode:
             is_full = c == n
             self._lower_tuple_change(k, i, old, new, was_full, is_full)
             return
-        bucket = self.index[i].get(k)
+        bucket = self.index_read[i](k)
         if not bucket:
             return
         counter = self.counter

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Protocol
 
 
@@ -210,15 +210,32 @@ class Grouped:
             del self.m[key]
 
 
+def _holds_immutable(value: Any) -> bool:
+    return isinstance(value, _IMMUTABLE)
+
+
+def read_only_get(m: MutableMapping[Any, Any]) -> Callable[..., Any]:
+    """``m.get`` for a walk that only reads: on a dict (a :class:`TrackedMap` too) the
+    C-level ``dict.get``, which marks nothing dirty, so an enumeration does not make
+    the runners write back the sets it walked.
+
+    >>> m = TrackedMap(); m[1] = {2}; _ = m.take_dirty(); read_only_get(m)(1), m.dirty
+    ({2}, set())
+    """
+    return dict.get.__get__(m) if isinstance(m, dict) else m.get
+
+
 class TrackedMap(dict[Any, Any]):
     """A dict that remembers which keys may have changed since :meth:`take_dirty`.
 
-    Every write marks its key; so does every read of a mutable value (a set or dict
-    the operator may change in place), and ``items()``/``values()`` mark every key
-    (operators that walk a whole map, like a major rebalance, pay O(map) anyway). Reads
-    of immutable values (counts, tuples) mark nothing.
+    Every write marks its key. While the map holds only immutable values (counts,
+    tuples, flags: most maps), reads are plain dict reads at C speed and mark nothing.
+    The first mutable value stored (a set or dict the operator may change in place)
+    turns the map, for good, into a :class:`_MutableTrackedMap`, where every read of a
+    mutable value marks its key too, and ``items()``/``values()`` mark every key
+    (operators that walk a whole map, like a major rebalance, pay O(map) anyway).
 
-    >>> m = TrackedMap(); m["a"] = {1}; m["b"] = 2; _ = m.take_dirty()
+    >>> m = TrackedMap(); m["b"] = 2; m["a"] = {1}; _ = m.take_dirty()
     >>> m["a"].add(3); m.get("b"); sorted(m.take_dirty())
     2
     ['a']
@@ -229,6 +246,13 @@ class TrackedMap(dict[Any, Any]):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.dirty: set[Any] = set()
+        self.note_values(dict.values(self))
+
+    def note_values(self, values: Iterable[Any]) -> None:
+        """Switch to read tracking if any of ``values`` (stored by a path that bypasses
+        :meth:`__setitem__`, like a restore) is mutable."""
+        if type(self) is TrackedMap and not all(map(_holds_immutable, values)):
+            self.__class__ = _MutableTrackedMap
 
     def take_dirty(self) -> set[Any]:
         """The keys touched since the last call (present or removed now)."""
@@ -237,34 +261,26 @@ class TrackedMap(dict[Any, Any]):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.dirty.add(key)
-        super().__setitem__(key, value)
+        if not isinstance(value, _IMMUTABLE):
+            self.__class__ = _MutableTrackedMap
+        dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
         self.dirty.add(key)
-        super().__delitem__(key)
-
-    def __getitem__(self, key: Any) -> Any:
-        value = super().__getitem__(key)
-        if not isinstance(value, _IMMUTABLE):
-            self.dirty.add(key)
-        return value
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        value = super().get(key, default)
-        if value is not default and not isinstance(value, _IMMUTABLE):
-            self.dirty.add(key)
-        return value
+        dict.__delitem__(self, key)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         self.dirty.add(key)
-        return super().setdefault(key, default)
+        if not isinstance(default, _IMMUTABLE):
+            self.__class__ = _MutableTrackedMap
+        return dict.setdefault(self, key, default)
 
     def pop(self, key: Any, *default: Any) -> Any:
         self.dirty.add(key)
-        return super().pop(key, *default)
+        return dict.pop(self, key, *default)
 
     def popitem(self) -> tuple[Any, Any]:
-        key, value = super().popitem()
+        key, value = dict.popitem(self)
         self.dirty.add(key)
         return key, value
 
@@ -273,16 +289,40 @@ class TrackedMap(dict[Any, Any]):
             self[key] = value
 
     def clear(self) -> None:
-        self.dirty.update(self.keys())
-        super().clear()
+        self.dirty.update(dict.keys(self))
+        dict.clear(self)
+
+    def __ior__(self, other: Any) -> TrackedMap:  # type: ignore[misc]
+        self.update(other)
+        return self
+
+
+class _MutableTrackedMap(TrackedMap):
+    """A :class:`TrackedMap` that holds mutable values: a read of one marks its key (the
+    caller may change the value in place), and so does every key walked by ``items()``
+    or ``values()``. Same layout as its base, so a map switches by ``__class__``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        value = dict.__getitem__(self, key)
+        if not isinstance(value, _IMMUTABLE):
+            self.dirty.add(key)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = dict.get(self, key, default)
+        if value is not default and not isinstance(value, _IMMUTABLE):
+            self.dirty.add(key)
+        return value
 
     def items(self) -> Any:
-        self.dirty.update(self.keys())
-        return super().items()
+        self.dirty.update(dict.keys(self))
+        return dict.items(self)
 
     def values(self) -> Any:
-        self.dirty.update(self.keys())
-        return super().values()
+        self.dirty.update(dict.keys(self))
+        return dict.values(self)
 
 
 class WriteBackState:
@@ -318,9 +358,10 @@ class WriteBackState:
             dirty = m.take_dirty()
             if not dirty:
                 continue
-            puts = {k: dict.__getitem__(m, k) for k in dirty if dict.__contains__(m, k)}
-            gone = [k for k in dirty if not dict.__contains__(m, k)]
-            out.append((name, puts, gone))
+            present = dirty & dict.keys(m)
+            # The values by C-level calls (the map's own __getitem__ may mark keys).
+            puts = dict(zip(present, map(dict.__getitem__.__get__(m), present)))
+            out.append((name, puts, list(dirty - present)))
         return out
 
     def load(self, name: str, entries: Iterable[tuple[Any, Any]]) -> None:
@@ -328,6 +369,16 @@ class WriteBackState:
         m = self.map(name)
         for k, v in entries:
             dict.__setitem__(m, k, v)
+        m.note_values(dict.values(m))
+
+    def apply_stored(self, name: str, puts: dict[Any, Any], gone: Iterable[Any]) -> None:
+        """Apply changes another worker wrote to the store (a catch-up); nothing is
+        marked changed."""
+        m = self.map(name)
+        dict.update(m, puts)
+        for k in gone:
+            dict.pop(m, k, None)
+        m.note_values(puts.values())
 
     def entries(self) -> int:
         return sum(len(m) for m in self._maps.values())

@@ -65,6 +65,8 @@ from dataflow.partitioned import (
 from dataflow.runners.flink.reader import Profiling
 from operators.state import WriteBackState, encode_key
 
+_EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
+
 RESTART_ATTEMPTS = 1
 """Restarts of a failed job before the run fails (deterministic failures, like a bad
 record, fail again; the one restart covers a transient one)."""
@@ -163,20 +165,18 @@ class PartitionFunction(KeyedProcessFunction):
         yield from self.profiling.run(self._process, value)
 
     def _process(self, value: Any) -> Iterator[Any]:
-        partition, rows = value
-        if isinstance(rows, TaggedRow):
-            rows = [rows]
+        partition, rows = value  # rows: plain tuples of TaggedRow's fields
         task = self._task(partition)
         state = self.tasks[partition][1]
         start = 0
         for i, row in enumerate(rows):
-            if row.kind != CLOSE:
+            if row[_KIND] != CLOSE:
                 continue
             out = task.process(rows[start:i + 1])
             start = i + 1
             self._write_back(state)
             self.pending.clear()
-            yield EpochOutput(row.epoch, row.snapshot, tuple(out))
+            yield EpochOutput(row[_EPOCH], row[_SNAPSHOT], tuple(out))
         if start < len(rows):
             task.process(rows[start:])
             self.pending.add(rows[start:])

@@ -238,11 +238,7 @@ class PartitionStore:
             return None
         for _prev, _token, blob in entries:
             for name, puts, gone in pickle.loads(bytes(blob)):
-                m = hit.state.map(name)
-                for k, v in puts.items():
-                    dict.__setitem__(m, k, v)
-                for k in gone:
-                    dict.pop(m, k, None)
+                hit.state.apply_stored(name, puts, gone)
         self.catchups += 1
         hit.version, hit.token = version, token
         return hit
