@@ -108,13 +108,23 @@ def _stored_entry(value: Any) -> tuple[Any, Any]:
     return pickle.loads(value) if isinstance(value, bytes) else value
 
 
+def _raw_put_all(ms: Any) -> Callable[[dict[str, bytes]], None] | None:
+    """``putAll`` of the Java MapState behind a thread-mode (embedded) PyFlink MapState,
+    taking already pickled values; None for any other implementation (then the public
+    ``put_all`` pickles them)."""
+    if type(ms).__module__ != "pyflink.fn_execution.datastream.embedded.state_impl":
+        return None
+    java = getattr(ms, "_state", None)
+    return getattr(java, "putAll", None)
+
+
 class PartitionFunction(KeyedProcessFunction):
     """Hosts one partition's engine per key (the partition number).
 
     The engine works on a :class:`~operators.state.WriteBackState` cache; every named map
     of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value: the
-    (key, value) pair, pickled by PyFlink), and at each epoch close only the entries touched during
-    the epoch are written back (``put_all`` and removals). Rows of the open epoch are
+    pickled (key, value) pair), and at each epoch close only the entries touched during
+    the epoch are written back (``putAll`` and removals). Rows of the open epoch are
     appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
     a restore rebuilds the cache from the MapStates and replays that list."""
 
@@ -152,9 +162,15 @@ class PartitionFunction(KeyedProcessFunction):
         for name, puts, gone in state.changes():
             ms = self.maps[name]
             if puts:
-                # The value type is PICKLED_BYTE_ARRAY: PyFlink pickles the (key, value)
-                # pair itself, once (pickling it here too would pickle the bytes again).
-                ms.put_all({encode_key(k): (k, v) for k, v in puts.items()})
+                raw = _raw_put_all(ms)
+                if raw is not None:
+                    # The bytes PyFlink's PICKLED_BYTE_ARRAY converter would make (the
+                    # pickled pair), handed to Java in one call: the converter's two
+                    # Python calls per entry were a fifth of the partition's time.
+                    raw({encode_key(k): pickle.dumps((k, v), pickle.HIGHEST_PROTOCOL)
+                         for k, v in puts.items()})
+                else:
+                    ms.put_all({encode_key(k): (k, v) for k, v in puts.items()})
             for k in gone:
                 ms.remove(encode_key(k))
 

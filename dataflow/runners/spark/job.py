@@ -38,13 +38,9 @@ from dataflow.partitioned import (
     WorkerPlan,
     tag_records,
 )
-from dataflow.runners.spark.source import SOURCE_NAME, UpdateCsvSource
+from dataflow.runners.spark.source import SOURCE_NAME, TAGGED_SCHEMA, UpdateCsvSource
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
 
-TAGGED_SCHEMA = (
-    "partition INT, seq LONG, epoch INT, kind STRING, atom INT, tup BINARY, dm LONG, "
-    "snapshot INT"
-)
 OUTPUT_SCHEMA = "kind STRING, epoch INT, mult LONG, row BINARY"
 
 
@@ -185,9 +181,8 @@ class SparkJob:
                 batch_records=self.batch_lines, stop_at_end=self.bounded,
                 kafka_options=self.kafka_options,
             )
-        else:
-            source = self._file_stream(spark)
-        return self._job(source)
+            return self._job(source, tagged=False)
+        return self._job(self._file_stream(spark), tagged=True)
 
     def _file_stream(self, spark: SparkSession) -> DataFrame:
         spark.dataSource.register(UpdateCsvSource)
@@ -198,11 +193,16 @@ class SparkJob:
             .option("epoch", str(self.epoch_size or 0))
             .option("batch_lines", str(self.batch_lines))
             .option("bounded", "true" if self.bounded else "false")
+            .option("plan", pickle.dumps(self.plan).hex())
             .load()
         )
 
-    def _job(self, source: DataFrame) -> DataFrame:
+    def _job(self, source: DataFrame, tagged: bool) -> DataFrame:
+        """Tag the source's rows with their partitions (unless the source did), then
+        run each partition's engine in ``transformWithStateInPandas``."""
         plan = self.plan
+        if tagged:
+            return self._partitions(source)
 
         def tag(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             _q, layout = plan.compiled()
@@ -232,9 +232,11 @@ class SparkJob:
                 )
 
         tag_fn: Any = tag  # pyspark's stubs want pandas' own iterable types
-        tagged = source.mapInPandas(tag_fn, schema=TAGGED_SCHEMA)
+        return self._partitions(source.mapInPandas(tag_fn, schema=TAGGED_SCHEMA))
+
+    def _partitions(self, tagged: DataFrame) -> DataFrame:
         return tagged.groupBy("partition").transformWithStateInPandas(
-            PartitionProcessor(plan), OUTPUT_SCHEMA, "Append", "None"
+            PartitionProcessor(self.plan), OUTPUT_SCHEMA, "Append", "None"
         )
 
     def run(self, outputs: Any, stats: Any = None,

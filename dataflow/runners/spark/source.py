@@ -22,8 +22,15 @@ from pyspark.sql.types import StructType
 from connectors.files import read_updates_from_lines
 from core.epochs import CLOSE, EpochCursor
 from core.schema import Schema
+from dataflow.partitioned import WorkerPlan, tag_records
 
 SOURCE_NAME = "ivmflow_updates"
+TAGGED_SCHEMA = (
+    "partition INT, seq LONG, epoch INT, kind STRING, atom INT, tup BINARY, dm LONG, "
+    "snapshot INT"
+)
+"""Rows tagged with their partitions (with the option ``plan``, a pickled-then-hex
+:class:`~dataflow.partitioned.WorkerPlan`)."""
 ROW_SCHEMA = (
     "seq LONG, epoch INT, kind STRING, relation STRING, op STRING, mult LONG, "
     "payload BINARY, snapshot INT"
@@ -42,14 +49,15 @@ class UpdateCsvSource(DataSource):
 
     Options: ``path``; ``schema`` (pickled-then-hex :class:`Schema`); ``epoch`` (updates
     per epoch, 0 = markers only); ``batch_lines`` (lines per micro-batch);
-    ``bounded`` (``true``: a file that ends - close the last epoch at its end)."""
+    ``bounded`` (``true``: a file that ends - close the last epoch at its end);
+    ``plan`` (optional: rows come tagged with their partitions, :data:`TAGGED_SCHEMA`)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return ROW_SCHEMA
+        return TAGGED_SCHEMA if "plan" in self.options else ROW_SCHEMA
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         return UpdateCsvStreamReader(dict(self.options))
@@ -62,34 +70,46 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
         self.epoch_size = int(options.get("epoch", "0")) or None
         self.batch_lines = int(options.get("batch_lines", "10000"))
         self.bounded = options.get("bounded", "true") == "true"
+        self.plan: WorkerPlan | None = (
+            pickle.loads(bytes.fromhex(options["plan"])) if "plan" in options else None
+        )
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"file": 0, "line": 0, "done": False, **EpochCursor().to_dict()}
+        return {"file": 0, "line": 0, "byte": 0, "done": False, **EpochCursor().to_dict()}
 
     def _lines(
-        self, start: dict[str, Any], limit: int | None
+        self, start: dict[str, Any], limit: int | None, stop: dict[str, Any] | None = None
     ) -> tuple[list[tuple[str, int, str]], dict[str, Any]]:
-        """Up to ``limit`` complete lines from the start position: (file, lineno, text)."""
+        """Up to ``limit`` complete lines from the start position, or the lines up to the
+        position ``stop``: (file, lineno, text), and the position after them. A file is
+        entered at the offset's byte position, so a batch reads its own lines, not the
+        whole file before them (an offset without one, from ivmflow 0.2, skips lines)."""
         files = _files(self.path)
         fi, li = int(start["file"]), int(start["line"])
+        byte: int | None = start.get("byte")
         out: list[tuple[str, int, str]] = []
-        while fi < len(files) and (limit is None or len(out) < limit):
-            with open(files[fi], encoding="utf-8") as fh:
-                lines = fh.readlines()
-            # A line without its newline may still be being written: wait for it.
-            complete = len(lines) if not lines or lines[-1].endswith("\n") else len(lines) - 1
-            while li < complete and (limit is None or len(out) < limit):
-                out.append((str(files[fi]), li + 1, lines[li]))
-                li += 1
-            if li < complete or (limit is not None and len(out) >= limit):
+        while fi < len(files):
+            stop_line = int(stop["line"]) if stop is not None and fi == int(stop["file"]) else None
+            with open(files[fi], "rb") as fh:
+                if byte is None:
+                    for _ in range(li):
+                        fh.readline()
+                    byte = fh.tell()
+                else:
+                    fh.seek(byte)
+                while (limit is None or len(out) < limit) and (stop_line is None or li < stop_line):
+                    raw = fh.readline()
+                    if not raw.endswith(b"\n"):
+                        break  # the end, or a line still being written: wait for it
+                    li += 1
+                    byte += len(raw)
+                    out.append((str(files[fi]), li, raw.decode("utf-8")))
+                else:
+                    break  # the limit or the stop position
+            if stop_line is not None or fi + 1 >= len(files):
                 break
-            if fi + 1 < len(files) or not self.bounded:
-                if fi + 1 >= len(files):
-                    break
-                fi, li = fi + 1, 0
-                continue
-            break
-        return out, {"file": fi, "line": li}
+            fi, li, byte = fi + 1, 0, 0
+        return out, {"file": fi, "line": li, "byte": byte}
 
     def _rows(
         self, start: dict[str, Any], lines: list[tuple[str, int, str]], at_end: bool
@@ -100,8 +120,15 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
             records.extend(
                 read_updates_from_lines([text], self.schema_obj, fname, first_line=lineno)
             )
+        numbered = list(cursor.number(records, self.epoch_size, final=at_end))
+        if self.plan is not None:
+            # Tagged here, in the source: one Python stage less per micro-batch.
+            _q, layout = self.plan.compiled()
+            return [(t.partition, t.seq, t.epoch, t.kind, t.atom,
+                     None if t.tuple is None else pickle.dumps(t.tuple), t.dm, t.snapshot)
+                    for t in tag_records(layout, numbered)], cursor
         rows: list[tuple[Any, ...]] = []
-        for n in cursor.number(records, self.epoch_size, final=at_end):
+        for n in numbered:
             if n.kind == CLOSE:
                 rows.append((n.seq, n.epoch, CLOSE, None, None, 0, None, n.snapshot))
             else:
@@ -130,14 +157,7 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
     ) -> Iterator[tuple[Any, ...]]:
         if start.get("done"):
             return iter(())
-        files = _files(self.path)
-        lines: list[tuple[str, int, str]] = []
-        for fi in range(int(start["file"]), min(int(end["file"]), len(files) - 1) + 1):
-            with open(files[fi], encoding="utf-8") as fh:
-                text = fh.readlines()
-            lo = int(start["line"]) if fi == int(start["file"]) else 0
-            hi = int(end["line"]) if fi == int(end["file"]) else len(text)
-            lines.extend((str(files[fi]), i + 1, text[i]) for i in range(lo, hi))
+        lines, _ = self._lines(start, None, stop=end)
         rows, _ = self._rows(start, lines, at_end=bool(end.get("done")))
         return iter(rows)
 
