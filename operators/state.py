@@ -304,6 +304,10 @@ class _MutableTrackedMap(TrackedMap):
 
     __slots__ = ()
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.dirty.add(key)  # already switched: no check of the value's type
+        dict.__setitem__(self, key, value)
+
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
         if not isinstance(value, _IMMUTABLE):
@@ -396,6 +400,8 @@ def encode_key(key: Any) -> str:
     >>> encode_key((1, "a,b", None, 2.5, (True,))), encode_key(frozenset({"b", "a"}))
     ("(1,'a,b',None,2.5,(True,))", "{'a','b'}")
     """
+    if type(key) is int:  # the commonest key of all (a bare join value)
+        return repr(key)
     if type(key) is tuple and _SCALARS.issuperset(map(type, key)):
         # The common case (a tuple of plain values) in C: the same text, no recursion.
         return "(" + ",".join(map(repr, key)) + ("," if len(key) == 1 else "") + ")"

@@ -56,7 +56,6 @@ from core.epochs import CLOSE
 from core.errors import IvmflowError, UsageError
 from core.records import EpochDelta
 from dataflow.partitioned import (
-    OutputRow,
     PartitionLayout,
     PartitionTask,
     TaggedRow,
@@ -192,7 +191,8 @@ class PartitionFunction(KeyedProcessFunction):
             start = i + 1
             self._write_back(state)
             self.pending.clear()
-            yield EpochOutput(row[_EPOCH], row[_SNAPSHOT], tuple(out))
+            # Plain tuples: an epoch's rows pickle and unpickle several times faster.
+            yield EpochOutput(row[_EPOCH], row[_SNAPSHOT], tuple(map(tuple, out)))
         if start < len(rows):
             task.process(rows[start:])
             self.pending.add(rows[start:])
@@ -205,7 +205,8 @@ class EpochOutput:
 
     epoch: int
     snapshot: int
-    rows: tuple[OutputRow, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    """Plain tuples of :class:`~dataflow.partitioned.OutputRow`'s fields."""
 
 
 class EpochMerger(KeyedProcessFunction):
@@ -255,8 +256,8 @@ class EpochMerger(KeyedProcessFunction):
         parts = [*(self.parts.get() or []), part]
         self.parts.clear()
         self.closed.clear()
-        merged = consolidate_by(((r.kind, r.epoch), r.mult, r.row)
-                                for p in parts for r in p.rows)
+        merged = consolidate_by(((kind, n), mult, row)
+                                for p in parts for kind, n, mult, row in p.rows)
         epoch, k = part.epoch, part.snapshot
         if self.deltas is not None:
             self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))

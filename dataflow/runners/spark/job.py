@@ -34,7 +34,6 @@ from core.records import EpochDelta, Update
 from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
-    TaggedRow,
     WorkerPlan,
     tag_records,
 )
@@ -67,12 +66,15 @@ class PartitionProcessor(StatefulProcessor):
                                lambda state: PartitionTask(q, layout, state=state),
                                _restore_open_epoch)
         task: PartitionTask = hit.payload
-        tagged = []
+        tagged: list[tuple[Any, ...]] = []
+        loads = pickle.loads
         for pdf in rows:
-            for r in pdf.itertuples(index=False):
-                t = None if r.tup is None else pickle.loads(r.tup)
-                tagged.append(TaggedRow(part, int(r.seq), int(r.epoch), r.kind, int(r.atom), t,
-                                        int(r.dm), int(r.snapshot)))
+            # Whole columns to Python lists (plain ints), zipped into plain row tuples
+            # in TaggedRow's field order: no per-row pandas or dataclass objects.
+            cols = [pdf[c].tolist() for c in ("seq", "epoch", "kind", "atom", "tup", "dm",
+                                              "snapshot")]
+            tagged.extend((part, seq, epoch, kind, atom, None if tup is None else loads(tup),
+                           dm, snap) for seq, epoch, kind, atom, tup, dm, snap in zip(*cols))
         out = task.process(tagged)
         # The open epoch's accumulated delta lives outside the maps; an epoch may span
         # batches, so it travels with the stamp (O(the open epoch's changes)).
