@@ -91,13 +91,12 @@ class Enumerator:
                 src_node = steps[src][0]
                 if how == "down":
                     name = f"N{j}_proj"
-                    env[name] = node.proj
+                    env[name] = node.proj_read
                     k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, node.key_attrs)
                 else:
                     name = f"N{j}_live{ci}"
-                    env[name] = node.live_index[ci]
+                    env[name] = read_only_get(node.live_index[ci])
                     k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, src_node.key_attrs)
-                env[name] = read_only_get(env[name])
                 lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
             indent += "    "
             if counting:

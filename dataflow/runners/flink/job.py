@@ -139,6 +139,7 @@ class PartitionFunction(KeyedProcessFunction):
             )
             for name in self.plan.map_names()
         }
+        self.raw_put_all = {name: _raw_put_all(ms) for name, ms in self.maps.items()}
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("open_epoch_rows", Types.PICKLED_BYTE_ARRAY())
         )
@@ -161,7 +162,7 @@ class PartitionFunction(KeyedProcessFunction):
         for name, puts, gone in state.changes():
             ms = self.maps[name]
             if puts:
-                raw = _raw_put_all(ms)
+                raw = self.raw_put_all[name]
                 if raw is not None:
                     # The bytes PyFlink's PICKLED_BYTE_ARRAY converter would make (the
                     # pickled pair), handed to Java in one call: the converter's two
