@@ -32,15 +32,18 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
-from core.errors import InputError
+from core.errors import InputError, IvmflowError
 from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.kinds import VIEW_TREES
 from dataflow.partitioner import Partitioner
@@ -162,6 +165,21 @@ class WorkerPlan:
             self.sql, self.rates, self.parallelism, self.eps, self.partitioning
         )
 
+    def layout_stamp(self) -> str:
+        """What a checkpoint's keyed state must have been written under to be resumed:
+        the engines' layout version and a digest of this plan (query, rates,
+        parallelism, eps, partitioning).
+
+        >>> a = WorkerPlan("SELECT 1", (1.0,), 2)
+        >>> a.layout_stamp() == WorkerPlan("SELECT 1", (1.0,), 2).layout_stamp()
+        True
+        >>> a.layout_stamp() == WorkerPlan("SELECT 1", (1.0,), 4).layout_stamp()
+        False
+        """
+        fields = repr((self.sql, self.rates, self.parallelism, self.eps, self.partitioning))
+        digest = hashlib.sha256(fields.encode()).hexdigest()[:16]
+        return f"layout{STATE_LAYOUT}-{digest}"
+
     def map_names(self) -> list[str]:
         """The named maps of a partition's State, fixed by the plan: what a runner binds
         to its keyed map states. Learnt once per worker process from a throw-away task."""
@@ -174,6 +192,68 @@ class WorkerPlan:
 
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
+
+STATE_LAYOUT = 2
+"""Version of what the engines' maps hold in the runners' keyed state. Bump it whenever
+that changes (2: absorbed lower nodes, key leaves, one-child counters), so that a
+checkpoint of another layout fails loud instead of being read wrongly."""
+
+
+class StateLayoutError(IvmflowError):
+    """A checkpoint's keyed state was written under another layout or plan."""
+
+
+def check_layout(found: str | None, expected: str, has_state: bool, where: str) -> None:
+    """Fail loud unless the stamp ``found`` in a checkpoint is ``expected`` (a missing
+    stamp is fine only for empty state: a fresh start).
+
+    >>> check_layout(None, "layout2-ab", False, "flink")
+    >>> try:
+    ...     check_layout("layout1-ab", "layout2-ab", True, "flink")
+    ... except StateLayoutError as err:
+    ...     print(str(err)[:70])
+    flink: the checkpoint's state was written under layout1-ab, this run n
+    """
+    if found == expected or (found is None and not has_state):
+        return
+    msg = (f"{where}: the checkpoint's state was written under "
+           f"{found or 'an unstamped layout (ivmflow before layout 2)'}, this run needs "
+           f"{expected} (another query, parallelism or ivmflow version); resume with "
+           "the query, options and version that wrote it, or start with a fresh "
+           "--checkpoint directory")
+    raise StateLayoutError(msg)
+
+
+LAYOUT_FILE = "ivmflow-state-layout"
+"""The file in a runner's checkpoint directory holding the stamp its state was written
+under (:func:`stamp_checkpoint_dir`)."""
+
+
+def stamp_checkpoint_dir(directory: str | os.PathLike[str], expected: str, resuming: bool,
+                         where: str) -> None:
+    """Check a checkpoint directory's layout stamp before a job starts, or stamp a fresh
+    one. The partitions check their own stamps too, but only when their state is first
+    read; a partition that has none (another parallelism) could fail first on an update
+    that is wrong for it, with a message that names the update instead of the cause.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> stamp_checkpoint_dir(d, "layout2-ab", resuming=False, where="flink")
+    >>> stamp_checkpoint_dir(d, "layout2-ab", resuming=True, where="flink")
+    >>> try:
+    ...     stamp_checkpoint_dir(d, "layout2-cd", resuming=True, where="flink")
+    ... except StateLayoutError as err:
+    ...     print(str(err)[:58])
+    flink: the checkpoint's state was written under layout2-ab
+    """
+    path = Path(directory) / LAYOUT_FILE
+    if resuming:
+        found = path.read_text().strip() if path.exists() else None
+        check_layout(found, expected, True, where)
+        return
+    tmp = path.with_name(LAYOUT_FILE + ".tmp")
+    tmp.write_text(expected + "\n")
+    os.replace(tmp, path)
 
 
 def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> list[TaggedRow]:

@@ -36,7 +36,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from operators.joinnode import EMPTY, JoinNode, key_expr
-from operators.state import read_only_get
 
 EnumFn = Callable[[Any, Any, dict[Any, Any]], None]
 
@@ -95,7 +94,7 @@ class Enumerator:
                     k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, node.key_attrs)
                 else:
                     name = f"N{j}_live{ci}"
-                    env[name] = read_only_get(node.live_index[ci])
+                    env[name] = node.live_read[ci]
                     k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, src_node.key_attrs)
                 lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
             indent += "    "

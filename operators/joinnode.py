@@ -6,11 +6,15 @@ A node keeps, over the State protocol:
 * ``base``: tuple -> multiplicity (atoms; a generalized node has none),
 * ``counter``: tuple -> number of children whose projection holds the tuple's key
   (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
-  exactly the keys with a counter),
+  exactly the keys with a counter). Stored only by generalized nodes and nodes with
+  two or more children: a leaf's count is always 0, a one-child node's is whether the
+  child's projection holds the key (:meth:`JoinNode.support_count` reads either),
 * ``index.<child>``: child key -> tuples of this node with that key (for P-updates),
 * ``proj``: this node's projection on its key to the parent. Top nodes keep it as
   key -> set of semi-join tuples (V_s grouped by key, used for enumeration); lower
-  nodes keep key -> derivation count (set mode) or key -> payload (bag/ring mode),
+  nodes keep key -> derivation count (set mode) or key -> payload (bag/ring mode).
+  A *key leaf* (a lower leaf whose tuples are its keys) keeps nothing else: its
+  ``proj`` is key -> multiplicity, and ``base`` reads through it (:class:`KeyedBase`),
 * top nodes only: ``live`` (V_l: tuples that occur in the current result) and
   ``live.<child>``: child key -> live tuples with that key (to walk upwards).
 
@@ -37,7 +41,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from operator import itemgetter
 from typing import Any
 
@@ -94,6 +98,35 @@ def _no_key_hook(node: JoinNode, child: int, key: Any, factor: Any) -> None:
     return None
 
 
+class KeyedBase(Mapping[Any, int]):
+    """The multiplicities of a key leaf, read through its projection (tuple -> count):
+    what callers of ``node.base`` (delete checks, tests) read on other nodes.
+
+    >>> b = KeyedBase({7: 2}, lambda t: t[0])
+    >>> b.get((7,), 0), b.get((8,), 0), (7,) in b, len(b)
+    (2, 0, True, 1)
+    """
+
+    def __init__(self, proj: MutableMapping[Any, int], key_of: Projector) -> None:
+        self._proj = proj
+        self._key_of = key_of
+
+    def __getitem__(self, t: Any) -> int:
+        return self._proj[self._key_of(t)]
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        return self._proj.get(self._key_of(t), default)
+
+    def __contains__(self, t: object) -> bool:
+        return self._key_of(t) in self._proj
+
+    def __iter__(self) -> Iterator[Any]:
+        return (k if type(k) is tuple else (k,) for k in self._proj)
+
+    def __len__(self) -> int:
+        return len(self._proj)
+
+
 class JoinNode:
     """One node of the join tree (semi-join + projection, plus live views on top)."""
 
@@ -136,6 +169,7 @@ class JoinNode:
         self.index_read: list[Callable[..., Any]] = []
         self.live: MutableMapping[Any, bool] = state.map(f"{name}.live")
         self.live_index: list[MutableMapping[Any, set[Any]]] = []
+        self.live_read: list[Callable[..., Any]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
         self.on_key: KeyHook = _no_key_hook
 
@@ -150,16 +184,70 @@ class JoinNode:
         self.index.append(self.state.map(f"{self.name}.index.{child.name}"))
         self.index_read.append(read_only_get(self.index[-1]))
         self.live_index.append(self.state.map(f"{self.name}.live.{child.name}"))
+        self.live_read.append(read_only_get(self.live_index[-1]))
 
     def finish(self) -> None:
         self.nchildren = len(self.children)
+        # A leaf's count is always 0 and a one-child node's is whether the child's
+        # projection holds its key: only generalized nodes and nodes with two or more
+        # children store counters.
+        self.keeps_counter = self.generalized or self.nchildren > 1
         # (child, key of a tuple of this node for it, live index for it), for the walks
         self._walk = list(zip(self.children, self.child_key_of, self.live_index))
         if self.top:
             self._compile_sj()
         if not self.generalized and self.mode in ("bag", "set") \
                 and self.base_payload_default and isinstance(self.ring, IntRing):
-            self.apply = self._compile_apply()  # type: ignore[method-assign,assignment]
+            if self._is_key_leaf():
+                # Read-only from here: the key leaf's apply writes proj only.
+                self.base = KeyedBase(self.proj, self.key_of)  # type: ignore[assignment]
+                self.apply = self._compile_key_leaf_apply()  # type: ignore[method-assign,assignment]
+            else:
+                self.apply = self._compile_apply()  # type: ignore[method-assign,assignment]
+
+    def _is_key_leaf(self) -> bool:
+        """A lower leaf whose tuples are their keys (``attrs == key``): one tuple per key,
+        so its projection (multiplicity per key) is its base; it keeps only that."""
+        return (not self.top and not self.children and not self.generalized
+                and self.parent is not None and self.attrs == self.key_attrs)
+
+    def _compile_key_leaf_apply(self) -> Callable[[Any, int], None]:
+        """:meth:`apply` of a key leaf: the multiplicity is kept in ``proj`` under the
+        key, and a change is passed to the parent as a payload (bag) or support (set)
+        change; the same notifications as the generic path."""
+        env: dict[str, Any] = {
+            "proj": self.proj, "proj_get": self.proj.get,
+            "notify": self._parent_change_hook(),
+        }
+        pos = self.pos_in_parent
+        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
+        gone = "True" if self.counting else "p"
+        lines = [
+            "def apply(t, dm):",
+            f"    k = {k}",
+            "    p = proj_get(k)",
+            "    if p is None:",
+            "        proj[k] = dm",
+            f"        notify({pos}, k, None, {'True' if self.counting else 'dm'})",
+            "        return",
+            "    q = p + dm",
+            "    if q:",
+            "        proj[k] = q",
+        ]
+        if not self.counting:
+            lines.append(f"        notify({pos}, k, p, q)")
+        lines += ["    else:", "        del proj[k]", f"        notify({pos}, k, {gone}, None)"]
+        fn: Callable[[Any, int], None]
+        exec(compile("\n".join(lines), f"<apply {self.name}>", "exec"), env)  # noqa: S102
+        fn = env["apply"]
+        return fn
+
+    def _parent_change_hook(self) -> Callable[[int, Any, Any, Any], None]:
+        """What :meth:`_notify` calls for a lower node, bound once for generated code:
+        the parent's boundary handler (top parent) or its lower-child handler."""
+        parent = self.parent
+        assert parent is not None, "a lower node always has a parent"
+        return parent._boundary_change if parent.top else parent._lower_child_change
 
     def _compile_sj(self) -> None:
         """:meth:`_sj_insert` / :meth:`_sj_delete` specialized to this top node (key
@@ -210,9 +298,12 @@ class JoinNode:
             "def apply(t, dm):",
             "    old = base_get(t, 0)",
             "    new = old + dm",
-            "    if old == 0:",
-            "        c = 0",
         ]
+        if n:
+            lines += ["    if old == 0:", "        c = 0"]
+        else:
+            # A leaf's counter would always be 0: it keeps none.
+            lines += ["    if old == 0:"]
         for i, k in enumerate(keys):
             lines += [
                 f"        k = {k}",
@@ -224,15 +315,34 @@ class JoinNode:
                 f"        if k in cproj{i}:",
                 "            c += 1",
             ]
-        lines += [
-            "        counter[t] = c",
-            "        base[t] = new",
-            "    else:",
-            "        c = counter[t]",
-            "        if new:",
-            "            base[t] = new",
-            f"    if c == {n}:",
-        ]
+        if n == 1:
+            # One child: the count is whether the child's projection holds the key
+            # (derived, not stored: one map less to write per tuple).
+            lines += [
+                "        base[t] = new",
+                "    else:",
+                f"        c = 1 if {keys[0]} in cproj0 else 0",
+                "        if new:",
+                "            base[t] = new",
+                "    if c == 1:",
+            ]
+        elif n:
+            lines += [
+                "        counter[t] = c",
+                "        base[t] = new",
+                "    else:",
+                "        c = counter[t]",
+                "        if new:",
+                "            base[t] = new",
+                f"    if c == {n}:",
+            ]
+        else:
+            lines += [
+                "        base[t] = new",
+                "    elif new:",
+                "        base[t] = new",
+                "    if True:",
+            ]
         if self.top:
             lines += [
                 "        if old == 0:",
@@ -250,12 +360,10 @@ class JoinNode:
                     "            node.on_tuple(node, t, new - old)",
                 ]
         else:
-            lines.append("        lower_change(t, old, new)")
-        lines += [
-            "    if new == 0:",
-            "        del base[t]",
-            "        del counter[t]",
-        ]
+            lines += self._lower_change_lines(env, keys)
+        lines += ["    if new == 0:", "        del base[t]"]
+        if n > 1:
+            lines.append("        del counter[t]")
         for i, k in enumerate(keys):
             lines += [
                 f"        k = {k}",
@@ -265,6 +373,48 @@ class JoinNode:
                 f"            del index{i}[k]",
             ]
         return "\n".join(lines), env
+
+    def _lower_change_lines(self, env: dict[str, Any], keys: list[str]) -> list[str]:
+        """Inlined :meth:`_lower_base_change` with :meth:`_count_add` (set) or
+        :meth:`_payload_add` over integers (bag), ending in :meth:`_notify`."""
+        env["proj"] = self.proj
+        env["proj_get"] = self.proj.get
+        env["notify"] = self._parent_change_hook()
+        pos = self.pos_in_parent
+        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
+        if self.counting:
+            return [
+                "        if old == 0 or new == 0:",
+                f"            k = {k}",
+                "            p = proj_get(k, 0)",
+                "            if old == 0:",
+                "                proj[k] = p + 1",
+                "                if p == 0:",
+                f"                    notify({pos}, k, None, True)",
+                "            elif p == 1:",
+                "                del proj[k]",
+                f"                notify({pos}, k, True, None)",
+                "            else:",
+                "                proj[k] = p - 1",
+            ]
+        d = "dm" + "".join(f" * cproj{i}[{ck}]" for i, ck in enumerate(keys))
+        return [
+            f"        k = {k}",
+            f"        d = {d}",
+            "        p = proj_get(k)",
+            "        if p is None:",
+            "            if d:",
+            "                proj[k] = d",
+            f"                notify({pos}, k, None, d)",
+            "        else:",
+            "            q = p + d",
+            "            if q:",
+            "                proj[k] = q",
+            f"                notify({pos}, k, p, q)",
+            "            else:",
+            "                del proj[k]",
+            f"                notify({pos}, k, p, None)",
+        ]
 
     def _compile_apply(self) -> Callable[[Any, int], None]:
         text, env = self.apply_source()
@@ -289,10 +439,11 @@ class JoinNode:
                     bucket.add(t)
                 if k in child.proj:
                     c += 1
-            self.counter[t] = c
+            if self.keeps_counter:
+                self.counter[t] = c
             base[t] = new
         else:
-            c = self.counter[t]
+            c = self.support_count(t)
             if new:
                 base[t] = new
         if c == self.nchildren:
@@ -302,13 +453,34 @@ class JoinNode:
                 self._lower_base_change(t, old, new)
         if new == 0:
             del base[t]
-            del self.counter[t]
+            if self.keeps_counter:
+                del self.counter[t]
             for i in range(self.nchildren):
                 k = self.child_key_of[i](t)
                 bucket = self.index[i][k]
                 bucket.discard(t)
                 if not bucket:
                     del self.index[i][k]
+
+    def support_count(self, t: Any) -> int:
+        """How many children's projections hold ``t``'s key (CROWN's counter), stored
+        or derived.
+
+        >>> from operators.state import DictState
+        >>> st = DictState()
+        >>> r = JoinNode("R", ("a", "b"), False, 0, True, "bag", IntRing(), st)
+        >>> s = JoinNode("S", ("b", "c"), False, 1, True, "bag", IntRing(), st)
+        >>> r.attach_child(s, ("b",)); r.finish(); s.finish()
+        >>> r.apply((1, 2), 1); r.support_count((1, 2))
+        0
+        >>> s.apply((2, 3), 1); r.support_count((1, 2)), dict(r.counter)
+        (1, {})
+        """
+        if self.keeps_counter:
+            return int(self.counter.get(t, 0))
+        if not self.nchildren:
+            return 0
+        return 1 if self.child_key_of[0](t) in self.children[0].proj else 0
 
     # -- top part ------------------------------------------------------------------
     def _top_base_change(self, t: Any, old: int, new: int) -> None:
@@ -372,6 +544,13 @@ class JoinNode:
             return
         bucket = self.index_read[i](k)
         if not bucket:
+            return
+        if not self.keeps_counter:  # one child: every tuple with the key turns over
+            for u in list(bucket):
+                if appear:
+                    self._sj_insert(u)
+                else:
+                    self._sj_delete(u)
             return
         counter = self.counter
         for u in list(bucket):
@@ -506,6 +685,11 @@ class JoinNode:
             return
         bucket = self.index_read[i](k)
         if not bucket:
+            return
+        if not self.keeps_counter:  # one child: full exactly when its key is present
+            was_full, is_full = old is not None, new is not None
+            for u in list(bucket):
+                self._lower_tuple_change(u, i, old, new, was_full, is_full)
             return
         counter = self.counter
         for u in list(bucket):

@@ -181,8 +181,23 @@ def _normalise(cq: ConjunctiveQuery, tree: TreeNode, y: frozenset[str]) -> list[
             specs[parent].children.append(idx)
         return idx
 
+    def subtree_vars(node: TreeNode) -> frozenset[str]:
+        out = node.attrs
+        for c in node.children:
+            out |= subtree_vars(c)
+        return out
+
+    def absorbed(node: TreeNode, parent: int | None) -> bool:
+        """The subtree adds no output variable its parent lacks: it only scales the
+        parent's rows by a payload (or supports them), so it hangs below the top part
+        as a lower subtree; enumeration multiplies by one projection lookup instead
+        of walking into the node's tuples."""
+        if parent is None:
+            return False
+        return subtree_vars(node) & y <= frozenset(specs[parent].attrs) & node.attrs
+
     def walk(node: TreeNode, parent: int | None, in_top: bool) -> None:
-        if in_top and node.attrs <= y:
+        if in_top and node.attrs <= y and not absorbed(node, parent):
             me = add(node.attrs, node.atom, parent, True)
             for c in node.children:
                 walk(c, me, True)

@@ -117,8 +117,12 @@ def test_an_epoch_writes_back_in_proportion_to_its_changes() -> None:
     cursor = EpochCursor(seq=len(big), epoch=2)
     task.process(tag_records(layout, cursor.number(small)))
     store.write_back(task.state)
-    assert entries > 1500
-    assert 0 < store.writes - before < 30, (store.writes - before, entries)
+    written = store.writes - before
+    # The state holds hundreds of entries and the small epoch writes a few dozen at
+    # most: the write-back follows the changes, not the state.
+    assert entries > 800
+    assert 0 < written < 30, (written, entries)
+    assert entries > 25 * written, (written, entries)
 
 
 def _venv_script() -> Path:

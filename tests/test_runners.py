@@ -203,11 +203,21 @@ def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     deltas = tmp_path / "spark.csv"
     cmd = _ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "4", "--runner",
                    "spark", "--parallelism", "2", "--deltas", str(deltas), "--batch-lines", "6")
-    commit = Path(str(deltas) + ".commit")
-    env = _run_and_kill(cmd, lambda: commit.exists() and commit.stat().st_size > 0,
-                        settle=1.5)  # let it get a batch or two further, then kill it hard
+    commits = Path(str(deltas) + ".checkpoint") / "commits"
+    # Killed once Spark has committed a micro-batch (so there is state to resume),
+    # a batch or two further on.
+    env = _run_and_kill(cmd, lambda: commits.is_dir() and any(commits.iterdir()), settle=1.5)
     partial = deltas.read_text() if deltas.exists() else ""
     assert partial != local.read_text(), "the kill should have interrupted the run"
+
+    # Resuming under another plan (another parallelism) fails before the query starts,
+    # with the cause named, and loses no committed epoch.
+    other = [a if a != "2" else "3" for a in cmd]
+    wrong = subprocess.run(other, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert wrong.returncode != 0, wrong.stderr[-3000:]
+    assert "checkpoint's state was written under" in wrong.stderr, wrong.stderr[-3000:]
+    assert partial.startswith(deltas.read_text() if deltas.exists() else "")
 
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     assert deltas.read_text() == local.read_text()
@@ -286,6 +296,17 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     )
     assert deltas.read_text() != local.read_text(), "the kill should have interrupted the run"
     assert latest_checkpoint(str(ckpt)) is not None
+
+    # Resuming that checkpoint under another plan (here: another parallelism, so other
+    # partitions) fails loud with the layout named, and loses no committed epoch.
+    partial = deltas.read_text()
+    other = [a if a != "2" else "3" for a in cmd]
+    wrong = subprocess.run(other, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert wrong.returncode != 0
+    assert "checkpoint's state was written under" in wrong.stderr, wrong.stderr[-3000:]
+    # (a resumed sink first cuts the file back to its last committed epoch)
+    assert partial.startswith(deltas.read_text())
 
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     assert deltas.read_text() == local.read_text()

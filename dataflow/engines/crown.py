@@ -111,7 +111,8 @@ class Engine:
             tuple_walks[node.id]((t,), factor, self.acc)
 
         def on_key(node: JoinNode, child: int, key: Any, factor: Any) -> None:
-            cands = node.live_index[child].get(key)
+            # Read-only: a walk must not make the runners write back the sets it read.
+            cands = node.live_read[child](key)
             if cands:
                 key_walks[node.id, child](list(cands), factor, self.acc)
 

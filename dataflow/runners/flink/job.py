@@ -60,6 +60,8 @@ from dataflow.partitioned import (
     PartitionTask,
     TaggedRow,
     WorkerPlan,
+    check_layout,
+    stamp_checkpoint_dir,
 )
 from dataflow.runners.flink.reader import Profiling
 from operators.state import WriteBackState, encode_key
@@ -143,6 +145,9 @@ class PartitionFunction(KeyedProcessFunction):
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("open_epoch_rows", Types.PICKLED_BYTE_ARRAY())
         )
+        self.layout = runtime_context.get_state(
+            ValueStateDescriptor("state_layout", Types.STRING())
+        )
 
     def _task(self, partition: int) -> PartitionTask:
         hit = self.tasks.get(partition)
@@ -152,6 +157,12 @@ class PartitionFunction(KeyedProcessFunction):
         state = WriteBackState()
         for name, ms in self.maps.items():  # restore: rebuild the cache from MapState
             state.load(name, (_stored_entry(v) for v in ms.values()))
+        expected = self.plan.layout_stamp()
+        found = self.layout.value()
+        check_layout(found, expected, any(len(state.map(n)) for n in self.maps),
+                     f"flink partition {partition}")
+        if found is None:
+            self.layout.update(expected)
         task = PartitionTask(q, layout, state=state)
         replay = [r for bundle in (self.pending.get() or []) for r in bundle]
         task.process(replay)  # updates only: they emit nothing
@@ -334,7 +345,10 @@ class FlinkJob:
 
         ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
         ckpt.mkdir(parents=True, exist_ok=True)
-        return ckpt, latest_checkpoint(str(ckpt))
+        restore = latest_checkpoint(str(ckpt))
+        stamp_checkpoint_dir(ckpt, self.plan.layout_stamp(), resuming=restore is not None,
+                             where=f"flink --checkpoint {ckpt}")
+        return ckpt, restore
 
     def run_files(self, path: str, deltas: str | None, snapshots: str | None = None, *,
                   stop_at_end: bool = False, batch_lines: int = BUNDLE_RECORDS,

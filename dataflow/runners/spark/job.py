@@ -22,6 +22,7 @@ import pickle
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -35,6 +36,7 @@ from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     WorkerPlan,
+    stamp_checkpoint_dir,
     tag_records,
 )
 from dataflow.runners.spark.source import SOURCE_NAME, TAGGED_SCHEMA, UpdateCsvSource
@@ -56,7 +58,7 @@ class PartitionProcessor(StatefulProcessor):
         self.plan = plan
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.store = PartitionStore(handle, self.plan.map_names())
+        self.store = PartitionStore(handle, self.plan.map_names(), self.plan.layout_stamp())
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:
@@ -241,11 +243,25 @@ class SparkJob:
             PartitionProcessor(self.plan), OUTPUT_SCHEMA, "Append", "None"
         )
 
+    def _stamp_checkpoint(self) -> None:
+        """Fail before the query starts if the checkpoint's state was written under
+        another plan (:func:`stamp_checkpoint_dir`). Only a local checkpoint directory
+        is checked here; every partition checks its own stamp as well."""
+        local = self.checkpoint.removeprefix("file://")
+        if "://" in local:
+            return
+        Path(local).mkdir(parents=True, exist_ok=True)
+        offsets = Path(local) / "offsets"
+        resuming = offsets.is_dir() and any(offsets.iterdir())
+        stamp_checkpoint_dir(local, self.plan.layout_stamp(), resuming,
+                             where=f"spark checkpoint {local}")
+
     def run(self, outputs: Any, stats: Any = None,
             should_stop: Callable[[], bool] | None = None) -> None:
         """Run until the bounded source is consumed (or forever for a growing
         directory or a Kafka topic, until stopped: :meth:`stop`, or ``should_stop()``
         turning true, e.g. on SIGTERM), writing each closed epoch once."""
+        self._stamp_checkpoint()
         spark = spark_session(self.master, self.layout.partitions)
 
         def sink_batch(df: DataFrame, batch_id: int) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dataflow.partitioned import check_layout
 from operators.state import WriteBackState, encode_key
 
 STATE_STORE_CONF = {
@@ -176,7 +177,10 @@ class Wire:
 class PartitionStore:
     """The MapStates, stamp and journal of the partitions one Spark task handles."""
 
-    def __init__(self, handle: Any, names: list[str]) -> None:
+    def __init__(self, handle: Any, names: list[str], layout: str = "") -> None:
+        self.layout = layout
+        """The plan's layout stamp (:meth:`WorkerPlan.layout_stamp`): every token this
+        store writes starts with it, and a store whose tokens do not fails loud."""
         sc = _schemas()
         self.maps = {name: handle.getMapState(f"map:{name}", sc["key"], sc["value"])
                      for name in names}
@@ -204,6 +208,9 @@ class PartitionStore:
         outside the maps). The cache is taken out of :data:`_CACHES` until
         :meth:`commit`: a batch that fails midway leaves no half-applied cache behind."""
         version, token, extra = self.current()
+        if self.layout:
+            check_layout(token.partition("#")[0] if "#" in token else None, self.layout,
+                         version > 0, f"spark partition {partition}")
         hit = _CACHES.pop((query, partition), None)
         if hit is not None and (hit.version, hit.token) == (version, token):
             return hit
@@ -258,7 +265,7 @@ class PartitionStore:
                for k, v in itertools.chain(puts.items(), ((k, _GONE) for k in gone)))
         if self.wire is not None:
             self.written += self.wire.write(ops)
-        version, token = hit.version + 1, uuid.uuid4().hex
+        version, token = hit.version + 1, f"{self.layout}#{uuid.uuid4().hex}"
         self.journal.updateValue(
             (version,), (hit.token, token, pickle.dumps(changes, pickle.HIGHEST_PROTOCOL)))
         if version > JOURNAL:
