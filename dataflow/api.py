@@ -170,9 +170,14 @@ def _check_eps(eps: float) -> None:
 
 
 def make_finalizer(plan: Plan, count_supports: bool,
-                   output_state: MutableMapping[Any, Any] | None = None) -> OutputFinalizer:
+                   output_state: MutableMapping[Any, Any] | None = None,
+                   engine: Any = None) -> OutputFinalizer:
     """The output finalizer of a plan (DISTINCT supports, aggregate groups, bag), keeping
-    its per-row state in ``output_state`` (a fresh dict by default)."""
+    its per-row state in ``output_state`` (a fresh dict by default), or reading an
+    aggregate's group payloads from ``engine`` (the one engine whose output it
+    finalizes) where that engine maintains them (``group_payload``)."""
+    # Not every engine has group_payload (triangles, view trees, GHD): None there.
+    reader = getattr(engine, "group_payload", None)
     cq = plan.cq
     columns: list[tuple[str, int]] = []
     group = cq.group_by or ()
@@ -190,6 +195,7 @@ def make_finalizer(plan: Plan, count_supports: bool,
         output_state if output_state is not None else DictState().map("finalize.output"),
         count_supports=count_supports,
         grouped=cq.group_by is not None,
+        current=reader() if callable(reader) else None,
     )
 
 
@@ -225,7 +231,8 @@ class View:
         # Partitions (and engines that emit bag multiplicities) make DISTINCT count
         # supports in the finalizer.
         self.finalizer = make_finalizer(
-            plan, count_supports=query.kind.engine_emits_bags or len(self.engines) > 1
+            plan, count_supports=query.kind.engine_emits_bags or len(self.engines) > 1,
+            engine=self.engines[0] if len(self.engines) == 1 else None,
         )
         cq = plan.cq
         self.routes: dict[str, _RelationRoute] = {}

@@ -193,10 +193,11 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 2
+STATE_LAYOUT = 3
 """Version of what the engines' maps hold in the runners' keyed state. Bump it whenever
-that changes (2: absorbed lower nodes, key leaves, one-child counters), so that a
-checkpoint of another layout fails loud instead of being read wrongly."""
+that changes (2: absorbed lower nodes, key leaves, one-child counters; 3: no ``.live``
+maps, V_l derived), so that a checkpoint of another layout fails loud instead of being
+read wrongly."""
 
 
 class StateLayoutError(IvmflowError):
@@ -326,7 +327,7 @@ class PartitionTask:
             # Same operators as the local runner, whatever the kind of query.
             self.engine: PartitionEngine = query.kind.make_engine(state)
             self.finalizer: OutputFinalizer = make_finalizer(
-                plan, query.kind.engine_emits_bags, state.map(FINALIZE_OUTPUT))
+                plan, query.kind.engine_emits_bags, state.map(FINALIZE_OUTPUT), self.engine)
             self._meta: MutableMapping[str, Any] | None = state.map(FINALIZE_META)
             self.finalizer.emitted_once = bool(self._meta.get("emitted_once", False))
         else:
@@ -336,7 +337,8 @@ class PartitionTask:
                 self.state.map(name).update(m)
             self.engine = query.kind.make_engine(self.state)
             self.engine.acc = saved.get("acc", {})
-            self.finalizer = make_finalizer(plan, query.kind.engine_emits_bags)
+            self.finalizer = make_finalizer(plan, query.kind.engine_emits_bags,
+                                            engine=self.engine)
             self.finalizer.state.update(saved.get("fin", {}))
             self.finalizer.emitted_once = saved.get("emitted_once", False)
             self._meta = None

@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from core.consolidate import sort_rows, sorted_changes
@@ -22,7 +22,23 @@ from operators.aggregate import AggregateLayout
 
 class OutputFinalizer:
     """``mode`` is ``bag``, ``distinct`` or ``aggregate``. ``columns`` describes the output
-    row of an aggregate query: ("key", i) takes group variable i, ("agg", j) aggregate j."""
+    row of an aggregate query: ("key", i) takes group variable i, ("agg", j) aggregate j.
+
+    An aggregate finalizer keeps every group's payload in ``state``, unless the engine
+    maintains those payloads itself and passes ``current`` (group key -> its payload
+    after the epoch, or None): then a group's old payload is the current one minus the
+    epoch's change, and the finalizer stores nothing (one map less for the distributed
+    runners to write back per group change).
+
+    >>> from operators.ring import IntRing
+    >>> counts = {("a",): 3}
+    >>> f = OutputFinalizer("aggregate", IntRing(), None, (("key", 0), ("agg", 0)), {},
+    ...                     current=counts.get)
+    >>> f.epoch({("a",): 1, ("b",): -2})  # a: 2 -> 3; b: 2 -> gone
+    [(-1, ('a', 2)), (1, ('a', 3)), (-1, ('b', 2))]
+    >>> f.state
+    {}
+    """
 
     def __init__(
         self,
@@ -33,6 +49,7 @@ class OutputFinalizer:
         state: MutableMapping[Any, Any],
         count_supports: bool = False,
         grouped: bool = True,
+        current: Callable[[Any], Any] | None = None,
     ) -> None:
         self.mode = mode
         self.ring = ring
@@ -41,6 +58,9 @@ class OutputFinalizer:
         self.state = state
         self.count_supports = count_supports
         self.grouped = grouped
+        # Only grouped aggregates read the engine: the one row of an ungrouped aggregate
+        # is kept in state (it exists even when no group does).
+        self.current = current if mode == "aggregate" and grouped else None
         self.emitted_once = False
         # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
         self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
@@ -83,18 +103,10 @@ class OutputFinalizer:
                 elif old > 0 and new == 0:
                     out.append((-1, row))
         else:
-            groups = self.state
             changes: dict[Row, int] = {}
             if not self.grouped and () not in raw and not self.emitted_once:
                 raw = {**raw, (): ring.zero}
-            for key, d in raw.items():
-                old = groups.get(key)
-                new = d if old is None else ring.add(old, d)
-                if ring.count(new) == 0:
-                    new = None
-                    groups.pop(key, None)
-                else:
-                    groups[key] = new
+            for key, old, new in self._group_changes(raw):
                 if self.grouped:
                     old_row = None if old is None else self._agg_row(key, old)
                     new_row = None if new is None else self._agg_row(key, new)
@@ -117,6 +129,31 @@ class OutputFinalizer:
             return sorted_changes(changes)
         sort_rows(out)
         return out
+
+    def _group_changes(self, raw: dict[Any, Any]) -> Iterator[tuple[Any, Any, Any]]:
+        """(group key, payload before, payload after) per changed group, None for a
+        group without rows; the stored payloads are updated on the way."""
+        ring = self.ring
+        current = self.current
+        if current is not None:
+            zero, sub, count = ring.zero, ring.sub, ring.count
+            for key, d in raw.items():
+                new = current(key)
+                if new is not None and count(new) == 0:
+                    new = None
+                old = sub(zero if new is None else new, d)
+                yield key, (None if count(old) == 0 else old), new
+            return
+        groups = self.state
+        for key, d in raw.items():
+            old = groups.get(key)
+            new = d if old is None else ring.add(old, d)
+            if ring.count(new) == 0:
+                new = None
+                groups.pop(key, None)
+            else:
+                groups[key] = new
+            yield key, old, new
 
     def snapshot(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The full result from a full enumeration's row payloads."""

@@ -15,8 +15,11 @@ A node keeps, over the State protocol:
   nodes keep key -> derivation count (set mode) or key -> payload (bag/ring mode).
   A *key leaf* (a lower leaf whose tuples are its keys) keeps nothing else: its
   ``proj`` is key -> multiplicity, and ``base`` reads through it (:class:`KeyedBase`),
-* top nodes only: ``live`` (V_l: tuples that occur in the current result) and
-  ``live.<child>``: child key -> live tuples with that key (to walk upwards).
+* top nodes only: ``live.<child>``: child key -> live tuples with that key (to walk
+  upwards). V_l itself (the tuples that occur in the current result) is not stored: a
+  tuple is live when it is in V_s and its key is in the parent's live index (every
+  tuple of the root's V_s is live), so ``node.live`` (:class:`LiveTuples`) derives it
+  and the operators change no map when a tuple turns live or dead.
 
 Every change that alters the result is reported to the node's enumerator hook exactly
 once, at the place where it enters the top part: a top tuple whose support or payload
@@ -127,6 +130,46 @@ class KeyedBase(Mapping[Any, int]):
         return len(self._proj)
 
 
+class LiveTuples(Mapping[Any, bool]):
+    """V_l of a top node, derived (stored nowhere): the tuples of its semi-join groups
+    (``proj``) whose key is in the parent's live index; all of them at the root.
+
+    >>> from operators.state import DictState
+    >>> from operators.ring import IntRing
+    >>> st = DictState()
+    >>> r = JoinNode("R", ("a", "b"), False, 0, True, "bag", IntRing(), st)
+    >>> s = JoinNode("S", ("b", "c"), False, 1, True, "bag", IntRing(), st)
+    >>> r.attach_child(s, ("b",)); r.finish(); s.finish()
+    >>> s.apply((2, 3), 1); (2, 3) in s.live
+    False
+    >>> r.apply((1, 2), 1); sorted(r.live), sorted(s.live)
+    ([(1, 2)], [(2, 3)])
+    """
+
+    def __init__(self, node: JoinNode) -> None:
+        self._node = node
+
+    def __contains__(self, t: object) -> bool:
+        node = self._node
+        k = node.key_of(t)
+        group = node.proj_read(k)
+        return group is not None and t in group and node.key_live(k)
+
+    def __getitem__(self, t: Any) -> bool:
+        if t in self:
+            return True
+        raise KeyError(t)
+
+    def __iter__(self) -> Iterator[Any]:
+        node = self._node
+        for k, group in list(node.proj.items()):
+            if node.key_live(k):
+                yield from group
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class JoinNode:
     """One node of the join tree (semi-join + projection, plus live views on top)."""
 
@@ -167,7 +210,7 @@ class JoinNode:
         # Read-only lookups for walks that change nothing (see read_only_get).
         self.proj_read = read_only_get(self.proj)
         self.index_read: list[Callable[..., Any]] = []
-        self.live: MutableMapping[Any, bool] = state.map(f"{name}.live")
+        self.live: Mapping[Any, bool] = LiveTuples(self)
         self.live_index: list[MutableMapping[Any, set[Any]]] = []
         self.live_read: list[Callable[..., Any]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
@@ -253,13 +296,16 @@ class JoinNode:
         """:meth:`_sj_insert` / :meth:`_sj_delete` specialized to this top node (key
         inlined, parent bound). Called from finish(), after the tree is wired."""
         parent = self.parent
-        env: dict[str, Any] = {"proj": self.proj, "live": self.live,
+        env: dict[str, Any] = {"proj": self.proj,
                                "make_live": self._make_live, "make_dead": self._make_dead}
         k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
+        # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is in
+        # the parent's live index (always at the root): no liveness map to consult.
+        live_key = "True" if parent is None else "k in plive"
         ins = ["def sj_insert(t):", f"    k = {k}", "    group = proj.get(k)",
                "    if group is None:", "        proj[k] = {t}"]
-        dele = ["def sj_delete(t):", "    if t in live:", "        make_dead(t)",
-                f"    k = {k}", "    group = proj[k]", "    group.discard(t)",
+        dele = ["def sj_delete(t):", f"    k = {k}", f"    if {live_key}:",
+                "        make_dead(t)", "    group = proj[k]", "    group.discard(t)",
                 "    if not group:", "        del proj[k]"]
         if parent is not None:
             pos = self.pos_in_parent
@@ -267,11 +313,7 @@ class JoinNode:
             env["plive"] = parent.live_index[pos]
             ins.append(f"        support({pos}, k, True)")
             dele.append(f"        support({pos}, k, False)")
-        ins += ["    else:", "        group.add(t)"]
-        if parent is None:
-            ins += ["    if t not in live:", "        make_live(t)"]
-        else:
-            ins += ["    if k in plive and t not in live:", "        make_live(t)"]
+        ins += ["    else:", "        group.add(t)", f"    if {live_key}:", "        make_live(t)"]
         exec(compile("\n".join(ins + dele), f"<sj {self.name}>", "exec"), env)  # noqa: S102
         self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
         self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
@@ -283,7 +325,7 @@ class JoinNode:
         state changes as the generic method."""
         env: dict[str, Any] = {
             "node": self, "base": self.base, "base_get": self.base.get,
-            "counter": self.counter, "live": self.live,
+            "counter": self.counter,
             "sj_insert": self._sj_insert, "sj_delete": self._sj_delete,
             "lower_change": self._lower_base_change,
         }
@@ -344,19 +386,26 @@ class JoinNode:
                 "    if True:",
             ]
         if self.top:
+            # Here t is in V_s (all children support it), so it is live exactly when
+            # its key is in the parent's live index (always at the root).
+            if self.parent is None:
+                live = "True"
+            else:
+                env["plive"] = self.parent.live_index[self.pos_in_parent]
+                live = key_expr("t", self.attrs, self.scalar, self.key_attrs) + " in plive"
             lines += [
                 "        if old == 0:",
                 "            sj_insert(t)",
-                "            if t in live:",
+                f"            if {live}:",
                 f"                node.on_tuple(node, t, {'1' if counting else 'new'})",
                 "        elif new == 0:",
-                "            if t in live:",
+                f"            if {live}:",
                 f"                node.on_tuple(node, t, {'-1' if counting else '-old'})",
                 "            sj_delete(t)",
             ]
             if not counting:
                 lines += [
-                    "        elif t in live:",
+                    f"        elif {live}:",
                     "            node.on_tuple(node, t, new - old)",
                 ]
         else:
@@ -483,18 +532,26 @@ class JoinNode:
         return 1 if self.child_key_of[0](t) in self.children[0].proj else 0
 
     # -- top part ------------------------------------------------------------------
+    def key_live(self, k: Any) -> bool:
+        """Whether tuples of V_s with key ``k`` are live: ``k`` is in the parent's live
+        index (always at the root)."""
+        parent = self.parent
+        return parent is None or parent.live_read[self.pos_in_parent](k) is not None
+
     def _top_base_change(self, t: Any, old: int, new: int) -> None:
+        # Called with t in V_s (all children support it): live iff its key is. Read
+        # after the S-update, which can make the key live (t completes its parent).
         if old == 0:
             self._sj_insert(t)
-            if t in self.live:
+            if self.key_live(self.key_of(t)):
                 self.on_tuple(self, t, 1 if self.counting else self.base_payload(t, new))
         elif new == 0:
-            if t in self.live:
+            if self.key_live(self.key_of(t)):
                 self.on_tuple(
                     self, t, -1 if self.counting else self.ring.neg(self.base_payload(t, old))
                 )
             self._sj_delete(t)
-        elif not self.counting and t in self.live:
+        elif not self.counting and self.key_live(self.key_of(t)):
             self.on_tuple(
                 self, t, self.ring.sub(self.base_payload(t, new), self.base_payload(t, old))
             )
@@ -514,8 +571,10 @@ class JoinNode:
             self._make_live(t)
 
     def _sj_delete(self, t: Any) -> None:
-        self._make_dead(t)
+        """t leaves V_s: dead first (if live), then the S-update."""
         k = self.key_of(t)
+        if self.key_live(k):
+            self._make_dead(t)
         group = self.proj[k]
         group.discard(t)
         if not group:
@@ -566,10 +625,9 @@ class JoinNode:
                 counter[u] = c - 1
 
     def _make_live(self, t: Any) -> None:
-        live = self.live
-        if t in live:
-            return
-        live[t] = True
+        """t turned live (it entered V_s under a live key, or its key turned live):
+        index it in the live views of its children, and make the child tuples it
+        newly reaches live. Called once per transition; V_l itself is derived."""
         for child, key_of, live_index in self._walk:
             k = key_of(t)
             bucket = live_index.get(k)
@@ -584,10 +642,7 @@ class JoinNode:
                 bucket.add(t)
 
     def _make_dead(self, t: Any) -> None:
-        live = self.live
-        if t not in live:
-            return
-        del live[t]
+        """t turned dead: the reverse of :meth:`_make_live`."""
         for child, key_of, live_index in self._walk:
             k = key_of(t)
             bucket = live_index[k]

@@ -876,6 +876,8 @@ NAMED_QUERIES: dict[str, str] = {
     "path5_endpoints_group": _G + "SELECT G1.src, COUNT(*), SUM(G5.dst) FROM G G1 JOIN G G2 "
     "ON G1.dst = G2.src JOIN G G3 ON G2.dst = G3.src JOIN G G4 ON G3.dst = G4.src "
     "JOIN G G5 ON G4.dst = G5.src GROUP BY G1.src;",
+    "path3_endpoints_group_sum": _G + "SELECT G1.src, G3.dst, SUM(G2.dst) FROM G G1, G G2, "
+    "G G3 WHERE G1.dst = G2.src AND G2.dst = G3.src GROUP BY G1.src, G3.dst;",
     "path3_payload_avg": _GW + "SELECT G2.dst, AVG(G1.w), COUNT(G3.w), SUM(G3.w) FROM G G1, "
     "G G2, G G3 WHERE G1.dst = G2.src AND G2.dst = G3.src GROUP BY G2.dst;",
     # paths over distinct tables

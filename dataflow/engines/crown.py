@@ -147,6 +147,48 @@ class Engine:
         self.enumerator.full(out)
         return out
 
+    def group_payload(self) -> Callable[[tuple[Any, ...]], Any] | None:
+        """For a grouped aggregate whose top part is one generalized node over the GROUP
+        BY variables (COUNT per vertex, a star's SUM per center, ...): group key ->
+        its current payload (the product of the lower children's payloads at the key),
+        or None. The finalizer then keeps no copy of the groups. None for other plans.
+
+        >>> from dataflow.api import compile_query
+        >>> q = compile_query("CREATE TABLE G(src INT, dst INT); SELECT G1.src, COUNT(*) "
+        ...                   "FROM G G1, G G2 WHERE G1.dst = G2.src GROUP BY G1.src")
+        >>> e = q.kind.make_engine()
+        >>> for t in [(1, 2), (2, 3), (2, 4)]:
+        ...     e.apply_atom(0, t, 1); e.apply_atom(1, (t[0],), 1)
+        >>> read = e.group_payload()
+        >>> read((1,)), read((2,)), read((9,))
+        (2, None, None)
+        """
+        cq = self.plan.cq
+        top = [n for n in self.nodes if n.top]
+        if not cq.is_aggregate or not cq.group_by or len(top) != 1:
+            return None
+        root = top[0]
+        group = tuple(cq.group_by)
+        if not root.generalized or sorted(root.attrs) != sorted(group):
+            return None
+        pos = [group.index(v) for v in root.attrs]
+        reads = [(child.proj_read, root.child_key_of[i])
+                 for i, child in enumerate(root.children)]
+        one, mul = self.ring.one, self.ring.mul
+        scalar = root.scalar
+
+        def payload(key: tuple[Any, ...]) -> Any:
+            t = key[pos[0]] if scalar else tuple(key[p] for p in pos)
+            acc = one
+            for read, key_of in reads:
+                p = read(key_of(t))
+                if p is None:
+                    return None
+                acc = mul(acc, p)
+            return acc
+
+        return payload
+
     def state_entries(self) -> int:
         entries = getattr(self.state, "entries", None)
         return int(entries()) if callable(entries) else 0
