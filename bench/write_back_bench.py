@@ -1,0 +1,109 @@
+"""What a distributed runner writes back: state entries changed per update, per map.
+
+The Flink and Spark runners keep a partition's engine state per entry and write back,
+per epoch or micro-batch, only the entries the epoch changed (DESIGN section 6); each
+write is a call through PyFlink's or PySpark's state API, so the number of changed
+entries per update is the runners' main per-update cost. It is deterministic (it does
+not depend on the machine), so two commits can be compared exactly.
+
+The stream is the one of ``runner_state_bench.py`` (uniform graph at W / 2 nodes, a FIFO
+window of W edges, then ``--steady-edges`` inserts each followed by the delete of the
+oldest edge), run through one :class:`~dataflow.partitioned.PartitionTask` over a
+:class:`~operators.state.WriteBackState` with epochs of 1000 updates; the steady epochs'
+changed entries are counted per map.
+
+    python bench/write_back_bench.py [--queries hop2_count hop4_bag ...] [--window 80000]
+
+Prints a table per query and writes bench/results/write_back.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from connectors.files import read_updates  # noqa: E402
+from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv  # noqa: E402
+from core.epochs import CLOSE, EpochCursor  # noqa: E402
+from dataflow.api import compile_query  # noqa: E402
+from dataflow.partitioned import PartitionTask, WorkerPlan, tag_records  # noqa: E402
+from operators.state import WriteBackState  # noqa: E402
+
+DDL = "CREATE TABLE G(src INT, dst INT);\n"
+QUERIES = {
+    "hop2_count": "SELECT G1.src AS a, COUNT(*) AS n FROM G G1, G G2 "
+                  "WHERE G1.dst = G2.src GROUP BY G1.src",
+    "hop3_filter": "SELECT G1.src, G2.src, G3.src, G3.dst FROM G G1, G G2, G G3 "
+                   "WHERE G1.dst = G2.src AND G2.dst = G3.src AND G3.dst > 100",
+    "hop4_bag": "SELECT G2.src, G3.src, G3.dst FROM G G1, G G2, G G3, G G4 "
+                "WHERE G1.dst = G2.src AND G2.dst = G3.src AND G3.dst = G4.src",
+    "star_count": "SELECT G1.src, COUNT(*) FROM G G1, G G2, G G3 "
+                  "WHERE G1.src = G2.src AND G1.src = G3.src GROUP BY G1.src",
+}
+EPOCH = 1000
+
+
+def count(name: str, window: int, steady_edges: int) -> dict[str, Any]:
+    """Changed entries per steady update, in total and per map, for query ``name``."""
+    q = compile_query(DDL + QUERIES[name] + ";\n")
+    edges = skewed_graph(window + steady_edges, max(1000, window // 2), seed=7, alpha=0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "u.csv"
+        write_update_csv(path, "G", fifo_window_stream(edges, window))
+        records = list(read_updates(str(path), q.schema))
+    compiled, layout = WorkerPlan.of(q, 1).compiled()
+    state = WriteBackState()
+    task = PartitionTask(compiled, layout, state=state)
+    numbered = EpochCursor().number(records, epoch_size=EPOCH, final=True)
+    per_map: collections.Counter[str] = collections.Counter()
+    steady = 0
+    batch: list[Any] = []
+    for row in tag_records(layout, numbered):
+        batch.append(row)
+        if row.kind != CLOSE:
+            continue
+        task.process(batch)
+        changes = state.changes()
+        if row.seq > window + window // EPOCH:  # past the warm-up epochs
+            for map_name, puts, gone in changes:
+                per_map[map_name] += len(puts) + len(gone)
+            steady += len({r.seq for r in batch if r.kind != CLOSE})
+        batch = []
+    return {
+        "query": name, "window": window, "steady_updates": steady,
+        "entries_per_update": sum(per_map.values()) / steady,
+        "state_entries": state.entries(),
+        "per_map": {m: c / steady for m, c in per_map.most_common()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--queries", nargs="+", default=list(QUERIES), choices=QUERIES)
+    ap.add_argument("--window", type=int, default=80_000)
+    ap.add_argument("--steady-edges", type=int, default=10_000)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "write_back.json"))
+    args = ap.parse_args(argv)
+    rows = [count(name, args.window, args.steady_edges) for name in args.queries]
+    for r in rows:
+        print(f"\n{r['query']} (W={r['window']}): {r['entries_per_update']:.2f} changed "
+              f"entries per update, {r['state_entries']:,} entries in state")
+        print("| map | entries per update |\n|---|---|")
+        for m, v in r["per_map"].items():
+            print(f"| {m} | {v:.2f} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"epoch": EPOCH, "rows": rows}, indent=1))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Smoke test of bench/write_back_bench.py (small window): it counts changed entries per
+update per map, and the engine keeps no derived map a runner would write back."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import write_back_bench  # noqa: E402
+
+
+def test_write_back_bench_counts_entries_per_map(tmp_path: Path) -> None:
+    out = tmp_path / "wb.json"
+    args = ["--queries", "hop2_count", "hop3_filter", "--window", "3000",
+            "--steady-edges", "2000", "--out", str(out)]
+    assert write_back_bench.main(args) == 0
+    rows = {r["query"]: r for r in json.loads(out.read_text())["rows"]}
+    for r in rows.values():
+        assert r["steady_updates"] == 4000
+        assert r["entries_per_update"] == sum(r["per_map"].values()) > 0
+        # V_l is derived, not stored: no map of live flags is written back.
+        assert not any(m.endswith(".live") for m in r["per_map"])
+    # The grouped COUNT's finalizer reads its groups off the engine: no copy written.
+    assert "finalize.output" not in rows["hop2_count"]["per_map"]
