@@ -193,11 +193,11 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 3
+STATE_LAYOUT = 4
 """Version of what the engines' maps hold in the runners' keyed state. Bump it whenever
 that changes (2: absorbed lower nodes, key leaves, one-child counters; 3: no ``.live``
-maps, V_l derived), so that a checkpoint of another layout fails loud instead of being
-read wrongly."""
+maps, V_l derived; 4: no counters on one-child generalized nodes), so that a checkpoint
+of another layout fails loud instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):

@@ -6,9 +6,9 @@ A node keeps, over the State protocol:
 * ``base``: tuple -> multiplicity (atoms; a generalized node has none),
 * ``counter``: tuple -> number of children whose projection holds the tuple's key
   (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
-  exactly the keys with a counter). Stored only by generalized nodes and nodes with
-  two or more children: a leaf's count is always 0, a one-child node's is whether the
-  child's projection holds the key (:meth:`JoinNode.support_count` reads either),
+  exactly the keys of its children's projections). Stored only by nodes with two or
+  more children: a leaf's count is always 0, a one-child node's is whether the child's
+  projection holds the key (:meth:`JoinNode.support_count` reads either),
 * ``index.<child>``: child key -> tuples of this node with that key (for P-updates),
 * ``proj``: this node's projection on its key to the parent. Top nodes keep it as
   key -> set of semi-join tuples (V_s grouped by key, used for enumeration); lower
@@ -231,10 +231,10 @@ class JoinNode:
 
     def finish(self) -> None:
         self.nchildren = len(self.children)
-        # A leaf's count is always 0 and a one-child node's is whether the child's
-        # projection holds its key: only generalized nodes and nodes with two or more
+        # A leaf's count is always 0 and a one-child node's (generalized or not) is
+        # whether the child's projection holds its key: only nodes with two or more
         # children store counters.
-        self.keeps_counter = self.generalized or self.nchildren > 1
+        self.keeps_counter = self.nchildren > 1
         # (child, key of a tuple of this node for it, live index for it), for the walks
         self._walk = list(zip(self.children, self.child_key_of, self.live_index))
         if self.top:
@@ -585,6 +585,12 @@ class JoinNode:
     def _child_support(self, i: int, k: Any, appear: bool) -> None:
         """P-update on a top node: key k entered/left child i's projection."""
         n = self.nchildren
+        if self.generalized and not self.keeps_counter:  # one child: its key is the tuple
+            if appear:
+                self._sj_insert(k)
+            else:
+                self._sj_delete(k)
+            return
         if self.generalized:
             c = self.counter.get(k, 0)
             if appear:
@@ -726,6 +732,9 @@ class JoinNode:
     def _lower_child_change(self, i: int, k: Any, old: Any, new: Any) -> None:
         n = self.nchildren
         support_change = (old is None) != (new is None)
+        if self.generalized and not self.keeps_counter:  # one child: full iff k is there
+            self._lower_tuple_change(k, i, old, new, old is not None, new is not None)
+            return
         if self.generalized:
             c = self.counter.get(k, 0)
             was_full = c == n
