@@ -30,8 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.runner_state_bench import EPOCH, make_stream  # noqa: E402
 from connectors.files import read_updates  # noqa: E402
-from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv  # noqa: E402
 from core.epochs import CLOSE, EpochCursor  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
 from dataflow.partitioned import PartitionTask, WorkerPlan, tag_records  # noqa: E402
@@ -48,16 +48,13 @@ QUERIES = {
     "star_count": "SELECT G1.src, COUNT(*) FROM G G1, G G2, G G3 "
                   "WHERE G1.src = G2.src AND G1.src = G3.src GROUP BY G1.src",
 }
-EPOCH = 1000
 
 
 def count(name: str, window: int, steady_edges: int) -> dict[str, Any]:
     """Changed entries per steady update, in total and per map, for query ``name``."""
     q = compile_query(DDL + QUERIES[name] + ";\n")
-    edges = skewed_graph(window + steady_edges, max(1000, window // 2), seed=7, alpha=0.0)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "u.csv"
-        write_update_csv(path, "G", fifo_window_stream(edges, window))
+        path, _query, warm_epochs = make_stream(window, steady_edges, Path(tmp))
         records = list(read_updates(str(path), q.schema))
     compiled, layout = WorkerPlan.of(q, 1).compiled()
     state = WriteBackState()
@@ -72,7 +69,7 @@ def count(name: str, window: int, steady_edges: int) -> dict[str, Any]:
             continue
         task.process(batch)
         changes = state.changes()
-        if row.seq > window + window // EPOCH:  # past the warm-up epochs
+        if row.epoch > warm_epochs:
             for map_name, puts, gone in changes:
                 per_map[map_name] += len(puts) + len(gone)
             steady += len({r.seq for r in batch if r.kind != CLOSE})

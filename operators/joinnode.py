@@ -292,6 +292,15 @@ class JoinNode:
         assert parent is not None, "a lower node always has a parent"
         return parent._boundary_change if parent.top else parent._lower_child_change
 
+    def _live_test(self, env: dict[str, Any], key: str) -> str:
+        """:meth:`key_live` as generated code on the key expression ``key``: ``True`` at
+        the root, else a lookup in the parent's live index (bound in ``env`` as
+        ``plive``)."""
+        if self.parent is None:
+            return "True"
+        env["plive"] = self.parent.live_index[self.pos_in_parent]
+        return f"{key} in plive"
+
     def _compile_sj(self) -> None:
         """:meth:`_sj_insert` / :meth:`_sj_delete` specialized to this top node (key
         inlined, parent bound). Called from finish(), after the tree is wired."""
@@ -299,9 +308,8 @@ class JoinNode:
         env: dict[str, Any] = {"proj": self.proj,
                                "make_live": self._make_live, "make_dead": self._make_dead}
         k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is in
-        # the parent's live index (always at the root): no liveness map to consult.
-        live_key = "True" if parent is None else "k in plive"
+        # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is.
+        live_key = self._live_test(env, "k")
         ins = ["def sj_insert(t):", f"    k = {k}", "    group = proj.get(k)",
                "    if group is None:", "        proj[k] = {t}"]
         dele = ["def sj_delete(t):", f"    k = {k}", f"    if {live_key}:",
@@ -310,7 +318,6 @@ class JoinNode:
         if parent is not None:
             pos = self.pos_in_parent
             env["support"] = parent._child_support
-            env["plive"] = parent.live_index[pos]
             ins.append(f"        support({pos}, k, True)")
             dele.append(f"        support({pos}, k, False)")
         ins += ["    else:", "        group.add(t)", f"    if {live_key}:", "        make_live(t)"]
@@ -386,13 +393,9 @@ class JoinNode:
                 "    if True:",
             ]
         if self.top:
-            # Here t is in V_s (all children support it), so it is live exactly when
-            # its key is in the parent's live index (always at the root).
-            if self.parent is None:
-                live = "True"
-            else:
-                env["plive"] = self.parent.live_index[self.pos_in_parent]
-                live = key_expr("t", self.attrs, self.scalar, self.key_attrs) + " in plive"
+            # Here t is in V_s (all children support it): live exactly when its key is.
+            live = self._live_test(env, key_expr("t", self.attrs, self.scalar,
+                                                 self.key_attrs))
             lines += [
                 "        if old == 0:",
                 "            sj_insert(t)",
@@ -585,11 +588,11 @@ class JoinNode:
     def _child_support(self, i: int, k: Any, appear: bool) -> None:
         """P-update on a top node: key k entered/left child i's projection."""
         n = self.nchildren
-        if self.generalized and not self.keeps_counter:  # one child: its key is the tuple
-            if appear:
-                self._sj_insert(k)
-            else:
-                self._sj_delete(k)
+        if not self.keeps_counter:  # one child: every tuple with the key turns over
+            turn = self._sj_insert if appear else self._sj_delete
+            # (a generalized node's one tuple with the key is the key itself)
+            for u in list((k,) if self.generalized else self.index_read[i](k) or ()):
+                turn(u)
             return
         if self.generalized:
             c = self.counter.get(k, 0)
@@ -609,13 +612,6 @@ class JoinNode:
             return
         bucket = self.index_read[i](k)
         if not bucket:
-            return
-        if not self.keeps_counter:  # one child: every tuple with the key turns over
-            for u in list(bucket):
-                if appear:
-                    self._sj_insert(u)
-                else:
-                    self._sj_delete(u)
             return
         counter = self.counter
         for u in list(bucket):
@@ -732,8 +728,11 @@ class JoinNode:
     def _lower_child_change(self, i: int, k: Any, old: Any, new: Any) -> None:
         n = self.nchildren
         support_change = (old is None) != (new is None)
-        if self.generalized and not self.keeps_counter:  # one child: full iff k is there
-            self._lower_tuple_change(k, i, old, new, old is not None, new is not None)
+        if not self.keeps_counter:  # one child: full exactly when its key is present
+            was_full, is_full = old is not None, new is not None
+            # (a generalized node's one tuple with the key is the key itself)
+            for u in list((k,) if self.generalized else self.index_read[i](k) or ()):
+                self._lower_tuple_change(u, i, old, new, was_full, is_full)
             return
         if self.generalized:
             c = self.counter.get(k, 0)
@@ -749,11 +748,6 @@ class JoinNode:
             return
         bucket = self.index_read[i](k)
         if not bucket:
-            return
-        if not self.keeps_counter:  # one child: full exactly when its key is present
-            was_full, is_full = old is not None, new is not None
-            for u in list(bucket):
-                self._lower_tuple_change(u, i, old, new, was_full, is_full)
             return
         counter = self.counter
         for u in list(bucket):

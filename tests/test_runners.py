@@ -189,6 +189,21 @@ def _run_and_kill(cmd: list[str], ready: Any, settle: float = 0.0) -> dict[str, 
     return env
 
 
+def _resuming_under_another_parallelism_fails(cmd: list[str], env: dict[str, str],
+                                              deltas: Path) -> None:
+    """Resuming a killed run's checkpoint under another plan (another parallelism, so
+    other partitions) fails before the job starts, with the cause named, and loses no
+    committed epoch (a resumed sink first cuts the file back to its last commit)."""
+    partial = deltas.read_text() if deltas.exists() else ""
+    other = list(cmd)
+    other[other.index("--parallelism") + 1] = "3"
+    wrong = subprocess.run(other, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert wrong.returncode != 0, wrong.stderr[-3000:]
+    assert "checkpoint's state was written under" in wrong.stderr, wrong.stderr[-3000:]
+    assert partial.startswith(deltas.read_text() if deltas.exists() else "")
+
+
 @pytest.mark.integration
 def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
@@ -210,15 +225,7 @@ def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     partial = deltas.read_text() if deltas.exists() else ""
     assert partial != local.read_text(), "the kill should have interrupted the run"
 
-    # Resuming under another plan (another parallelism) fails before the query starts,
-    # with the cause named, and loses no committed epoch.
-    other = [a if a != "2" else "3" for a in cmd]
-    wrong = subprocess.run(other, cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
-    assert wrong.returncode != 0, wrong.stderr[-3000:]
-    assert "checkpoint's state was written under" in wrong.stderr, wrong.stderr[-3000:]
-    assert partial.startswith(deltas.read_text() if deltas.exists() else "")
-
+    _resuming_under_another_parallelism_fails(cmd, env, deltas)
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     assert deltas.read_text() == local.read_text()
 
@@ -297,16 +304,6 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     assert deltas.read_text() != local.read_text(), "the kill should have interrupted the run"
     assert latest_checkpoint(str(ckpt)) is not None
 
-    # Resuming that checkpoint under another plan (here: another parallelism, so other
-    # partitions) fails loud with the layout named, and loses no committed epoch.
-    partial = deltas.read_text()
-    other = [a if a != "2" else "3" for a in cmd]
-    wrong = subprocess.run(other, cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
-    assert wrong.returncode != 0
-    assert "checkpoint's state was written under" in wrong.stderr, wrong.stderr[-3000:]
-    # (a resumed sink first cuts the file back to its last committed epoch)
-    assert partial.startswith(deltas.read_text())
-
+    _resuming_under_another_parallelism_fails(cmd, env, deltas)
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     assert deltas.read_text() == local.read_text()
