@@ -17,10 +17,12 @@ but output deltas reaches the driver.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,13 @@ from dataflow.partitioned import (
 from dataflow.runners.spark.source import SOURCE_NAME, TAGGED_SCHEMA, UpdateCsvSource
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
 
-OUTPUT_SCHEMA = "kind STRING, epoch INT, mult LONG, row BINARY"
+OUTPUT_SCHEMA = "kind STRING, epoch INT, rows BINARY"
+"""One row per (kind, epoch) and partition: ``rows`` is the pickled list of that
+partition's consolidated ``(mult, row)`` changes."""
+
+_TRACE = os.environ.get("IVMFLOW_SPARK_TRACE")
+"""``IVMFLOW_SPARK_TRACE=FILE``: every partition task appends a JSON line of where its
+time went (cache lookup, reading the batch's rows, engine, write-back) to FILE."""
 
 
 def _restore_open_epoch(task: PartitionTask, extra: bytes | None) -> None:
@@ -64,10 +72,13 @@ class PartitionProcessor(StatefulProcessor):
                         timerValues: Any) -> Iterator[pd.DataFrame]:
         q, layout = self.plan.compiled()
         part = int(key[0])
+        clock = time.perf_counter
+        t0 = clock()
         hit = self.store.cache(part, self.plan,
                                lambda state: PartitionTask(q, layout, state=state),
                                _restore_open_epoch)
         task: PartitionTask = hit.payload
+        t1 = clock()
         tagged: list[tuple[Any, ...]] = []
         loads = pickle.loads
         for pdf in rows:
@@ -77,18 +88,37 @@ class PartitionProcessor(StatefulProcessor):
                                               "snapshot")]
             tagged.extend((part, seq, epoch, kind, atom, None if tup is None else loads(tup),
                            dm, snap) for seq, epoch, kind, atom, tup, dm, snap in zip(*cols))
+        t2 = clock()
         out = task.process(tagged)
+        t3 = clock()
         # The open epoch's accumulated delta lives outside the maps; an epoch may span
         # batches, so it travels with the stamp (O(the open epoch's changes)).
         acc = task.engine.acc
         self.store.commit(part, self.plan, hit,
                           pickle.dumps(acc, pickle.HIGHEST_PROTOCOL) if acc else None)
+        t4 = clock()
+        if _TRACE:
+            with open(_TRACE, "a") as fh:
+                fh.write(json.dumps({
+                    "task_start": time.time() - (t4 - t0), "task_end": time.time(),
+                    "partition": part, "rows": len(tagged), "out": len(out),
+                    "cache_s": t1 - t0, "read_s": t2 - t1, "engine_s": t3 - t2,
+                    "write_back_s": t4 - t3, "written": self.store.written,
+                    "rebuilds": self.store.rebuilds, "catchups": self.store.catchups,
+                    **self.store.times,
+                }) + "\n")
+        # One output row per (kind, epoch) and partition, its rows pickled together: a
+        # batch's output crosses Arrow, the shuffle-free collect and the driver as a few
+        # blobs, not as one Spark row per delta row (a 4-hop join emits ~10 per update).
+        bundles: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        for o in out:
+            bundles.setdefault((o.kind, o.epoch), []).append((o.mult, o.row))
+        dumps, top = pickle.dumps, pickle.HIGHEST_PROTOCOL
         yield pd.DataFrame(
             {
-                "kind": [o.kind for o in out],
-                "epoch": [o.epoch for o in out],
-                "mult": [o.mult for o in out],
-                "row": [pickle.dumps(o.row) for o in out],
+                "kind": [kind for kind, _n in bundles],
+                "epoch": [n for _kind, n in bundles],
+                "rows": [dumps(rows, top) for rows in bundles.values()],
             }
         )
 
@@ -265,14 +295,25 @@ class SparkJob:
         spark = spark_session(self.master, self.layout.partitions)
 
         def sink_batch(df: DataFrame, batch_id: int) -> None:
-            # Consolidated here, on unpickled rows (equal rows need not pickle to equal
-            # bytes). The sinks skip epochs they already hold (a replayed batch).
-            grouped = consolidate_by(
-                ((r["kind"], int(r["epoch"])), int(r["mult"]), pickle.loads(r["row"]))
-                for r in df.collect()
-            )
+            # A partition's bundle is consolidated already; bundles of several partitions
+            # for one epoch are summed here, on unpickled rows (equal rows need not pickle
+            # to equal bytes). The sinks skip epochs they already hold (a replayed batch).
+            t0 = time.time()
+            collected = df.collect()
+            t1 = time.time()
+            bundles: dict[tuple[str, int], list[list[tuple[int, Any]]]] = {}
+            for r in collected:
+                bundles.setdefault((r["kind"], int(r["epoch"])), []).append(
+                    pickle.loads(r["rows"]))
+            grouped = {
+                key: parts[0] if len(parts) == 1 else consolidate_by(
+                    (key, mult, row) for part in parts for mult, row in part).get(key, [])
+                for key, parts in bundles.items()
+            }
             for (kind, n) in sorted(grouped, key=lambda k: (k[1], k[0])):
                 rows = grouped[kind, n]
+                if not rows:
+                    continue
                 if kind == "delta":
                     outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
                     if stats is not None:
@@ -281,6 +322,11 @@ class SparkJob:
                 elif outputs.snapshots is not None:
                     outputs.snapshots.write_snapshot(n, rows)
             self.batches += 1
+            if _TRACE:
+                with open(_TRACE, "a") as fh:
+                    fh.write(json.dumps({"sink_start": t0, "collected": t1,
+                                         "sink_end": time.time(),
+                                         "bundles": len(collected)}) + "\n")
 
         query = (
             self.stream(spark)

@@ -11,6 +11,8 @@ This module imports pyspark; ``operators/`` and ``plans/`` never do.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,10 +118,12 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
     ) -> tuple[list[tuple[Any, ...]], EpochCursor]:
         cursor = EpochCursor.from_dict(start)
         records: list[Any] = []
-        for fname, lineno, text in lines:
-            records.extend(
-                read_updates_from_lines([text], self.schema_obj, fname, first_line=lineno)
-            )
+        # One parser call per file's run of lines (consecutive by construction of _lines).
+        for fname, run in itertools.groupby(lines, key=operator.itemgetter(0)):
+            texts = list(run)
+            records.extend(read_updates_from_lines(
+                [text for _f, _n, text in texts], self.schema_obj, fname,
+                first_line=texts[0][1]))
         numbered = list(cursor.number(records, self.epoch_size, final=at_end))
         if self.plan is not None:
             # Tagged here, in the source: one Python stage less per micro-batch.
