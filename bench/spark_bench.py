@@ -3,8 +3,13 @@ micro-batch sizes 1k, 10k and 100k updates, and the fixed per-batch overhead, ne
 the local runner on the same stream in the same process run.
 
     python bench/spark_bench.py [--edges 40000] [--query star_count] [--quick]
+    python bench/spark_bench.py --parts overhead --parallelism 1 2 [--tag _before]
 
-Writes bench/results/spark_runner.json and prints a table.
+Parts: ``state`` (steady cost per update against the live window W, local next to spark:
+spark_state.json), ``batches`` (latency and throughput per batch size:
+spark_runner.json), ``overhead`` (median per-batch durations of tiny batches, by Spark's
+phase: spark_overhead<tag>.json; copy the script into an older checkout to measure
+that checkout's overhead the same way). Each prints a table.
 """
 
 from __future__ import annotations
@@ -167,6 +172,36 @@ def run_state(args: argparse.Namespace) -> dict[str, Any]:
             "steady_edges": args.steady_edges, "rows": rows, "slopes": slopes}
 
 
+def run_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    """The fixed cost of a micro-batch: a short prefix of the stream in batches of
+    ``--overhead-batch`` lines (the engine's own work is negligible there), per P; the
+    median of Spark's per-batch durations (the first two batches, which plan and warm
+    up, are left out)."""
+    from dataflow.runners.spark.job import SparkJob, spark_session
+
+    wl = make_workload(args.query, 20000, seed=1)
+    tmp = Path(tempfile.mkdtemp(prefix="ivmflow-sparkovh-"))
+    prefix = tmp / "prefix.csv"
+    prefix.write_text("\n".join(format_update(u) for u in
+                                wl.updates[: args.overhead_batch * 20]) + "\n")
+    q = compile_query(wl.sql)
+    rows = []
+    for par in args.parallelism:
+        spark_session(None, par)
+        job = SparkJob(q, str(prefix), epoch_size=args.epoch, parallelism=par,
+                       checkpoint=str(tmp / f"ckpt-p{par}"), batch_lines=args.overhead_batch)
+        job.run(Outputs(CollectingSink()))
+        batches = [p for p in job.progress if int(p.get("numInputRows", 0)) > 0][2:]
+        parts = sorted({k for p in batches for k in p["durationMs"]})
+        rec = {"parallelism": par, "batch_lines": args.overhead_batch, "batches": len(batches),
+               "median_ms": {k: statistics.median(float(p["durationMs"].get(k, 0))
+                                                  for p in batches) for k in parts}}
+        rows.append(rec)
+        print(f"P={par}: median batch {rec['median_ms'].get('triggerExecution', 0):.0f} ms "
+              f"({', '.join(f'{k} {v:.0f}' for k, v in rec['median_ms'].items())})", flush=True)
+    return {"query": args.query, "rows": rows}
+
+
 def _read(path: Path, q: Any) -> list[Any]:
     from connectors.files import read_updates
 
@@ -217,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-batch", type=int, default=10000,
                    help="micro-batch size (lines) of the cost-vs-state part")
     p.add_argument("--parts", nargs="+", default=["state", "batches"],
-                   choices=["state", "batches"])
+                   choices=["state", "batches", "overhead"])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--tag", default="", help="suffix of the overhead part's JSON name")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = p.parse_args(argv)
     if args.quick:
@@ -242,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"spark_state{suffix}.json").write_text(json.dumps(state, indent=2) + "\n")
         _plot_state(state, out / f"spark_state{suffix}.png")
         print(f"wrote {out / f'spark_state{suffix}.json'}")
+    if "overhead" in args.parts:
+        ovh = run_overhead(args)
+        name = f"spark_overhead{args.tag}{suffix}.json"
+        (out / name).write_text(json.dumps(ovh, indent=2) + "\n")
+        print(f"wrote {out / name}")
     if "batches" not in args.parts:
         return 0
     res = run(args)

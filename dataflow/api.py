@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,12 +170,14 @@ def _check_eps(eps: float) -> None:
 
 
 def make_finalizer(plan: Plan, count_supports: bool,
-                   output_state: MutableMapping[Any, Any] | None = None,
+                   output_state: MutableMapping[Any, Any]
+                   | Callable[[], MutableMapping[Any, Any]] | None = None,
                    engine: Any = None) -> OutputFinalizer:
     """The output finalizer of a plan (DISTINCT supports, aggregate groups, bag), keeping
-    its per-row state in ``output_state`` (a fresh dict by default), or reading an
-    aggregate's group payloads from ``engine`` (the one engine whose output it
-    finalizes) where that engine maintains them (``group_payload``)."""
+    its per-row state in ``output_state`` (a fresh dict by default; a function making
+    the map is called only if the finalizer keeps state), or reading an aggregate's
+    group payloads from ``engine`` (the one engine whose output it finalizes) where that
+    engine maintains them (``group_payload``)."""
     # Not every engine has group_payload (triangles, view trees, GHD): None there.
     reader = getattr(engine, "group_payload", None)
     cq = plan.cq
@@ -187,16 +189,22 @@ def make_finalizer(plan: Plan, count_supports: bool,
         else:
             assert c.aggregate is not None
             columns.append(("agg", c.aggregate))
-    return OutputFinalizer(
+    finalizer = OutputFinalizer(
         finalize_mode(plan),
         make_ring(plan),
         aggregate_layout(plan),
         columns,
-        output_state if output_state is not None else DictState().map("finalize.output"),
+        {},
         count_supports=count_supports,
         grouped=cq.group_by is not None,
         current=reader() if callable(reader) else None,
     )
+    if callable(output_state):
+        if finalizer.keeps_state:
+            finalizer.state = output_state()
+    elif output_state is not None:
+        finalizer.state = output_state
+    return finalizer
 
 
 @dataclass

@@ -193,10 +193,12 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 4
+STATE_LAYOUT = 5
 """Version of what the engines' maps hold in the runners' keyed state. Bump it whenever
 that changes (2: absorbed lower nodes, key leaves, one-child counters; 3: no ``.live``
-maps, V_l derived; 4: no counters on one-child generalized nodes), so that a checkpoint
+maps, V_l derived; 4: no counters on one-child generalized nodes; 5: an atom node with
+children keeps its multiplicities in its first index, maps declared only where used),
+so that a checkpoint
 of another layout fails loud instead of being read wrongly."""
 
 
@@ -327,7 +329,8 @@ class PartitionTask:
             # Same operators as the local runner, whatever the kind of query.
             self.engine: PartitionEngine = query.kind.make_engine(state)
             self.finalizer: OutputFinalizer = make_finalizer(
-                plan, query.kind.engine_emits_bags, state.map(FINALIZE_OUTPUT), self.engine)
+                plan, query.kind.engine_emits_bags, lambda: state.map(FINALIZE_OUTPUT),
+                self.engine)
             self._meta: MutableMapping[str, Any] | None = state.map(FINALIZE_META)
             self.finalizer.emitted_once = bool(self._meta.get("emitted_once", False))
         else:

@@ -24,8 +24,10 @@ Example (the generated source for a 2-node path, bag semantics):
         get = acc.get
         for t0 in cands:
             f1 = f0
-            for t1 in N1_live0(t0[0], EMPTY):
-                f2 = f1 * B1[t1]
+            k1 = t0[0]
+            M1 = I1(k1)
+            for t1 in N1_live0(k1, EMPTY):
+                f2 = f1 * M1[t1]
                 row = (t1[0], t0[0], t0[1],)
                 acc[row] = get(row, 0) + f2
 """
@@ -84,6 +86,7 @@ class Enumerator:
         ring = self.mode == "ring"
         excluded_child = int(kind.split()[1]) if kind.startswith("key") else -1
         for j, (node, src, how, ci) in enumerate(steps):
+            hoisted = False
             if how == "start":
                 lines.append(f"{indent}for t0 in cands:")
             else:
@@ -96,6 +99,15 @@ class Enumerator:
                     name = f"N{j}_live{ci}"
                     env[name] = node.live_read[ci]
                     k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, src_node.key_attrs)
+                hoisted = (how == "up" and ci == 0 and node.base_in_index and not counting
+                           and not (j == 0 and kind == "tuple"))
+                if hoisted:
+                    # Up from child 0 of a node that keeps its multiplicities in its
+                    # first index: every tuple of this loop sits in one bucket of it,
+                    # under the loop's own key, so that bucket is looked up once.
+                    env[f"I{j}"] = node.index_read[0]
+                    lines += [f"{indent}k{j} = {k}", f"{indent}M{j} = I{j}(k{j})"]
+                    k = f"k{j}"
                 lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
             indent += "    "
             if counting:
@@ -103,12 +115,12 @@ class Enumerator:
             factors: list[str] = []
             own = not node.generalized and not (j == 0 and kind == "tuple")
             if own:
-                env[f"B{j}"] = node.base
+                mult = f"M{j}[t{j}]" if hoisted else node.mult_expr(f"t{j}", env, f"B{j}")
                 if ring:
                     env[f"P{j}"] = node.base_payload
-                    factors.append(f"P{j}(t{j}, B{j}[t{j}])")
+                    factors.append(f"P{j}(t{j}, {mult})")
                 else:
-                    factors.append(f"B{j}[t{j}]")
+                    factors.append(mult)
             for i, child in enumerate(node.children):
                 if child.top or (j == 0 and i == excluded_child):
                     continue

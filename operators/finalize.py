@@ -64,6 +64,8 @@ class OutputFinalizer:
         self.emitted_once = False
         # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
         self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
+        self.keeps_state = not self.plain and self.current is None
+        """Whether :attr:`state` is used (a DISTINCT count or aggregate payload per row)."""
         self._agg_row = self._compile_agg_row()
 
     def _compile_agg_row(self) -> Callable[[Row, Any], Row]:

@@ -3,13 +3,17 @@ projection with derivation counts or ring payloads, and live views.
 
 A node keeps, over the State protocol:
 
-* ``base``: tuple -> multiplicity (atoms; a generalized node has none),
+* ``base``: tuple -> multiplicity, kept by atom leaves only. An atom node with children
+  keeps each tuple's multiplicity in its first child index instead (buckets are
+  tuple -> multiplicity there; ``node.base`` reads it, :class:`IndexedBase`); a
+  generalized node has none. A node declares only the maps it uses (:data:`NO_MAP`),
 * ``counter``: tuple -> number of children whose projection holds the tuple's key
   (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
   exactly the keys of its children's projections). Stored only by nodes with two or
   more children: a leaf's count is always 0, a one-child node's is whether the child's
   projection holds the key (:meth:`JoinNode.support_count` reads either),
-* ``index.<child>``: child key -> tuples of this node with that key (for P-updates),
+* ``index.<child>``: child key -> tuples of this node with that key (for P-updates;
+  atoms only),
 * ``proj``: this node's projection on its key to the parent. Top nodes keep it as
   key -> set of semi-join tuples (V_s grouped by key, used for enumeration); lower
   nodes keep key -> derivation count (set mode) or key -> payload (bag/ring mode).
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from operator import itemgetter
+from types import MappingProxyType
 from typing import Any
 
 from operators.ring import IntRing
@@ -130,6 +135,50 @@ class KeyedBase(Mapping[Any, int]):
         return len(self._proj)
 
 
+class IndexedBase(Mapping[Any, int]):
+    """The multiplicities of an atom node with children, read from its first child
+    index, whose buckets map each tuple to its multiplicity (so the node keeps no
+    ``base`` map: one entry less to store and write back per tuple).
+
+    >>> b = IndexedBase({5: {(1, 5): 2}}, lambda t: t[1])
+    >>> b.get((1, 5), 0), b.get((2, 5), 0), b[(1, 5)], (1, 5) in b, list(b), len(b)
+    (2, 0, 2, True, [(1, 5)], 1)
+    """
+
+    def __init__(self, index: MutableMapping[Any, dict[Any, int]], key_of: Projector) -> None:
+        self._get = read_only_get(index)  # a delete check or an enumeration changes nothing
+        self._index = index
+        self._key_of = key_of
+
+    def __getitem__(self, t: Any) -> int:
+        bucket = self._get(self._key_of(t))
+        if bucket is None:
+            raise KeyError(t)
+        return bucket[t]
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        bucket = self._get(self._key_of(t))
+        return default if bucket is None else bucket.get(t, default)
+
+    def __contains__(self, t: object) -> bool:
+        bucket = self._get(self._key_of(t))
+        return bucket is not None and t in bucket
+
+    def __iter__(self) -> Iterator[Any]:
+        for k in list(self._index):
+            yield from self._get(k)
+
+    def __len__(self) -> int:
+        return sum(len(self._get(k)) for k in list(self._index))
+
+
+NO_MAP: Mapping[Any, Any] = MappingProxyType({})
+"""What a node binds in place of a map it does not keep (a generalized node's base, a
+lower node's live indexes, ...): empty, and a write fails loudly. Maps are declared only
+where they are used, so the distributed runners bind (and Spark initializes per batch)
+no state they never write."""
+
+
 class LiveTuples(Mapping[Any, bool]):
     """V_l of a top node, derived (stored nowhere): the tuples of its semi-join groups
     (``proj``) whose key is in the parent's live index; all of them at the root.
@@ -203,9 +252,15 @@ class JoinNode:
         self.key_of: Projector = _empty_key
         self.child_key_of: list[Projector] = []
         self.state = state
-        self.base: MutableMapping[Any, int] = state.map(f"{name}.base")
-        self.counter: MutableMapping[Any, int] = state.map(f"{name}.counter")
-        self.index: list[MutableMapping[Any, set[Any]]] = []
+        # base and counter are declared in finish(), once the node knows whether it
+        # keeps them (see NO_MAP).
+        self.base: MutableMapping[Any, int] = NO_MAP  # type: ignore[assignment]
+        self.counter: MutableMapping[Any, int] = NO_MAP  # type: ignore[assignment]
+        self.base_in_index = False
+        """Whether the multiplicities live in the first child index's buckets
+        (:class:`IndexedBase`) instead of a base map."""
+        # buckets: sets of tuples; dicts tuple -> multiplicity in the first (base_in_index)
+        self.index: list[MutableMapping[Any, Any]] = []
         self.proj: MutableMapping[Any, Any] = state.map(f"{name}.proj")
         # Read-only lookups for walks that change nothing (see read_only_get).
         self.proj_read = read_only_get(self.proj)
@@ -224,9 +279,13 @@ class JoinNode:
         child.key_of = make_projector(child.attrs, child.scalar, key_attrs)
         self.children.append(child)
         self.child_key_of.append(make_projector(self.attrs, self.scalar, key_attrs))
-        self.index.append(self.state.map(f"{self.name}.index.{child.name}"))
+        # A generalized node's one tuple with a key is the key (no index); only top
+        # nodes go live (lower nodes keep no live index).
+        self.index.append(NO_MAP if self.generalized  # type: ignore[arg-type]
+                          else self.state.map(f"{self.name}.index.{child.name}"))
         self.index_read.append(read_only_get(self.index[-1]))
-        self.live_index.append(self.state.map(f"{self.name}.live.{child.name}"))
+        self.live_index.append(self.state.map(f"{self.name}.live.{child.name}") if self.top
+                               else NO_MAP)  # type: ignore[arg-type]
         self.live_read.append(read_only_get(self.live_index[-1]))
 
     def finish(self) -> None:
@@ -235,18 +294,46 @@ class JoinNode:
         # whether the child's projection holds its key: only nodes with two or more
         # children store counters.
         self.keeps_counter = self.nchildren > 1
+        if self.keeps_counter:
+            self.counter = self.state.map(f"{self.name}.counter")
+        if not self.generalized:
+            if self.children:
+                # An atom node with children indexes every tuple under its first child's
+                # key anyway: that bucket holds the tuple's multiplicity too.
+                self.base_in_index = True
+                self.base = IndexedBase(self.index[0], self.child_key_of[0])  # type: ignore[assignment]
+            elif not self._key_leaf_compiled():
+                self.base = self.state.map(f"{self.name}.base")
         # (child, key of a tuple of this node for it, live index for it), for the walks
         self._walk = list(zip(self.children, self.child_key_of, self.live_index))
         if self.top:
             self._compile_sj()
-        if not self.generalized and self.mode in ("bag", "set") \
-                and self.base_payload_default and isinstance(self.ring, IntRing):
+        if self._compiled_apply():
             if self._is_key_leaf():
-                # Read-only from here: the key leaf's apply writes proj only.
+                # Read-only: the key leaf's apply writes proj only.
                 self.base = KeyedBase(self.proj, self.key_of)  # type: ignore[assignment]
                 self.apply = self._compile_key_leaf_apply()  # type: ignore[method-assign,assignment]
             else:
                 self.apply = self._compile_apply()  # type: ignore[method-assign,assignment]
+
+    def mult_expr(self, var: str, env: dict[str, Any], name: str) -> str:
+        """Generated code for the multiplicity of this node's tuple ``var`` (present),
+        binding what it reads in ``env`` under ``name``: two C-level lookups where the
+        multiplicities live in the first index's buckets, one otherwise."""
+        if self.base_in_index:
+            env[name] = self.index_read[0]
+            k = key_expr(var, self.attrs, self.scalar, self.children[0].key_attrs)
+            return f"{name}({k})[{var}]"
+        env[name] = self.base
+        return f"{name}[{var}]"
+
+    def _compiled_apply(self) -> bool:
+        """Whether :meth:`apply` is generated code (integer multiplicities as payloads)."""
+        return (not self.generalized and self.mode in ("bag", "set")
+                and self.base_payload_default and isinstance(self.ring, IntRing))
+
+    def _key_leaf_compiled(self) -> bool:
+        return self._compiled_apply() and self._is_key_leaf()
 
     def _is_key_leaf(self) -> bool:
         """A lower leaf whose tuples are their keys (``attrs == key``): one tuple per key,
@@ -343,17 +430,32 @@ class JoinNode:
             env[f"cproj{i}"] = child.proj
             keys.append(key_expr("t", self.attrs, self.scalar, child.key_attrs))
         counting = self.counting
-        lines = [
-            "def apply(t, dm):",
-            "    old = base_get(t, 0)",
-            "    new = old + dm",
-        ]
         if n:
-            lines += ["    if old == 0:", "        c = 0"]
+            # The multiplicity is kept in the first child index's bucket (tuple -> count).
+            lines = [
+                "def apply(t, dm):",
+                f"    k0 = {keys[0]}",
+                "    b0 = index0.get(k0)",
+                "    old = 0 if b0 is None else b0.get(t, 0)",
+                "    new = old + dm",
+                "    if old == 0:",
+                "        c = 0",
+                "        if b0 is None:",
+                "            index0[k0] = {t: new}",
+                "        else:",
+                "            b0[t] = new",
+                "        if k0 in cproj0:",
+                "            c += 1",
+            ]
         else:
             # A leaf's counter would always be 0: it keeps none.
-            lines += ["    if old == 0:"]
-        for i, k in enumerate(keys):
+            lines = [
+                "def apply(t, dm):",
+                "    old = base_get(t, 0)",
+                "    new = old + dm",
+                "    if old == 0:",
+            ]
+        for i, k in enumerate(keys[1:], 1):
             lines += [
                 f"        k = {k}",
                 f"        b = index{i}.get(k)",
@@ -368,21 +470,19 @@ class JoinNode:
             # One child: the count is whether the child's projection holds the key
             # (derived, not stored: one map less to write per tuple).
             lines += [
-                "        base[t] = new",
                 "    else:",
-                f"        c = 1 if {keys[0]} in cproj0 else 0",
+                "        c = 1 if k0 in cproj0 else 0",
                 "        if new:",
-                "            base[t] = new",
+                "            b0[t] = new",
                 "    if c == 1:",
             ]
         elif n:
             lines += [
                 "        counter[t] = c",
-                "        base[t] = new",
                 "    else:",
                 "        c = counter[t]",
                 "        if new:",
-                "            base[t] = new",
+                "            b0[t] = new",
                 f"    if c == {n}:",
             ]
         else:
@@ -413,10 +513,15 @@ class JoinNode:
                 ]
         else:
             lines += self._lower_change_lines(env, keys)
-        lines += ["    if new == 0:", "        del base[t]"]
+        lines += ["    if new == 0:"]
+        if not n:
+            lines.append("        del base[t]")
         if n > 1:
             lines.append("        del counter[t]")
-        for i, k in enumerate(keys):
+        if n:
+            # (old > 0 here, so b0 is the bucket that holds t)
+            lines += ["        del b0[t]", "        if not b0:", "            del index0[k0]"]
+        for i, k in enumerate(keys[1:], 1):
             lines += [
                 f"        k = {k}",
                 f"        b = index{i}[k]",
@@ -478,14 +583,25 @@ class JoinNode:
     def apply(self, t: Any, dm: int) -> None:
         """Add ``dm`` (signed) copies of ``t``; the caller has validated deletes."""
         base = self.base
-        old = base.get(t, 0)
+        in_index = self.base_in_index
+        if in_index:
+            k0 = self.child_key_of[0](t)
+            b0 = self.index[0].get(k0)
+            old = 0 if b0 is None else b0.get(t, 0)
+        else:
+            old = base.get(t, 0)
         new = old + dm
         if old == 0:
             c = 0
             for i, child in enumerate(self.children):
                 k = self.child_key_of[i](t)
                 bucket = self.index[i].get(k)
-                if bucket is None:
+                if i == 0 and in_index:
+                    if bucket is None:
+                        self.index[0][k] = {t: new}
+                    else:
+                        bucket[t] = new
+                elif bucket is None:
                     self.index[i][k] = {t}
                 else:
                     bucket.add(t)
@@ -493,24 +609,33 @@ class JoinNode:
                     c += 1
             if self.keeps_counter:
                 self.counter[t] = c
-            base[t] = new
+            if not in_index:
+                base[t] = new
         else:
             c = self.support_count(t)
             if new:
-                base[t] = new
+                if in_index:
+                    assert b0 is not None, "old > 0: the tuple is in its bucket"
+                    b0[t] = new
+                else:
+                    base[t] = new
         if c == self.nchildren:
             if self.top:
                 self._top_base_change(t, old, new)
             else:
                 self._lower_base_change(t, old, new)
         if new == 0:
-            del base[t]
+            if not in_index:
+                del base[t]
             if self.keeps_counter:
                 del self.counter[t]
             for i in range(self.nchildren):
                 k = self.child_key_of[i](t)
                 bucket = self.index[i][k]
-                bucket.discard(t)
+                if i == 0 and in_index:
+                    del bucket[t]
+                else:
+                    bucket.discard(t)
                 if not bucket:
                     del self.index[i][k]
 
@@ -672,7 +797,12 @@ class JoinNode:
     def _payload(self, t: Any, skip: int = -1) -> Any:
         """Product of the children's payloads at t's keys (all present), times t's own."""
         ring = self.ring
-        acc = ring.one if self.generalized else self.base_payload(t, self.base[t])
+        if self.generalized:
+            acc = ring.one
+        else:  # (IndexedBase's lookup inlined: this is the P-update's inner step)
+            m = (self.index_read[0](self.child_key_of[0](t))[t] if self.base_in_index
+                 else self.base[t])
+            acc = self.base_payload(t, m)
         for j, child in enumerate(self.children):
             if j != skip:
                 acc = ring.mul(acc, child.proj[self.child_key_of[j](t)])
