@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -114,8 +115,24 @@ class Relation:
         return self.columns[position].parse(text)
 
     def parse_row(self, fields: list[str] | tuple[str, ...]) -> Row:
-        """Parse CSV fields into a typed row (arity checked by the caller)."""
+        """Parse CSV fields into a typed row (arity checked by the caller).
+
+        >>> r = Relation("G", (Column("src", "INT"), Column("dst", "INT")))
+        >>> r.parse_row(["1", "2"]), r.parse_row(["1", ""])
+        ((1, 2), (1, None))
+        """
+        if self._all_int and "" not in fields:
+            # The common shape (edge lists): one C-level map; any field int() refuses
+            # goes the per-column way below, which names the column.
+            try:
+                return tuple(map(int, fields))
+            except ValueError:
+                pass
         return tuple(c.parse(f) for c, f in zip(self.columns, fields))
+
+    @functools.cached_property
+    def _all_int(self) -> bool:
+        return all(c.type == "INT" for c in self.columns)
 
     def coerce_row(self, values: list[object] | tuple[object, ...]) -> Row:
         return tuple(c.coerce(v) for c, v in zip(self.columns, values))

@@ -390,3 +390,25 @@ class PartitionTask:
 def merge_outputs(rows: Iterable[OutputRow]) -> dict[tuple[str, int], list[tuple[int, Any]]]:
     """Sum mults per (kind, number, row) over partitions; drop zeros; sorted per epoch."""
     return consolidate_by(((r.kind, r.epoch), r.mult, r.row) for r in rows)
+
+
+def merge_epoch_parts(
+    parts: Sequence[Iterable[Sequence[Any]]],
+) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+    """:func:`merge_outputs` of the partitions' outputs for one epoch (each part: plain
+    ``(kind, number, mult, row)`` tuples, as :meth:`PartitionTask.process` returns them,
+    consolidated and sorted per (kind, number)). One part is already merged: it is only
+    grouped, not summed and sorted again.
+
+    >>> merge_epoch_parts([[("delta", 1, 1, (2,)), ("delta", 1, -1, (1,))]])
+    {('delta', 1): [(1, (2,)), (-1, (1,))]}
+    >>> merge_epoch_parts([[("delta", 1, 1, (2,))], [("delta", 1, -1, (2,))]])
+    {}
+    """
+    if len(parts) == 1:
+        grouped: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        for kind, n, mult, row in parts[0]:
+            grouped.setdefault((kind, n), []).append((mult, row))
+        return grouped
+    return consolidate_by(((kind, n), mult, row)
+                          for part in parts for kind, n, mult, row in part)

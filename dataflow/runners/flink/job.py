@@ -51,7 +51,6 @@ from pyflink.datastream.state import (
 )
 
 from connectors.files import OnError
-from core.consolidate import consolidate_by
 from core.epochs import CLOSE
 from core.errors import IvmflowError, UsageError
 from core.records import EpochDelta
@@ -61,6 +60,7 @@ from dataflow.partitioned import (
     TaggedRow,
     WorkerPlan,
     check_layout,
+    merge_epoch_parts,
     stamp_checkpoint_dir,
 )
 from dataflow.runners.flink.reader import Profiling
@@ -224,7 +224,7 @@ class EpochOutput:
 class EpochMerger(KeyedProcessFunction):
     """Keyed by epoch: appends each partition's :class:`EpochOutput` to the epoch's
     ``ListState`` and, when the last partition has closed the epoch, sums the changes
-    per row (:func:`~core.consolidate.consolidate_by`), writes the epoch (and its
+    per row (:func:`~dataflow.partitioned.merge_epoch_parts`), writes the epoch (and its
     snapshot) to the sinks and clears the epoch's state: O(rows) per epoch.
 
     Epochs complete in order (each partition closes them in stream order, and this
@@ -268,8 +268,7 @@ class EpochMerger(KeyedProcessFunction):
         parts = [*(self.parts.get() or []), part]
         self.parts.clear()
         self.closed.clear()
-        merged = consolidate_by(((kind, n), mult, row)
-                                for p in parts for kind, n, mult, row in p.rows)
+        merged = merge_epoch_parts([p.rows for p in parts])
         epoch, k = part.epoch, part.snapshot
         if self.deltas is not None:
             self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
