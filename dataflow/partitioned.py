@@ -197,7 +197,8 @@ STATE_LAYOUT = 5
 """Version of what the engines' maps hold in the runners' keyed state. Bump it whenever
 that changes (2: absorbed lower nodes, key leaves, one-child counters; 3: no ``.live``
 maps, V_l derived; 4: no counters on one-child generalized nodes; 5: an atom node with
-children keeps its multiplicities in its first index, maps declared only where used),
+children keeps its multiplicities in its first index, maps declared only where used,
+entries stored unframed: :func:`~operators.state.encode_entry`),
 so that a checkpoint
 of another layout fails loud instead of being read wrongly."""
 

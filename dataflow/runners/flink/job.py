@@ -64,7 +64,7 @@ from dataflow.partitioned import (
     stamp_checkpoint_dir,
 )
 from dataflow.runners.flink.reader import Profiling
-from operators.state import WriteBackState, encode_key
+from operators.state import WriteBackState, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
 
@@ -175,11 +175,10 @@ class PartitionFunction(KeyedProcessFunction):
             if puts:
                 raw = self.raw_put_all[name]
                 if raw is not None:
-                    # The bytes PyFlink's PICKLED_BYTE_ARRAY converter would make (the
+                    # Bytes PyFlink's PICKLED_BYTE_ARRAY converter reads back (the
                     # pickled pair), handed to Java in one call: the converter's two
                     # Python calls per entry were a fifth of the partition's time.
-                    raw({encode_key(k): pickle.dumps((k, v), pickle.HIGHEST_PROTOCOL)
-                         for k, v in puts.items()})
+                    raw({encode_key(k): encode_entry(k, v) for k, v in puts.items()})
                 else:
                     ms.put_all({encode_key(k): (k, v) for k, v in puts.items()})
             for k in gone:

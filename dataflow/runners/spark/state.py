@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.partitioned import check_layout
-from operators.state import WriteBackState, encode_key
+from operators.state import WriteBackState, encode_entry, encode_key
 
 STATE_STORE_CONF = {
     # transformWithState needs RocksDB; changelog checkpointing makes a batch's commit
@@ -343,7 +343,7 @@ class PartitionStore:
         if self.wire is None and first is not None:
             self.wire = Wire(first)
         ops = ((f"map:{name}", self.maps[name], encode_key(k).encode(),
-                pickle.dumps((k, v), pickle.HIGHEST_PROTOCOL) if v is not _GONE else None)
+                encode_entry(k, v) if v is not _GONE else None)
                for name, puts, gone in changes
                for k, v in itertools.chain(puts.items(), ((k, _GONE) for k in gone)))
         t0 = time.perf_counter()
