@@ -332,8 +332,14 @@ class PartitionTask:
             self.finalizer: OutputFinalizer = make_finalizer(
                 plan, query.kind.engine_emits_bags, lambda: state.map(FINALIZE_OUTPUT),
                 self.engine)
-            self._meta: MutableMapping[str, Any] | None = state.map(FINALIZE_META)
-            self.finalizer.emitted_once = bool(self._meta.get("emitted_once", False))
+            # Only an ungrouped aggregate reads its flag (its one row exists from the
+            # first epoch on): other queries declare no map for it.
+            self._meta: MutableMapping[str, Any] | None = (
+                state.map(FINALIZE_META)
+                if self.finalizer.mode == "aggregate" and not self.finalizer.grouped
+                else None)
+            if self._meta is not None:
+                self.finalizer.emitted_once = bool(self._meta.get("emitted_once", False))
         else:
             saved: dict[str, Any] = pickle.loads(blob) if blob else {}
             self.state = DictState()
