@@ -198,8 +198,7 @@ STATE_LAYOUT = 5
 that changes (2: absorbed lower nodes, key leaves, one-child counters; 3: no ``.live``
 maps, V_l derived; 4: no counters on one-child generalized nodes; 5: an atom node with
 children keeps its multiplicities in its first index, maps declared only where used,
-entries stored unframed: :func:`~operators.state.encode_entry`),
-so that a checkpoint
+entries stored unframed: :func:`~operators.state.encode_entry`), so that a checkpoint
 of another layout fails loud instead of being read wrongly."""
 
 
@@ -399,23 +398,57 @@ def merge_outputs(rows: Iterable[OutputRow]) -> dict[tuple[str, int], list[tuple
     return consolidate_by(((r.kind, r.epoch), r.mult, r.row) for r in rows)
 
 
+def merge_bundles(
+    bundles: Mapping[tuple[str, int], Sequence[list[tuple[int, Any]]]],
+) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+    """Per (kind, number), the partitions' bundles of consolidated, sorted ``(mult,
+    row)`` changes summed into one (what :func:`merge_outputs` gives for their rows). A
+    bundle no other partition shares is already merged: taken as is, not summed and
+    sorted again. Changes that cancel leave no entry.
+
+    >>> merge_bundles({("delta", 1): [[(1, (2,)), (-1, (3,))]]})
+    {('delta', 1): [(1, (2,)), (-1, (3,))]}
+    >>> merge_bundles({("delta", 1): [[(1, (2,))], [(-1, (2,))]], ("delta", 2): [[(1, (5,))]]})
+    {('delta', 2): [(1, (5,))]}
+    """
+    out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+    for key, parts in bundles.items():
+        rows = parts[0] if len(parts) == 1 else consolidate_by(
+            (key, mult, row) for part in parts for mult, row in part).get(key, [])
+        if rows:
+            out[key] = rows
+    return out
+
+
 def merge_epoch_parts(
     parts: Sequence[Iterable[Sequence[Any]]],
 ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
-    """:func:`merge_outputs` of the partitions' outputs for one epoch (each part: plain
-    ``(kind, number, mult, row)`` tuples, as :meth:`PartitionTask.process` returns them,
-    consolidated and sorted per (kind, number)). One part is already merged: it is only
-    grouped, not summed and sorted again.
+    """:func:`merge_bundles` of the partitions' outputs for one epoch, each part as
+    :meth:`PartitionTask.process` returns it (plain ``(kind, number, mult, row)``
+    tuples, consolidated and sorted per (kind, number)).
 
     >>> merge_epoch_parts([[("delta", 1, 1, (2,)), ("delta", 1, -1, (1,))]])
     {('delta', 1): [(1, (2,)), (-1, (1,))]}
     >>> merge_epoch_parts([[("delta", 1, 1, (2,))], [("delta", 1, -1, (2,))]])
     {}
     """
-    if len(parts) == 1:
-        grouped: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        for kind, n, mult, row in parts[0]:
-            grouped.setdefault((kind, n), []).append((mult, row))
-        return grouped
-    return consolidate_by(((kind, n), mult, row)
-                          for part in parts for kind, n, mult, row in part)
+    bundles: dict[tuple[str, int], list[list[tuple[int, Any]]]] = {}
+    for part in parts:
+        for key, rows in bundle_outputs(part).items():
+            bundles.setdefault(key, []).append(rows)
+    return merge_bundles(bundles)
+
+
+def bundle_outputs(
+    rows: Iterable[Sequence[Any]],
+) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+    """One partition's output rows (:class:`OutputRow`, or plain tuples of its fields)
+    grouped into bundles of ``(mult, row)`` per (kind, number), in their order.
+
+    >>> bundle_outputs([OutputRow("delta", 1, 1, (2,)), ("snapshot", 1, 1, (2,))])
+    {('delta', 1): [(1, (2,))], ('snapshot', 1): [(1, (2,))]}
+    """
+    bundles: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+    for kind, n, mult, row in rows:
+        bundles.setdefault((kind, n), []).append((mult, row))
+    return bundles

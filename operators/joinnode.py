@@ -594,17 +594,19 @@ class JoinNode:
         if old == 0:
             c = 0
             for i, child in enumerate(self.children):
-                k = self.child_key_of[i](t)
-                bucket = self.index[i].get(k)
-                if i == 0 and in_index:
-                    if bucket is None:
+                if i == 0 and in_index:  # bucket looked up above
+                    k = k0
+                    if b0 is None:
                         self.index[0][k] = {t: new}
                     else:
-                        bucket[t] = new
-                elif bucket is None:
-                    self.index[i][k] = {t}
+                        b0[t] = new
                 else:
-                    bucket.add(t)
+                    k = self.child_key_of[i](t)
+                    bucket = self.index[i].get(k)
+                    if bucket is None:
+                        self.index[i][k] = {t}
+                    else:
+                        bucket.add(t)
                 if k in child.proj:
                     c += 1
             if self.keeps_counter:
@@ -630,11 +632,13 @@ class JoinNode:
             if self.keeps_counter:
                 del self.counter[t]
             for i in range(self.nchildren):
-                k = self.child_key_of[i](t)
-                bucket = self.index[i][k]
-                if i == 0 and in_index:
+                if i == 0 and in_index:  # (old > 0: b0 is the bucket that holds t)
+                    assert b0 is not None
+                    k, bucket = k0, b0
                     del bucket[t]
                 else:
+                    k = self.child_key_of[i](t)
+                    bucket = self.index[i][k]
                     bucket.discard(t)
                 if not bucket:
                     del self.index[i][k]

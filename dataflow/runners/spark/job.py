@@ -31,13 +31,14 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from core.consolidate import consolidate_by
 from core.epochs import CLOSE, NumberedRecord
 from core.records import EpochDelta, Update
 from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     WorkerPlan,
+    bundle_outputs,
+    merge_bundles,
     stamp_checkpoint_dir,
     tag_records,
 )
@@ -51,6 +52,13 @@ partition's consolidated ``(mult, row)`` changes."""
 _TRACE = os.environ.get("IVMFLOW_SPARK_TRACE")
 """``IVMFLOW_SPARK_TRACE=FILE``: every partition task appends a JSON line of where its
 time went (cache lookup, reading the batch's rows, engine, write-back) to FILE."""
+
+
+def _trace(**record: Any) -> None:
+    """Append ``record`` as a JSON line to the ``IVMFLOW_SPARK_TRACE`` file, if set."""
+    if _TRACE:
+        with open(_TRACE, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
 
 
 def _restore_open_epoch(task: PartitionTask, extra: bytes | None) -> None:
@@ -98,21 +106,16 @@ class PartitionProcessor(StatefulProcessor):
                           pickle.dumps(acc, pickle.HIGHEST_PROTOCOL) if acc else None)
         t4 = clock()
         if _TRACE:
-            with open(_TRACE, "a") as fh:
-                fh.write(json.dumps({
-                    "task_start": time.time() - (t4 - t0), "task_end": time.time(),
-                    "partition": part, "rows": len(tagged), "out": len(out),
-                    "cache_s": t1 - t0, "read_s": t2 - t1, "engine_s": t3 - t2,
-                    "write_back_s": t4 - t3, "written": self.store.written,
-                    "rebuilds": self.store.rebuilds, "catchups": self.store.catchups,
-                    **self.store.times,
-                }) + "\n")
+            end = time.time()
+            _trace(task_start=end - (t4 - t0), task_end=end, partition=part,
+                   rows=len(tagged), out=len(out), cache_s=t1 - t0, read_s=t2 - t1,
+                   engine_s=t3 - t2, write_back_s=t4 - t3, written=self.store.written,
+                   rebuilds=self.store.rebuilds, catchups=self.store.catchups,
+                   **self.store.times)
         # One output row per (kind, epoch) and partition, its rows pickled together: a
         # batch's output crosses Arrow, the shuffle-free collect and the driver as a few
         # blobs, not as one Spark row per delta row (a 4-hop join emits ~10 per update).
-        bundles: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        for o in out:
-            bundles.setdefault((o.kind, o.epoch), []).append((o.mult, o.row))
+        bundles = bundle_outputs(out)
         dumps, top = pickle.dumps, pickle.HIGHEST_PROTOCOL
         yield pd.DataFrame(
             {
@@ -305,15 +308,9 @@ class SparkJob:
             for r in collected:
                 bundles.setdefault((r["kind"], int(r["epoch"])), []).append(
                     pickle.loads(r["rows"]))
-            grouped = {
-                key: parts[0] if len(parts) == 1 else consolidate_by(
-                    (key, mult, row) for part in parts for mult, row in part).get(key, [])
-                for key, parts in bundles.items()
-            }
+            grouped = merge_bundles(bundles)
             for (kind, n) in sorted(grouped, key=lambda k: (k[1], k[0])):
                 rows = grouped[kind, n]
-                if not rows:
-                    continue
                 if kind == "delta":
                     outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
                     if stats is not None:
@@ -322,11 +319,7 @@ class SparkJob:
                 elif outputs.snapshots is not None:
                     outputs.snapshots.write_snapshot(n, rows)
             self.batches += 1
-            if _TRACE:
-                with open(_TRACE, "a") as fh:
-                    fh.write(json.dumps({"sink_start": t0, "collected": t1,
-                                         "sink_end": time.time(),
-                                         "bundles": len(collected)}) + "\n")
+            _trace(sink_start=t0, collected=t1, sink_end=time.time(), bundles=len(collected))
 
         query = (
             self.stream(spark)
