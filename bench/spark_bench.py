@@ -15,22 +15,26 @@ that checkout's overhead the same way). Each prints a table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.kafka_bench import _broker as _kafka_broker  # noqa: E402
 from bench.workloads import make_workload  # noqa: E402
 from connectors.files import CollectingSink  # noqa: E402
 from core.epochs import EpochCursor  # noqa: E402
 from core.records import format_update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
+from dataflow.drive import DriveStats  # noqa: E402
 from dataflow.partitioned import PartitionLayout, tag_records  # noqa: E402
 
 
@@ -186,19 +190,39 @@ def run_overhead(args: argparse.Namespace) -> dict[str, Any]:
                                 wl.updates[: args.overhead_batch * 20]) + "\n")
     q = compile_query(wl.sql)
     rows = []
-    for par in args.parallelism:
-        spark_session(None, par)
-        job = SparkJob(q, str(prefix), epoch_size=args.epoch, parallelism=par,
-                       checkpoint=str(tmp / f"ckpt-p{par}"), batch_lines=args.overhead_batch)
-        job.run(Outputs(CollectingSink()))
-        batches = [p for p in job.progress if int(p.get("numInputRows", 0)) > 0][2:]
-        parts = sorted({k for p in batches for k in p["durationMs"]})
-        rec = {"parallelism": par, "batch_lines": args.overhead_batch, "batches": len(batches),
-               "median_ms": {k: statistics.median(float(p["durationMs"].get(k, 0))
-                                                  for p in batches) for k in parts}}
-        rows.append(rec)
-        print(f"P={par}: median batch {rec['median_ms'].get('triggerExecution', 0):.0f} ms "
-              f"({', '.join(f'{k} {v:.0f}' for k, v in rec['median_ms'].items())})", flush=True)
+    with contextlib.ExitStack() as stack:
+        bootstrap = (stack.enter_context(_kafka_broker(args.bootstrap))
+                     if "kafka" in args.sinks else "")
+        for par in args.parallelism:
+            spark_session(None, par)
+            for sink_kind in args.sinks:
+                ckpt = tmp / f"ckpt-p{par}-{sink_kind}"
+                job = SparkJob(q, str(prefix), epoch_size=args.epoch, parallelism=par,
+                               checkpoint=str(ckpt), batch_lines=args.overhead_batch)
+                if sink_kind == "kafka":
+                    from connectors.kafka import KafkaDeltaSink, parse_kafka_url, read_deltas
+
+                    topic = f"ovh-{uuid.uuid4().hex[:8]}"
+                    endpoint = parse_kafka_url(f"kafka://{bootstrap}/{topic}")
+                    ksink = KafkaDeltaSink(endpoint, q.output_columns,
+                                           transactional_id=f"txn-{topic}")
+                    stats = DriveStats()
+                    job.run(Outputs(ksink), stats)
+                    ksink.close()
+                    if len(read_deltas(endpoint)) != stats.delta_rows:
+                        raise SystemExit(f"P={par}: the topic does not hold the run's deltas")
+                else:
+                    job.run(Outputs(CollectingSink()))
+                batches = [p for p in job.progress if int(p.get("numInputRows", 0)) > 0][2:]
+                parts = sorted({k for p in batches for k in p["durationMs"]})
+                rec = {"parallelism": par, "sink": sink_kind,
+                       "batch_lines": args.overhead_batch, "batches": len(batches),
+                       "median_ms": {k: statistics.median(float(p["durationMs"].get(k, 0))
+                                                          for p in batches) for k in parts}}
+                rows.append(rec)
+                med = rec["median_ms"]
+                print(f"P={par} {sink_kind}: median batch {med.get('triggerExecution', 0):.0f} "
+                      f"ms ({', '.join(f'{k} {v:.0f}' for k, v in med.items())})", flush=True)
     return {"query": args.query, "rows": rows}
 
 
@@ -253,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="micro-batch size (lines) of the cost-vs-state part")
     p.add_argument("--parts", nargs="+", default=["state", "batches"],
                    choices=["state", "batches", "overhead"])
+    p.add_argument("--sinks", nargs="+", default=["file"], choices=["file", "kafka"],
+                   help="the overhead part's delta sinks (kafka: written from an executor)")
+    p.add_argument("--bootstrap", help="a Kafka broker for --sinks kafka (default: start "
+                   "a noida-db process, tests/kafka_broker.py)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tag", default="", help="suffix of the overhead part's JSON name")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))

@@ -395,11 +395,14 @@ class View:
         engines = self.engines
         raw = engines[0].take_delta() if len(engines) == 1 else \
             self._merged([e.take_delta() for e in engines])
-        rows = self.finalizer.epoch(raw)
+        finalizer = self.finalizer
+        # Small epochs mostly change nothing in the result: skip the finalizer then.
+        rows = tuple(finalizer.epoch(raw)) if raw or not finalizer.silent_when_unchanged \
+            else ()
         self.epoch += 1
         n = self.pending_updates
         self.pending_updates = 0
-        return EpochDelta(self.epoch, tuple(rows), n, closed_by_marker)
+        return EpochDelta(self.epoch, rows, n, closed_by_marker)
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The database the view holds: ``(relation, row, multiplicity)`` per distinct

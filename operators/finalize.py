@@ -83,6 +83,12 @@ class OutputFinalizer:
         fn: Callable[[Row, Any], Row] = env["agg_row"]
         return fn
 
+    @property
+    def silent_when_unchanged(self) -> bool:
+        """Whether an epoch without raw changes has an empty delta: always, except the
+        first epoch of an ungrouped aggregate (its one row appears then)."""
+        return self.mode != "aggregate" or self.grouped or self.emitted_once
+
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
         if self.plain:

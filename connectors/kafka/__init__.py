@@ -104,6 +104,7 @@ from connectors.kafka.sink import (
     KafkaDeadLetterSink,
     KafkaDeliveryError,
     KafkaDeltaSink,
+    KafkaFencedError,
 )
 from connectors.kafka.source import (
     KafkaHistoryError,
@@ -129,6 +130,7 @@ __all__ = [
     "EpochAligner",
     "KafkaConfigError",
     "KafkaDeliveryError",
+    "KafkaFencedError",
     "KafkaDeadLetterSink",
     "KafkaDeltaSink",
     "KafkaEndpoint",

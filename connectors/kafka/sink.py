@@ -33,6 +33,11 @@ class KafkaDeliveryError(IvmflowError):
     """An epoch could not be delivered to the broker; nothing of it was committed."""
 
 
+class KafkaFencedError(KafkaDeliveryError):
+    """A newer producer with the sink's transactional id took over: nothing of the epoch
+    was committed, and this sink's producer can commit nothing any more."""
+
+
 
 
 _SOURCE_RE = re.compile(r"kafka topic '(.*)' partition (-?[0-9]+) offset (-?[0-9]+)")
@@ -92,8 +97,10 @@ class KafkaDeltaSink:
         self.kind = kind
         self.transactional_id = endpoint.transactional_id or transactional_id
         ensure_topic(endpoint, self.topic, 1)
-        self.last_committed = read_last_epoch(endpoint, key=kind)
+        # The producer first: its init fences every older producer with this id, so no
+        # epoch can be committed between reading the topic's last epoch and writing.
         self._producer: Any = self._new_producer()
+        self.last_committed = read_last_epoch(endpoint, key=kind)
         self._source: KafkaUpdateSource | None = None
         self._dead: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
         self._seen = 0
@@ -178,6 +185,10 @@ class KafkaDeltaSink:
 
         cfg = self.endpoint.client_config("producer")
         cfg.update(transactional_id=self.transactional_id, enable_idempotence=True, acks="all")
+        # kafka-python sleeps retry.backoff.ms between finding the transaction coordinator
+        # and asking it for a producer id: 100 ms by default made every sink's start (and
+        # every Spark batch writing from an executor) 0.2 s; loopback answers in 10 ms.
+        cfg.setdefault("retry_backoff_ms", 10)
         producer = KafkaProducer(**cfg)
         # Fences an older producer with this id (a crashed run, or a failed attempt) and
         # aborts its open transaction, so its half-written epoch never becomes visible.
@@ -224,7 +235,7 @@ class KafkaDeltaSink:
                    f"another producer with transactional.id {self.transactional_id!r} took "
                    "over (a second run of the same query and output?). Stop the other run, "
                    "or give each run its own transactional.id / output topic.")
-            raise KafkaDeliveryError(msg) from failed
+            raise KafkaFencedError(msg) from failed
         with contextlib.suppress(Exception):
             p.abort_transaction()
         return f"{type(failed).__name__}: {failed}"

@@ -4,15 +4,16 @@ Job shape: the update source (numbers records and cuts epochs, offsets in the
 checkpoint) -> ``mapInPandas`` tagging each update with its partitions (HyperCube
 shares; epoch closes broadcast) -> ``groupBy(partition).transformWithStateInPandas``:
 per partition the same engine and output finalizer as the local runner process the
-sub-batch in stream order -> ``foreachBatch``: sum the changes per (epoch, row) over
-partitions and write each closed epoch atomically to the sink, skipping epochs the sink
-already committed (a replayed batch after a crash).
+sub-batch in stream order -> ``foreachBatch``: one task sums the changes per (epoch,
+row) over partitions and writes each closed epoch atomically, skipping epochs the sink
+already committed (a replayed batch after a crash): Kafka topics from that executor
+task, files on the driver (:mod:`dataflow.runners.spark.output`).
 
 State (DESIGN section 6): per entry, one MapState per named map of the State protocol
 under the partition key, on the RocksDB state store with changelog checkpointing; the
 engine works on a cache kept by the Python worker between batches, and each batch
-writes back only the entries it changed (:mod:`dataflow.runners.spark.state`). Nothing
-but output deltas reaches the driver.
+writes back only the entries it changed (:mod:`dataflow.runners.spark.state`). No
+state reaches the driver, and no output row either when the sinks are Kafka topics.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pickle
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +39,25 @@ from dataflow.partitioned import (
     PartitionTask,
     WorkerPlan,
     bundle_outputs,
-    merge_bundles,
     stamp_checkpoint_dir,
     tag_records,
+)
+from dataflow.runners.spark.output import (
+    OUTPUT_COLUMNS,
+    WRITTEN_SCHEMA,
+    BatchWriter,
+    KafkaTopicSink,
+    merge_on_driver,
+    write_bundles,
+    written_by_executor,
 )
 from dataflow.runners.spark.source import SOURCE_NAME, TAGGED_SCHEMA, UpdateCsvSource
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
 
-OUTPUT_SCHEMA = "kind STRING, epoch INT, rows BINARY"
-"""One row per (kind, epoch) and partition: ``rows`` is the pickled list of that
-partition's consolidated ``(mult, row)`` changes."""
+OUTPUT_SCHEMA = WRITTEN_SCHEMA
+"""One row per (kind, epoch) and partition: ``n`` changes, and ``rows`` the pickled list
+of that partition's consolidated ``(mult, row)`` changes, or null when the partition
+wrote them to Kafka itself (the only partition of a run with a Kafka sink)."""
 
 _TRACE = os.environ.get("IVMFLOW_SPARK_TRACE")
 """``IVMFLOW_SPARK_TRACE=FILE``: every partition task appends a JSON line of where its
@@ -70,8 +80,9 @@ class PartitionProcessor(StatefulProcessor):
     per entry in MapStates (:mod:`dataflow.runners.spark.state`): the batch's rows run
     through the cached engine, and only the entries they changed are written back."""
 
-    def __init__(self, plan: WorkerPlan) -> None:
+    def __init__(self, plan: WorkerPlan, kafka: Mapping[str, KafkaTopicSink]) -> None:
         self.plan = plan
+        self.kafka = dict(kafka)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.store = PartitionStore(handle, self.plan.map_names(), self.plan.layout_stamp())
@@ -116,11 +127,17 @@ class PartitionProcessor(StatefulProcessor):
         # batch's output crosses Arrow, the shuffle-free collect and the driver as a few
         # blobs, not as one Spark row per delta row (a 4-hop join emits ~10 per update).
         bundles = bundle_outputs(out)
+        if self.kafka:
+            # The run's only partition: its bundles are the merged output, written to
+            # Kafka from here without another Python hop (dataflow.runners.spark.output).
+            yield pd.DataFrame(write_bundles(bundles, self.kafka), columns=OUTPUT_COLUMNS)
+            return
         dumps, top = pickle.dumps, pickle.HIGHEST_PROTOCOL
         yield pd.DataFrame(
             {
                 "kind": [kind for kind, _n in bundles],
                 "epoch": [n for _kind, n in bundles],
+                "n": [len(rows) for rows in bundles.values()],
                 "rows": [dumps(rows, top) for rows in bundles.values()],
             }
         )
@@ -156,6 +173,22 @@ def spark_session(master: str | None = None, partitions: int = 2) -> SparkSessio
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _kafka_sinks(outputs: Any) -> dict[str, KafkaTopicSink]:
+    """The run's sinks that are Kafka topics, by output kind, for the executor that
+    writes them. The driver's own producers are closed: each batch's writer opens its
+    own with the same transactional id (which would fence the driver's anyway)."""
+    try:
+        from connectors.kafka import KafkaDeltaSink
+    except ImportError:  # pragma: no cover - kafka-python is a core dependency
+        return {}
+    found: dict[str, KafkaTopicSink] = {}
+    for kind, sink in (("delta", outputs.deltas), ("snapshot", outputs.snapshots)):
+        if isinstance(sink, KafkaDeltaSink):
+            found[kind] = KafkaTopicSink.of(sink)
+            sink.close()
+    return found
 
 
 def _unwrap(exc: Exception) -> Exception:
@@ -203,6 +236,7 @@ class SparkJob:
         self.progress: list[dict[str, Any]] = []
         """Spark's progress reports of the run's micro-batches (durations, rows)."""
         self._query: Any = None
+        self._kafka_in_partition: dict[str, KafkaTopicSink] = {}
 
     def stop(self) -> None:
         """Stop a running (unbounded) job after its current micro-batch."""
@@ -273,7 +307,8 @@ class SparkJob:
 
     def _partitions(self, tagged: DataFrame) -> DataFrame:
         return tagged.groupBy("partition").transformWithStateInPandas(
-            PartitionProcessor(self.plan), OUTPUT_SCHEMA, "Append", "None"
+            PartitionProcessor(self.plan, self._kafka_in_partition), OUTPUT_SCHEMA,
+            "Append", "None"
         )
 
     def _stamp_checkpoint(self) -> None:
@@ -297,29 +332,38 @@ class SparkJob:
         self._stamp_checkpoint()
         spark = spark_session(self.master, self.layout.partitions)
 
+        kafka_sinks = _kafka_sinks(outputs)
+        partitions = self.layout.partitions
+        # A single partition's output needs no merging: it writes Kafka itself.
+        self._kafka_in_partition = kafka_sinks if partitions == 1 else {}
+        writer: Any = BatchWriter(kafka_sinks)  # pyspark's stubs want pandas' own types
+
         def sink_batch(df: DataFrame, batch_id: int) -> None:
-            # A partition's bundle is consolidated already; bundles of several partitions
-            # for one epoch are summed here, on unpickled rows (equal rows need not pickle
-            # to equal bytes). The sinks skip epochs they already hold (a replayed batch).
+            # With a Kafka sink, one task merges the partitions' bundles per epoch and
+            # writes the topic from the executor (dataflow.runners.spark.output): only
+            # counts, and the rows of file sinks, come back here. The only partition of
+            # a run writes them itself. Without a Kafka sink the bundles come here (no
+            # extra stage) and are merged and written by the driver.
             t0 = time.time()
-            collected = df.collect()
+            if self._kafka_in_partition:
+                written = written_by_executor(df.collect())
+            elif kafka_sinks:
+                written = written_by_executor(
+                    df.repartition(1).mapInPandas(writer, WRITTEN_SCHEMA).collect())
+            else:
+                written = merge_on_driver(df.collect())
             t1 = time.time()
-            bundles: dict[tuple[str, int], list[list[tuple[int, Any]]]] = {}
-            for r in collected:
-                bundles.setdefault((r["kind"], int(r["epoch"])), []).append(
-                    pickle.loads(r["rows"]))
-            grouped = merge_bundles(bundles)
-            for (kind, n) in sorted(grouped, key=lambda k: (k[1], k[0])):
-                rows = grouped[kind, n]
+            for kind, n, count, rows in written:
                 if kind == "delta":
-                    outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
+                    if rows is not None:
+                        outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
                     if stats is not None:
-                        stats.delta_rows += len(rows)
+                        stats.delta_rows += count
                         stats.epochs = max(stats.epochs, n)
-                elif outputs.snapshots is not None:
+                elif outputs.snapshots is not None and rows is not None:
                     outputs.snapshots.write_snapshot(n, rows)
             self.batches += 1
-            _trace(sink_start=t0, collected=t1, sink_end=time.time(), bundles=len(collected))
+            _trace(sink_start=t0, collected=t1, sink_end=time.time(), epochs=len(written))
 
         query = (
             self.stream(spark)
