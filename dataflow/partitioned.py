@@ -60,7 +60,7 @@ FINALIZE_OUTPUT, FINALIZE_META = "finalize.output", "finalize.meta"
 __all__ = [
     "FINALIZE_META", "FINALIZE_OUTPUT", "OutputRow", "PartitionLayout", "PartitionTask",
     "TaggedRow", "WorkerPlan",
-    "bundle_by_partition", "compiled_for_workers", "merge_outputs", "tag_records",
+    "bundle_by_partition", "compiled_for_workers", "merge_outputs", "tag_records", "tag_rows",
 ]
 
 
@@ -193,13 +193,15 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 5
-"""Version of what the engines' maps hold in the runners' keyed state. Bump it whenever
-that changes (2: absorbed lower nodes, key leaves, one-child counters; 3: no ``.live``
-maps, V_l derived; 4: no counters on one-child generalized nodes; 5: an atom node with
-children keeps its multiplicities in its first index, maps declared only where used,
-entries stored unframed: :func:`~operators.state.encode_entry`), so that a checkpoint
-of another layout fails loud instead of being read wrongly."""
+STATE_LAYOUT = 6
+"""Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
+stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
+one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
+generalized nodes; 5: an atom node with children keeps its multiplicities in its first
+index, maps declared only where used, entries stored unframed:
+:func:`~operators.state.encode_entry`; 6: a Flink job with one partition has no epoch
+merger), so that a checkpoint of another layout fails loud instead of being read
+wrongly."""
 
 
 class StateLayoutError(IvmflowError):
@@ -262,7 +264,16 @@ def stamp_checkpoint_dir(directory: str | os.PathLike[str], expected: str, resum
 def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> list[TaggedRow]:
     """Route updates to partitions (one row per partition and self-join copy) and
     broadcast closes to every partition."""
-    out: list[TaggedRow] = []
+    make = TaggedRow._make
+    return [make(t) for t in tag_rows(layout, numbered)]
+
+
+def tag_rows(layout: PartitionLayout, numbered: Iterable[NumberedRecord]
+             ) -> list[tuple[Any, ...]]:
+    """:func:`tag_records` as plain tuples in :class:`TaggedRow`'s field order: what the
+    runners send across their process boundaries (a named tuple costs a Python-level
+    ``__new__`` per row, and pickles slower)."""
+    out: list[tuple[Any, ...]] = []
     append = out.append
     route = layout.partitioner.route
     single = layout.partitions == 1  # no routing to do: the hot path of one partition
@@ -271,9 +282,7 @@ def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> 
     copies: dict[str, list[tuple[int, Any]]] = {}
     for n in numbered:
         if n.kind == CLOSE:
-            out.extend(
-                TaggedRow(p, n.seq, n.epoch, CLOSE, -1, None, 0, n.snapshot) for p in everyone
-            )
+            out.extend((p, n.seq, n.epoch, CLOSE, -1, None, 0, n.snapshot) for p in everyone)
             continue
         u = n.update
         assert u is not None
@@ -289,14 +298,15 @@ def tag_records(layout: PartitionLayout, numbered: Iterable[NumberedRecord]) -> 
             if t is None:
                 continue
             if single:
-                append(TaggedRow(0, seq, epoch, UPDATE, atom, t, dm, 0))
+                append((0, seq, epoch, UPDATE, atom, t, dm, 0))
             else:
                 for p in route(atom, t):
-                    append(TaggedRow(p, seq, epoch, UPDATE, atom, t, dm, 0))
+                    append((p, seq, epoch, UPDATE, atom, t, dm, 0))
     return out
 
 
-def bundle_by_partition(tagged: Iterable[TaggedRow]) -> Iterator[tuple[int, list[TaggedRow]]]:
+def bundle_by_partition(tagged: Iterable[tuple[Any, ...]]
+                        ) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
     """Group a batch's tagged rows per partition, each group in stream order: a runner
     sends one element per partition and batch across its process boundary, not one per
     update.
@@ -305,9 +315,9 @@ def bundle_by_partition(tagged: Iterable[TaggedRow]) -> Iterator[tuple[int, list
     >>> [(p, [r.seq for r in rs]) for p, rs in bundle_by_partition(rows)]
     [(1, [0, 2]), (0, [1])]
     """
-    per: dict[int, list[TaggedRow]] = {}
+    per: dict[int, list[tuple[Any, ...]]] = {}
     for t in tagged:
-        per.setdefault(t.partition, []).append(t)
+        per.setdefault(t[0], []).append(t)  # t[0]: TaggedRow.partition
     yield from per.items()
 
 

@@ -9,7 +9,8 @@ every partition) and emits one bundle per partition -> ``key_by(partition)`` ->
 :class:`PartitionFunction`, hosting the partition's engine and output finalizer ->
 ``key_by(epoch)`` -> :class:`EpochMerger`, which appends each partition's output of an
 epoch and, once every partition has closed it, sums the changes per row and writes the
-epoch atomically to the sink: O(rows) per epoch. Python operators exchange pickled
+epoch atomically to the sink: O(rows) per epoch (a run with one partition has no
+merger: the partition writes the sinks itself). Python operators exchange pickled
 objects in thread mode (typed tuples are an order of magnitude slower through PyFlink).
 
 State in Flink, per entry: every named map of the State protocol is a ``MapState``
@@ -32,7 +33,7 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,12 +130,17 @@ class PartitionFunction(KeyedProcessFunction):
     appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
     a restore rebuilds the cache from the MapStates and replays that list."""
 
-    def __init__(self, plan: WorkerPlan) -> None:
+    def __init__(self, plan: WorkerPlan, sinks: EpochSinks | None = None) -> None:
         self.plan = plan
+        self.sinks = sinks
+        """The run's sinks when this is its only partition: it writes each epoch itself
+        (its output is the merged output), with no merger behind it."""
         self.tasks: dict[int, tuple[PartitionTask, WriteBackState]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.profiling = Profiling("partition")
+        if self.sinks is not None:
+            self.sinks.open()
         self.maps = {
             name: runtime_context.get_map_state(
                 MapStateDescriptor(f"map:{name}", Types.STRING(), Types.PICKLED_BYTE_ARRAY())
@@ -185,6 +191,8 @@ class PartitionFunction(KeyedProcessFunction):
                 ms.remove(encode_key(k))
 
     def close(self) -> None:
+        if self.sinks is not None:
+            self.sinks.close()
         self.profiling.dump()
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
@@ -192,6 +200,7 @@ class PartitionFunction(KeyedProcessFunction):
 
     def _process(self, value: Any) -> Iterator[Any]:
         partition, rows = value  # rows: plain tuples of TaggedRow's fields
+        sinks = self.sinks
         task = self._task(partition)
         state = self.tasks[partition][1]
         start = 0
@@ -202,6 +211,9 @@ class PartitionFunction(KeyedProcessFunction):
             start = i + 1
             self._write_back(state)
             self.pending.clear()
+            if sinks is not None:
+                sinks.write(row[_EPOCH], row[_SNAPSHOT], merge_epoch_parts([out]))
+                continue
             # Plain tuples: an epoch's rows pickle and unpickle several times faster.
             yield EpochOutput(row[_EPOCH], row[_SNAPSHOT], tuple(map(tuple, out)))
         if start < len(rows):
@@ -220,6 +232,37 @@ class EpochOutput:
     """Plain tuples of :class:`~dataflow.partitioned.OutputRow`'s fields."""
 
 
+class EpochSinks:
+    """The delta and snapshot sinks of a run, opened in the operator that writes them:
+    each epoch once, in order (sinks skip epochs they already hold, so epochs replayed
+    after a restore are not written twice)."""
+
+    def __init__(self, deltas: str | None, snapshots: str | None,
+                 columns: tuple[str, ...], kafka_options: Sequence[str] = ()) -> None:
+        self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
+        self.kafka_options = list(kafka_options)
+        self.deltas: Any = None
+        self.snapshots: Any = None
+
+    def open(self) -> None:
+        opts = self.kafka_options
+        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
+        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts)
+
+    def write(self, epoch: int, snapshot: int,
+              merged: Mapping[tuple[str, int], list[tuple[int, Any]]]) -> None:
+        """Write the epoch's merged delta (and the snapshot its marker asked for)."""
+        if self.deltas is not None:
+            self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
+        if snapshot and self.snapshots is not None:
+            self.snapshots.write_snapshot(snapshot, merged.get(("snapshot", snapshot), []))
+
+    def close(self) -> None:
+        for sink in (self.deltas, self.snapshots):
+            if sink is not None:
+                sink.close()
+
+
 class EpochMerger(KeyedProcessFunction):
     """Keyed by epoch: appends each partition's :class:`EpochOutput` to the epoch's
     ``ListState`` and, when the last partition has closed the epoch, sums the changes
@@ -230,11 +273,9 @@ class EpochMerger(KeyedProcessFunction):
     runs at parallelism 1), and the sinks skip epochs they already hold, so after a
     restore every epoch is written exactly once."""
 
-    def __init__(self, partitions: int, deltas: str | None, snapshots: str | None,
-                 columns: tuple[str, ...], kafka_options: Sequence[str] = ()) -> None:
+    def __init__(self, partitions: int, sinks: EpochSinks) -> None:
         self.partitions = partitions
-        self.kafka_options = list(kafka_options)
-        self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
+        self.sinks = sinks
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.parts = runtime_context.get_list_state(
@@ -243,15 +284,11 @@ class EpochMerger(KeyedProcessFunction):
         self.closed = runtime_context.get_state(
             ValueStateDescriptor("partitions_closed", Types.INT())
         )
-        opts = self.kafka_options
-        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
-        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts)
+        self.sinks.open()
         self.profiling = Profiling("merger")
 
     def close(self) -> None:
-        for sink in (self.deltas, self.snapshots):
-            if sink is not None:
-                sink.close()
+        self.sinks.close()
         self.profiling.dump()
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
@@ -267,12 +304,7 @@ class EpochMerger(KeyedProcessFunction):
         parts = [*(self.parts.get() or []), part]
         self.parts.clear()
         self.closed.clear()
-        merged = merge_epoch_parts([p.rows for p in parts])
-        epoch, k = part.epoch, part.snapshot
-        if self.deltas is not None:
-            self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
-        if k and self.snapshots is not None:
-            self.snapshots.write_snapshot(k, merged.get(("snapshot", k), []))
+        self.sinks.write(part.epoch, part.snapshot, merge_epoch_parts([p.rows for p in parts]))
         return iter(())
 
 
@@ -457,12 +489,19 @@ class FlinkJob:
     def _partitions_and_merger(self, tagged: Any, deltas: str | None,
                                snapshots: str | None, kafka_options: Sequence[str] = ()
                                ) -> None:
-        """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink."""
+        """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink.
+        A run's only partition writes the sinks itself: its output needs no merging,
+        and an epoch's rows then cross no operator boundary."""
+        sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options)
+        partitions = self.layout.partitions
         outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
-            PartitionFunction(self.plan), output_type=Types.PICKLED_BYTE_ARRAY()
+            PartitionFunction(self.plan, sinks if partitions == 1 else None),
+            output_type=Types.PICKLED_BYTE_ARRAY()
         )
-        merger = EpochMerger(self.layout.partitions, deltas, snapshots,
-                             tuple(self.query.output_columns), kafka_options)
+        if partitions == 1:
+            outputs.print()  # emits nothing: the job needs a sink
+            return
+        merger = EpochMerger(partitions, sinks)
         outputs.key_by(lambda o: o.epoch, key_type=Types.INT()).process(
             merger, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1).print()

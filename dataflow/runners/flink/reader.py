@@ -15,7 +15,7 @@ from typing import Any
 from pyflink.datastream import RuntimeContext
 
 from core.epochs import CLOSE, NumberedRecord
-from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_records
+from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_rows
 
 __all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "Profiling", "ReadCounters"]
 
@@ -41,8 +41,7 @@ class ReadCounters:
         _q, layout = plan.compiled()
         # Plain tuples cross to the partitions: they pickle and unpickle several times
         # faster than named tuples (PartitionTask.process reads either).
-        for partition, rows in bundle_by_partition(tag_records(layout, numbered)):
-            yield partition, [tuple(r) for r in rows]
+        yield from bundle_by_partition(tag_rows(layout, numbered))
 
 
 

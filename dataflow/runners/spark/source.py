@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from connectors.files import read_updates_from_lines
 from core.epochs import CLOSE, EpochCursor
 from core.schema import Schema
-from dataflow.partitioned import WorkerPlan, tag_records
+from dataflow.partitioned import WorkerPlan, tag_rows
 
 SOURCE_NAME = "ivmflow_updates"
 TAGGED_SCHEMA = (
@@ -128,9 +128,10 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
         if self.plan is not None:
             # Tagged here, in the source: one Python stage less per micro-batch.
             _q, layout = self.plan.compiled()
-            return [(t.partition, t.seq, t.epoch, t.kind, t.atom,
-                     None if t.tuple is None else pickle.dumps(t.tuple), t.dm, t.snapshot)
-                    for t in tag_records(layout, numbered)], cursor
+            dumps = pickle.dumps
+            return [(p, seq, epoch, kind, atom, None if t is None else dumps(t), dm, snap)
+                    for p, seq, epoch, kind, atom, t, dm, snap in tag_rows(layout, numbered)
+                    ], cursor
         rows: list[tuple[Any, ...]] = []
         for n in numbered:
             if n.kind == CLOSE:
