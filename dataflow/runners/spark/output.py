@@ -2,9 +2,11 @@
 files by the driver.
 
 Each partition task emits one bundle per (kind, epoch): its consolidated changes,
-pickled. The bundles of a batch go to one task (a shuffle to a single partition: a
-batch's epochs must be written in order, each in its own transaction), which sums the
-partitions' bundles per epoch (:func:`~dataflow.partitioned.merge_bundles`) and then
+pickled. With a Kafka sink, the bundles of a batch go to one task (a shuffle to a
+single partition: a batch's epochs must be written in order, each in its own
+transaction; a run with one partition writes from that partition's task, whose output
+is already merged), which sums the partitions' bundles per epoch
+(:func:`~dataflow.partitioned.merge_bundles`) and then
 
 - for a kind whose sink is a Kafka topic, writes each epoch in one producer transaction
   from the executor (:class:`~connectors.kafka.KafkaDeltaSink`), and returns only
@@ -12,7 +14,8 @@ partitions' bundles per epoch (:func:`~dataflow.partitioned.merge_bundles`) and 
 - for a kind whose sink is a file, returns the merged rows to the driver, which writes
   them (the file is the driver's).
 
-So with Kafka sinks no delta row reaches the driver.
+So with Kafka sinks no delta row reaches the driver. Without one, the driver collects
+the bundles and merges them itself (:func:`merge_on_driver`): no extra stage.
 
 Exactly once: a Python worker keeps its sink open between batches (opening one costs
 three broker round trips). Opening fences every older producer with the run's
@@ -49,13 +52,12 @@ if TYPE_CHECKING:
     from connectors.kafka import KafkaDeltaSink, KafkaEndpoint
 
 WRITTEN_SCHEMA = "kind STRING, epoch INT, n LONG, rows BINARY"
-OUTPUT_COLUMNS = ["kind", "epoch", "n", "rows"]
 """What the writing task returns per (kind, epoch): the number of rows, and the merged
 rows themselves (pickled) only for a kind the driver writes (``rows`` is null for one
 written to Kafka)."""
 
-KIND_OF_SINK: Mapping[str, Literal["epoch", "snapshot"]] = {"delta": "epoch",
-                                                            "snapshot": "snapshot"}
+OUTPUT_COLUMNS = ["kind", "epoch", "n", "rows"]
+"""The pandas columns of :data:`WRITTEN_SCHEMA`."""
 
 
 @dataclass(frozen=True)
