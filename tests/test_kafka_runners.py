@@ -174,9 +174,10 @@ def test_unbounded_run_stops_cleanly_on_sigterm(runner: str, kafka_bootstrap: st
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_spark_writes_kafka_deltas_from_an_executor_not_through_the_driver(
         kafka_bootstrap: str, tmp_path: Path, parallelism: int) -> None:
-    """With a Kafka delta sink, the driver's sink is never handed a row: the one task
-    that merges a batch's bundles writes the topic (P=2), or the only partition's task
-    itself (P=1). Per-epoch deltas equal the local run's; the counters still add up."""
+    """With Kafka delta and snapshot sinks, the driver's sinks are never handed a row: the
+    one task that merges a batch's bundles writes the topics (P=2), or the only
+    partition's task itself (P=1). Per-epoch deltas and the snapshots equal the local
+    run's; the counters still add up."""
     pytest.importorskip("pyspark")
     from connectors.base import Outputs
     from dataflow.drive import DriveStats
@@ -186,23 +187,44 @@ def test_spark_writes_kafka_deltas_from_an_executor_not_through_the_driver(
         def write_epoch(self, delta: Any) -> None:
             raise AssertionError(f"the driver was handed epoch {delta.epoch}'s rows")
 
+        def write_snapshot(self, k: int, rows: Any) -> None:
+            raise AssertionError(f"the driver was handed snapshot {k}'s rows")
+
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(QUERY)
     updates = tmp_path / "u.csv"
     write_stream(updates, random_stream(21, n=80))
     expected = local_epochs(sql_path, updates, tmp_path)
-    topic = unique_name("deltas")
-    endpoint = kafka.parse_kafka_url(f"kafka://{kafka_bootstrap}/{topic}")
+    snapshots_file = tmp_path / "local-snapshots.csv"
+    subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--deltas",
+                            str(tmp_path / "d.csv"), "--snapshots", str(snapshots_file)),
+                   cwd=ROOT, check=True, timeout=120)
+    expected_snapshots: Epochs = {}
+    for line in snapshots_file.read_text().splitlines()[1:]:
+        f = line.split(",")
+        row = tuple(int(v) if v else None for v in f[2:])
+        expected_snapshots.setdefault(int(f[0]), Counter())[(int(f[1]), row)] += 1
+    topic, snap_topic = unique_name("deltas"), unique_name("snapshots")
     q = compile_query(QUERY)
-    sink = DriverMustNotWrite(endpoint, q.output_columns, transactional_id=unique_name("txn"))
+    sink = DriverMustNotWrite(kafka.parse_kafka_url(f"kafka://{kafka_bootstrap}/{topic}"),
+                              q.output_columns, transactional_id=unique_name("txn"))
+    snap_endpoint = kafka.parse_kafka_url(f"kafka://{kafka_bootstrap}/{snap_topic}")
+    snap_sink = DriverMustNotWrite(snap_endpoint, q.output_columns, kind="snapshot",
+                                   transactional_id=unique_name("snap"))
     stats = DriveStats()
     job = SparkJob(q, str(updates), epoch_size=None, parallelism=parallelism,
                    checkpoint=str(tmp_path / "ckpt"), batch_lines=9)
-    job.run(Outputs(sink), stats)
+    job.run(Outputs(sink, snap_sink), stats)
     got = topic_epochs(kafka_bootstrap, topic)
     assert len(expected) >= 3
     assert got == expected
     assert stats.delta_rows == sum(sum(c.values()) for c in expected.values())
+    got_snapshots: Epochs = {}
+    for k, mult, row in kafka.read_deltas(snap_endpoint, key="snapshot"):
+        values = tuple(int(v) if v is not None else None for v in row.values())
+        got_snapshots.setdefault(k, Counter())[(mult, values)] += 1
+    assert len(expected_snapshots) >= 2
+    assert got_snapshots == expected_snapshots
 
 
 def test_batch_writer_writes_each_epoch_once_and_fences_an_older_attempt(
