@@ -20,7 +20,16 @@ from typing import Any
 
 import pytest
 from kafka_broker import unique_name
-from test_runners import QUERIES, ROOT, SCHEMA, _ivmflow, _run_and_kill, random_stream, write_stream
+from test_runners import (
+    QUERIES,
+    ROOT,
+    SCHEMA,
+    _ivmflow,
+    _run_and_kill,
+    random_stream,
+    read_parts,
+    write_stream,
+)
 
 from core.records import EPOCH_END
 from dataflow.api import compile_query
@@ -37,12 +46,7 @@ def local_epochs(sql_path: Path, updates: Path, tmp: Path) -> Epochs:
     out = tmp / "local.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--deltas", str(out)),
                    cwd=ROOT, check=True, timeout=120)
-    epochs: Epochs = {}
-    for line in out.read_text().splitlines()[1:]:
-        f = line.split(",")
-        row = tuple(int(v) if v else None for v in f[2:])
-        epochs.setdefault(int(f[0]), Counter())[(int(f[1]), row)] += 1
-    return epochs
+    return read_parts(out)
 
 
 def topic_epochs(bootstrap: str, topic: str) -> Epochs:
@@ -199,11 +203,7 @@ def test_spark_writes_kafka_deltas_from_an_executor_not_through_the_driver(
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--deltas",
                             str(tmp_path / "d.csv"), "--snapshots", str(snapshots_file)),
                    cwd=ROOT, check=True, timeout=120)
-    expected_snapshots: Epochs = {}
-    for line in snapshots_file.read_text().splitlines()[1:]:
-        f = line.split(",")
-        row = tuple(int(v) if v else None for v in f[2:])
-        expected_snapshots.setdefault(int(f[0]), Counter())[(int(f[1]), row)] += 1
+    expected_snapshots = read_parts(snapshots_file)
     topic, snap_topic = unique_name("deltas"), unique_name("snapshots")
     q = compile_query(QUERY)
     sink = DriverMustNotWrite(kafka.parse_kafka_url(f"kafka://{kafka_bootstrap}/{topic}"),

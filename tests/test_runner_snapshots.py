@@ -6,29 +6,23 @@ the local runner's snapshot by snapshot, and the delta file its delta file."""
 from __future__ import annotations
 
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_runners import QUERIES, ROOT, SCHEMA, _ivmflow, random_stream, write_stream
+from test_runners import (
+    QUERIES,
+    ROOT,
+    SCHEMA,
+    Parts,
+    _ivmflow,
+    random_stream,
+    read_parts,
+    write_stream,
+)
 
 pytestmark = pytest.mark.integration
 
 QUERY = SCHEMA + QUERIES["endpoints_sum"] + ";\n"
-
-Parts = dict[int, Counter[tuple[int, tuple[int | None, ...]]]]
-
-
-def read_parts(path: Path) -> Parts:
-    """Per epoch (delta file) or snapshot number (snapshot file): its rows as a multiset
-    of (mult, values)."""
-    parts: Parts = {}
-    for line in path.read_text().splitlines()[1:]:
-        f = line.split(",")
-        row = tuple(int(v) if v else None for v in f[2:])
-        parts.setdefault(int(f[0]), Counter())[(int(f[1]), row)] += 1
-    return parts
-
 
 def run_cli(tmp: Path, runner: str, parallelism: int, sql: Path, updates: Path
             ) -> tuple[Parts, Parts]:

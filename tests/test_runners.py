@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,20 @@ def run_flink(sql: str, path: Path, epoch: int | None, parallelism: int,
     subprocess.run(_ivmflow(*args), cwd=ROOT, check=True, timeout=300,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
     return read_delta_csv(out)
+
+
+Parts = dict[int, Counter[tuple[int, tuple[Any, ...]]]]
+
+
+def read_parts(path: Path) -> Parts:
+    """A delta (or snapshot) CSV file as a multiset of ``(mult, values)`` per epoch (or
+    snapshot number); values are ints, NULL is None."""
+    parts: Parts = {}
+    for line in path.read_text().splitlines()[1:]:
+        f = line.split(",")
+        row = tuple(int(v) if v else None for v in f[2:])
+        parts.setdefault(int(f[0]), Counter())[(int(f[1]), row)] += 1
+    return parts
 
 
 def read_delta_csv(path: Path) -> list[Any]:
