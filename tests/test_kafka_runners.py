@@ -235,7 +235,7 @@ def test_batch_writer_writes_each_epoch_once_and_fences_an_older_attempt(
     once a writer has opened after it."""
     import pickle
 
-    import pandas as pd
+    pd = pytest.importorskip("pandas")  # comes with the spark (or flink) extra
 
     from connectors.kafka import KafkaFencedError
     from core.records import EpochDelta
