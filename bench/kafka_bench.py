@@ -46,7 +46,9 @@ RESULTS = ROOT / "bench" / "results"
 
 
 @contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
+def kafka_bootstrap(bootstrap: str | None) -> Iterator[str]:
+    """``bootstrap`` when given, else that of a ``noida-db`` broker process started for
+    the block (tests/kafka_broker.py); also used by spark_bench.py."""
     if bootstrap:
         yield bootstrap
         return
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, list[float]] = {}
     produce: dict[str, list[float]] = {}
     delta_rows = 0
-    with _broker(args.bootstrap) as bootstrap:
+    with kafka_bootstrap(args.bootstrap) as bootstrap:
         for rep in range(args.repeat):
             out = tmp / f"deltas-{rep}.csv"
             rows.setdefault("file -> file", []).append(

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kafka_bench import _broker as _kafka_broker  # noqa: E402
+from bench.kafka_bench import kafka_bootstrap  # noqa: E402
 from bench.workloads import make_workload  # noqa: E402
 from connectors.files import CollectingSink  # noqa: E402
 from core.epochs import EpochCursor  # noqa: E402
@@ -191,7 +191,7 @@ def run_overhead(args: argparse.Namespace) -> dict[str, Any]:
     q = compile_query(wl.sql)
     rows = []
     with contextlib.ExitStack() as stack:
-        bootstrap = (stack.enter_context(_kafka_broker(args.bootstrap))
+        bootstrap = (stack.enter_context(kafka_bootstrap(args.bootstrap))
                      if "kafka" in args.sinks else "")
         for par in args.parallelism:
             spark_session(None, par)

@@ -126,21 +126,11 @@ class PartitionProcessor(StatefulProcessor):
         # One output row per (kind, epoch) and partition, its rows pickled together: a
         # batch's output crosses Arrow, the shuffle-free collect and the driver as a few
         # blobs, not as one Spark row per delta row (a 4-hop join emits ~10 per update).
-        bundles = bundle_outputs(out)
-        if self.kafka:
-            # The run's only partition: its bundles are the merged output, written to
-            # Kafka from here without another Python hop (dataflow.runners.spark.output).
-            yield pd.DataFrame(write_bundles(bundles, self.kafka), columns=OUTPUT_COLUMNS)
-            return
-        dumps, top = pickle.dumps, pickle.HIGHEST_PROTOCOL
-        yield pd.DataFrame(
-            {
-                "kind": [kind for kind, _n in bundles],
-                "epoch": [n for _kind, n in bundles],
-                "n": [len(rows) for rows in bundles.values()],
-                "rows": [dumps(rows, top) for rows in bundles.values()],
-            }
-        )
+        # With self.kafka (only for the run's only partition, whose bundles are the
+        # merged output), the Kafka kinds are written from here, without another Python
+        # hop (dataflow.runners.spark.output); the other kinds go out pickled.
+        yield pd.DataFrame(write_bundles(bundle_outputs(out), self.kafka),
+                           columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
