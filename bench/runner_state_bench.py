@@ -68,16 +68,20 @@ def run_local(query: Path, updates: Path, warm_epochs: int) -> dict[str, Any]:
     q = compile_query(query.read_text())
     view = q.maintain()
     marks: dict[int, float] = {}
+    rows: dict[int, int] = {}
 
     def on_delta(d: Any) -> None:
         marks[d.epoch] = time.perf_counter()
+        rows[d.epoch] = len(d.rows)
 
     records = list(read_updates(str(updates), q.schema))
     stats = drive(view, records, epoch_size=EPOCH, on_delta=on_delta)
     steady = stats.updates - warm_epochs * EPOCH
     secs = marks[stats.epochs] - marks[warm_epochs]
+    steady_rows = sum(n for e, n in rows.items() if e > warm_epochs)
     return {"steady_updates": steady, "steady_s": secs, "us_per_update": 1e6 * secs / steady,
-            "state_entries": view.state_entries()}
+            "state_entries": view.state_entries(),
+            "delta_rows_per_epoch": steady_rows / (stats.epochs - warm_epochs)}
 
 
 def _committed_epoch(commit: Path) -> int:
@@ -102,10 +106,30 @@ def run_flink(query: Path, updates: Path, warm_epochs: int, parallelism: int,
     return run_cli("flink", query, updates, warm_epochs, parallelism, directory)
 
 
+def read_phases(prefix: Path, warm_epochs: int) -> dict[str, float]:
+    """The Flink partitions' phase logs (``IVMFLOW_FLINK_PHASES``) over the steady
+    epochs: per epoch, the milliseconds of engine, write-back and sinks, summed over the
+    partitions, and the state entries put and removed."""
+    per_epoch: dict[int, list[float]] = {}
+    for path in prefix.parent.glob(f"{prefix.name}.*.tsv"):
+        for line in path.read_text().splitlines():
+            epoch, *values = line.split("\t")
+            if int(epoch) > warm_epochs:
+                acc = per_epoch.setdefault(int(epoch), [0.0] * 6)
+                for i, v in enumerate(values):
+                    acc[i] += float(v)
+    n = len(per_epoch) or 1
+    sums = [sum(v[i] for v in per_epoch.values()) for i in range(6)]
+    return {"engine_ms": 1e3 * sums[0] / n, "write_back_ms": 1e3 * sums[1] / n,
+            "sink_ms": 1e3 * sums[2] / n, "puts": sums[3] / n, "removes": sums[4] / n,
+            "epochs": len(per_epoch)}
+
+
 def run_cli(runner: str, query: Path, updates: Path, warm_epochs: int, parallelism: int,
             directory: Path) -> dict[str, Any]:
     """``ivmflow run --runner RUNNER`` in a subprocess, from the update file to a delta
-    file, timed between delta-file commits (start-up and warm-up left out)."""
+    file, timed between delta-file commits (start-up and warm-up left out). A Flink run
+    also logs its phases per epoch (``IVMFLOW_FLINK_PHASES``, see :func:`read_phases`)."""
     deltas = directory / f"{runner}-{updates.stem}-p{parallelism}.csv"
     ckpt = directory / f"ckpt-{updates.stem}-p{parallelism}"
     commit = Path(f"{deltas}.commit")
@@ -134,11 +158,13 @@ def run_cli(runner: str, query: Path, updates: Path, warm_epochs: int, paralleli
     start = time.perf_counter()
     extra = [] if runner == "local" else ["--parallelism", str(parallelism),
                                           "--checkpoint", str(ckpt)]
+    phases = directory / f"phases-{runner}-{updates.stem}-p{parallelism}"
     proc = subprocess.run(
         [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
          "--runner", runner, "--epoch", str(EPOCH), "--deltas", str(deltas), "-q", *extra],
         cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=3600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "IVMFLOW_FLINK_PHASES": str(phases)},
+        timeout=3600,
     )
     total = time.perf_counter() - start
     done.set()
@@ -152,9 +178,12 @@ def run_cli(runner: str, query: Path, updates: Path, warm_epochs: int, paralleli
     steady_epochs = last - warm_epochs
     secs = marks[last] - marks[warm_epochs]
     size = max(sizes)
-    return {"steady_updates": steady_epochs * EPOCH, "steady_s": secs,
-            "us_per_update": 1e6 * secs / (steady_epochs * EPOCH), "run_s": total,
-            "checkpoint_bytes": size, "deltas": deltas.read_text()}
+    out = {"steady_updates": steady_epochs * EPOCH, "steady_s": secs,
+           "us_per_update": 1e6 * secs / (steady_epochs * EPOCH), "run_s": total,
+           "checkpoint_bytes": size, "deltas": deltas.read_text()}
+    if runner == "flink":
+        out["phases"] = read_phases(phases, warm_epochs)
+    return out
 
 
 def slope(points: list[tuple[float, float]]) -> float:
@@ -166,11 +195,12 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
 
 
-def slopes_by_runner(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per (runner, parallelism): the log-log slope of us/update over the window W."""
+def slopes_by_runner(rows: list[dict[str, Any]], field: str = "us_per_update"
+                     ) -> dict[str, float]:
+    """Per (runner, parallelism): the log-log slope of ``field`` over the window W."""
     slopes = {}
     for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
-        pts = [(r["window"], r["us_per_update"]) for r in rows
+        pts = [(r["window"], r[field]) for r in rows
                if (r["runner"], r["parallelism"]) == key]
         slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
     return slopes
@@ -225,7 +255,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{rows[-1]['ratio_to_local_cli']:.1f}x the local runner end to end), "
                       f"checkpoint "
                       f"{res['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
+    # An epoch's net change is not the same at every W: at a small W its 1000 updates
+    # hit fewer distinct nodes, so more of them coalesce (fewer delta rows and written
+    # entries per epoch). Cost per delta row divides that out.
+    rows_per_epoch = {r["window"]: r["delta_rows_per_epoch"] for r in rows
+                      if r["runner"] == "local"}
+    for r in rows:
+        r["us_per_delta_row"] = r["us_per_update"] * EPOCH / rows_per_epoch[r["window"]]
     slopes = slopes_by_runner(rows)
+    slopes_per_row = slopes_by_runner(rows, "us_per_delta_row")
     print()
     print("| runner | P | W | us/update (steady) | x local engine | x local end to end "
           "| checkpoint MiB | state entries |")
@@ -239,9 +277,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['us_per_update']:.1f} | {ratio} | {ratio_cli} | {ck} | {ent} |")
     print()
     for k, v in slopes.items():
-        print(f"log-log slope of steady us/update vs W, {k}: {v:.2f}")
+        print(f"log-log slope of steady us/update vs W, {k}: {v:.2f} "
+              f"(per delta row: {slopes_per_row[k]:.2f})")
+    print()
+    print("Steady epoch, phase by phase (Flink partitions' own clocks, summed over them):")
+    print("| P | W | delta rows/epoch | engine ms | write-back ms | sink or emit ms "
+          "| entries put | removed | us/delta row |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ph = r.get("phases")
+        if ph:
+            print(f"| {r['parallelism']} | {r['window']} | {rows_per_epoch[r['window']]:.0f} "
+                  f"| {ph['engine_ms']:.1f} | {ph['write_back_ms']:.1f} | {ph['sink_ms']:.1f} "
+                  f"| {ph['puts']:.0f} | {ph['removes']:.0f} | {r['us_per_delta_row']:.1f} |")
     result = {"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges, "rows": rows,
-              "slopes": slopes}
+              "slopes": slopes, "slopes_per_delta_row": slopes_per_row}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

@@ -366,7 +366,17 @@ class PartitionTask:
     def process(self, rows: Sequence[Sequence[Any]]) -> list[OutputRow]:
         """Apply ``rows`` (:class:`TaggedRow`, or plain tuples of its fields as the
         runners ship them) in stream order; the changes of the epochs they close."""
-        out: list[OutputRow] = []
+        return [OutputRow(kind, n, mult, row)
+                for (kind, n), part in self.process_bundles(rows).items()
+                for mult, row in part]
+
+    def process_bundles(self, rows: Sequence[Sequence[Any]]
+                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+        """:meth:`process`, its changes grouped per (kind, number) as the finalizer
+        gives them (consolidated, sorted ``(mult, row)`` lists; what
+        :func:`bundle_outputs` makes of :meth:`process`'s rows), with no object built
+        per change: what a runner that writes or ships bundles wants."""
+        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
         nodes = self.atom_nodes
         for _p, seq, epoch, kind, atom, t, dm, snapshot in sorted(rows, key=_SEQ):
             if kind == UPDATE:
@@ -381,13 +391,15 @@ class PartitionTask:
                 node.apply(t, dm)
                 continue
             raw = self.engine.take_delta()
-            for mult, row in self.finalizer.epoch(raw):
-                out.append(OutputRow("delta", epoch, mult, row))
+            delta = self.finalizer.epoch(raw)
+            if delta:
+                out[("delta", epoch)] = delta
             if self._meta is not None and self._meta.get("emitted_once") is not True:
                 self._meta["emitted_once"] = self.finalizer.emitted_once
             if snapshot:
                 full = self.finalizer.snapshot(self.engine.full())
-                out.extend(OutputRow("snapshot", snapshot, m, row) for m, row in full)
+                if full:
+                    out[("snapshot", snapshot)] = full
         return out
 
     def dump(self) -> bytes:

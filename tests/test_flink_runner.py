@@ -176,6 +176,36 @@ def test_a_failing_job_fails_loud_with_the_workers_error(tmp_path: Path) -> None
 
 
 
+@pytest.mark.integration
+def test_the_phase_log_has_a_line_per_epoch_with_its_rows(tmp_path: Path) -> None:
+    """IVMFLOW_FLINK_PHASES (what bench/runner_state_bench.py reads): one line per
+    closed epoch, its phases' seconds, the entries written back and the rows out, which
+    add up to the delta file's rows."""
+    pytest.importorskip("pyflink")
+    from dataflow.runners.flink.reader import PhaseLog
+
+    q = ROOT / "examples" / "paths.sql"
+    u = tmp_path / "u.csv"
+    u.write_text("".join(f"+,follows,{i % 7},{(i * 3) % 7}\n" for i in range(1, 60)
+                         if i % 7 != (i * 3) % 7))
+    out = tmp_path / "o.csv"
+    prefix = tmp_path / "phases"
+    done = subprocess.run([sys.executable, "-m", "dataflow", "run", str(q), "--updates",
+                           str(u), "--runner", "flink", "--epoch", "10", "--deltas",
+                           str(out), "-q"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                            "IVMFLOW_FLINK_PHASES": str(prefix)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = list(tmp_path.glob("phases.*.tsv"))
+    assert len(logs) == 1, logs
+    lines = [line.split("\t") for line in logs[0].read_text().splitlines()]
+    assert all(len(f) == len(PhaseLog.FIELDS) for f in lines)
+    assert [int(f[0]) for f in lines] == list(range(1, len(lines) + 1)) and len(lines) >= 4
+    assert all(float(x) >= 0 for f in lines for x in f[1:4])
+    assert sum(int(f[4]) for f in lines) > 0
+    delta_rows = len(out.read_text().splitlines()) - 1  # the header
+    assert sum(int(f[6]) for f in lines) == delta_rows
+
 
 def _local_deltas(q: Path, updates: Path, tmp: Path) -> str:
     out = tmp / "local.csv"

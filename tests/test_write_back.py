@@ -20,7 +20,13 @@ import pytest
 from core.epochs import EpochCursor
 from core.records import EPOCH_END, Record, Update
 from dataflow.api import compile_query
-from dataflow.partitioned import PartitionLayout, PartitionTask, merge_outputs, tag_records
+from dataflow.partitioned import (
+    PartitionLayout,
+    PartitionTask,
+    bundle_outputs,
+    merge_outputs,
+    tag_records,
+)
 from operators.state import TrackedMap, WriteBackState, encode_key
 
 G = "CREATE TABLE G(src INT, dst INT);\n"
@@ -109,6 +115,29 @@ def test_the_written_back_entries_equal_the_cache_after_every_epoch(name: str, s
         assert stored == _as_stored(state), f"{name}: the store lost a change at epoch {row.epoch}"
     assert closes > 5
     assert merge_outputs(out) == reference
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_process_bundles_are_the_rows_of_process_grouped_per_epoch(name: str) -> None:
+    """What the Flink partition at P=1 writes and Spark ships (process_bundles) is what
+    the merger would make of process's rows, epoch by epoch, deltas and snapshots."""
+    sql, eps = QUERIES[name]
+    q = compile_query(G + sql, eps=eps, view_trees=True) if eps is not None \
+        else compile_query(G + sql)
+    layout = PartitionLayout(q, 1)
+    tagged = tag_records(layout, EpochCursor().number(_stream(3), final=True))
+    rows_task = PartitionTask(q, layout, None)
+    bundles_task = PartitionTask(q, layout, state=WriteBackState())
+    start = kinds = 0
+    for i, row in enumerate(tagged):
+        if row.kind != "c":
+            continue
+        part = tagged[start:i + 1]
+        start = i + 1
+        bundles = bundles_task.process_bundles(part)
+        assert bundles == bundle_outputs(rows_task.process(part)), f"{name}: epoch {row.epoch}"
+        kinds |= (1 if ("delta", row.epoch) in bundles else 0) | (2 if row.snapshot else 0)
+    assert kinds == 3, "the stream must close epochs with deltas and take snapshots"
 
 
 def test_a_map_of_counts_reads_at_dict_speed_and_switches_on_a_mutable_value() -> None:

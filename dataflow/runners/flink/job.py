@@ -36,6 +36,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 from pyflink.common import Configuration, Types, WatermarkStrategy
@@ -64,7 +65,7 @@ from dataflow.partitioned import (
     merge_epoch_parts,
     stamp_checkpoint_dir,
 )
-from dataflow.runners.flink.reader import Profiling
+from dataflow.runners.flink.reader import PhaseLog, Profiling
 from operators.state import WriteBackState, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
@@ -139,6 +140,7 @@ class PartitionFunction(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.profiling = Profiling("partition")
+        self.phases = PhaseLog()
         if self.sinks is not None:
             self.sinks.open()
         self.maps = {
@@ -175,8 +177,12 @@ class PartitionFunction(KeyedProcessFunction):
         self.tasks[partition] = (task, state)
         return task
 
-    def _write_back(self, state: WriteBackState) -> None:
+    def _write_back(self, state: WriteBackState) -> tuple[int, int]:
+        """Write the epoch's changed entries to the MapStates; (entries put, removed)."""
+        n_puts = n_gone = 0
         for name, puts, gone in state.changes():
+            n_puts += len(puts)
+            n_gone += len(gone)
             ms = self.maps[name]
             if puts:
                 raw = self.raw_put_all[name]
@@ -189,11 +195,13 @@ class PartitionFunction(KeyedProcessFunction):
                     ms.put_all({encode_key(k): (k, v) for k, v in puts.items()})
             for k in gone:
                 ms.remove(encode_key(k))
+        return n_puts, n_gone
 
     def close(self) -> None:
         if self.sinks is not None:
             self.sinks.close()
         self.profiling.dump()
+        self.phases.dump()
 
     def process_element(self, value: Any, ctx: Any) -> Iterator[Any]:
         yield from self.profiling.run(self._process, value)
@@ -204,18 +212,28 @@ class PartitionFunction(KeyedProcessFunction):
         task = self._task(partition)
         state = self.tasks[partition][1]
         start = 0
+        phases = self.phases
         for i, row in enumerate(rows):
             if row[_KIND] != CLOSE:
                 continue
-            out = task.process(rows[start:i + 1])
+            t0 = perf_counter() if phases.on else 0.0
+            # An epoch's changes per (kind, number), as the finalizer made them.
+            out = task.process_bundles(rows[start:i + 1])
             start = i + 1
-            self._write_back(state)
+            t1 = perf_counter() if phases.on else 0.0
+            written = self._write_back(state)
             self.pending.clear()
+            t2 = perf_counter() if phases.on else 0.0
             if sinks is not None:
-                sinks.write(row[_EPOCH], row[_SNAPSHOT], merge_epoch_parts([out]))
-                continue
-            # Plain tuples: an epoch's rows pickle and unpickle several times faster.
-            yield EpochOutput(row[_EPOCH], row[_SNAPSHOT], tuple(map(tuple, out)))
+                # The only partition: its bundles are the epoch's merged output.
+                sinks.write(row[_EPOCH], row[_SNAPSHOT], out)
+            else:
+                # Plain tuples: an epoch's rows pickle and unpickle several times faster.
+                yield EpochOutput(row[_EPOCH], row[_SNAPSHOT], tuple(
+                    (kind, n, mult, r) for (kind, n), part in out.items() for mult, r in part))
+            if phases.on:
+                phases.add(row[_EPOCH], t1 - t0, t2 - t1, perf_counter() - t2, *written,
+                           sum(map(len, out.values())))
         if start < len(rows):
             task.process(rows[start:])
             self.pending.add(rows[start:])

@@ -17,7 +17,7 @@ from pyflink.datastream import RuntimeContext
 from core.epochs import CLOSE, NumberedRecord
 from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_rows
 
-__all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "Profiling", "ReadCounters"]
+__all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "PhaseLog", "Profiling", "ReadCounters"]
 
 UNBOUNDED_TICKS = 2**62
 IDLE_SLEEP_S = 0.2
@@ -73,3 +73,30 @@ class Profiling:
     def dump(self) -> None:
         if self.profile is not None:
             self.profile.dump_stats(self.path)
+
+
+class PhaseLog:
+    """``IVMFLOW_FLINK_PHASES=PREFIX``: a partition appends one line per epoch it closes
+    to ``PREFIX.<pid>.<id>.tsv``: the epoch, the seconds of its engine and finalizer,
+    of the write-back and of the sinks (0 where a merger writes them), the state entries
+    put and removed, and the rows out. Plain clocks, no profiler: what a steady epoch
+    costs, phase by phase (``bench/runner_state_bench.py`` reads it). Off (no cost but
+    a branch) otherwise."""
+
+    FIELDS = ("epoch", "engine_s", "write_back_s", "sink_s", "puts", "removes", "rows")
+
+    def __init__(self) -> None:
+        prefix = os.environ.get("IVMFLOW_FLINK_PHASES")
+        self.on = bool(prefix)
+        self.path = f"{prefix}.{os.getpid()}.{id(self)}.tsv" if prefix else ""
+        self.lines: list[str] = []
+
+    def add(self, *values: float) -> None:
+        self.lines.append("\t".join(map(str, values)))
+
+    def dump(self) -> None:
+        """Append the lines so far (at close: the log costs no I/O per epoch)."""
+        if self.on and self.lines:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in self.lines))
+            self.lines = []

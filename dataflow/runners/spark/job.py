@@ -38,7 +38,6 @@ from dataflow.partitioned import (
     PartitionLayout,
     PartitionTask,
     WorkerPlan,
-    bundle_outputs,
     stamp_checkpoint_dir,
     tag_records,
 )
@@ -108,7 +107,7 @@ class PartitionProcessor(StatefulProcessor):
             tagged.extend((part, seq, epoch, kind, atom, None if tup is None else loads(tup),
                            dm, snap) for seq, epoch, kind, atom, tup, dm, snap in zip(*cols))
         t2 = clock()
-        out = task.process(tagged)
+        out = task.process_bundles(tagged)
         t3 = clock()
         # The open epoch's accumulated delta lives outside the maps; an epoch may span
         # batches, so it travels with the stamp (O(the open epoch's changes)).
@@ -119,7 +118,8 @@ class PartitionProcessor(StatefulProcessor):
         if _TRACE:
             end = time.time()
             _trace(task_start=end - (t4 - t0), task_end=end, partition=part,
-                   rows=len(tagged), out=len(out), cache_s=t1 - t0, read_s=t2 - t1,
+                   rows=len(tagged), out=sum(map(len, out.values())), cache_s=t1 - t0,
+                   read_s=t2 - t1,
                    engine_s=t3 - t2, write_back_s=t4 - t3, written=self.store.written,
                    rebuilds=self.store.rebuilds, catchups=self.store.catchups,
                    **self.store.times)
@@ -129,7 +129,7 @@ class PartitionProcessor(StatefulProcessor):
         # With self.kafka (only for the run's only partition, whose bundles are the
         # merged output), the Kafka kinds are written from here, without another Python
         # hop (dataflow.runners.spark.output); the other kinds go out pickled.
-        yield pd.DataFrame(write_bundles(bundle_outputs(out), self.kafka),
+        yield pd.DataFrame(write_bundles(out, self.kafka),
                            columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
