@@ -226,6 +226,37 @@ def read_only_get(m: MutableMapping[Any, Any]) -> Callable[..., Any]:
     return dict.get.__get__(m) if isinstance(m, dict) else m.get
 
 
+class _Tag:
+    """Marks a stored key as one element of a container value (see :class:`TrackedMap`):
+    ``(MEMBER, key, element)`` for a set, ``(ITEM, key, item key)`` for a dict. Pickles
+    as a reference to its module-level name, so it loads as the same object."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:  # encode_key's text of it: no plain value reads like this
+        return f"<{self.name}>"
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
+MEMBER = _Tag("MEMBER")
+"""Tag of a stored set member: ``(MEMBER, key, element) -> None``."""
+ITEM = _Tag("ITEM")
+"""Tag of a stored dict item: ``(ITEM, key, item key) -> item value``."""
+
+
+BIG_CONTAINER = 64
+"""A set or dict value with more elements than this is stored one entry per element
+(see :class:`TrackedMap`)."""
+SMALL_CONTAINER = 16
+"""A value stored per element goes back to one entry once it has fewer elements than
+this (far below BIG_CONTAINER, so a value near the bound does not switch every epoch)."""
+
+
 class TrackedMap(dict[Any, Any]):
     """A dict that remembers which keys may have changed since :meth:`take_dirty`.
 
@@ -236,17 +267,32 @@ class TrackedMap(dict[Any, Any]):
     mutable value marks its key too, and ``items()``/``values()`` mark every key
     (operators that walk a whole map, like a major rebalance, pay O(map) anyway).
 
+    A marked key's value is written back whole. That is right for the small groups and
+    buckets most keys hold, not for a big one: the root's group holds every top tuple
+    of the partition, and rewriting it whole at every epoch that changes it would make
+    an epoch cost O(state). So a set or dict value of over :data:`BIG_CONTAINER`
+    elements is stored one entry per element (``(MEMBER, key, element) -> None``,
+    ``(ITEM, key, item key) -> value``): at write-back it becomes a
+    :class:`TrackedSet` / :class:`TrackedDict`, which notes each element it gains or
+    loses in ``elements`` (reads of it mark nothing), and only those are written.
+
     >>> m = TrackedMap(); m["b"] = 2; m["a"] = {1}; _ = m.take_dirty()
     >>> m["a"].add(3); m.get("b"); sorted(m.take_dirty())
     2
     ['a']
     """
 
-    __slots__ = ("dirty",)
+    __slots__ = ("dirty", "elements", "tag")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.dirty: set[Any] = set()
+        self.elements: dict[Any, set[Any]] = {}
+        """Key -> the elements its per-element value gained or lost since the last
+        :meth:`take_elements` (filled by the TrackedSet/TrackedDict values)."""
+        self.tag: _Tag | None = None
+        """MEMBER or ITEM once a value is stored per element (a map holds sets or
+        dicts, not both)."""
         self.note_values(dict.values(self))
 
     def note_values(self, values: Iterable[Any]) -> None:
@@ -259,6 +305,35 @@ class TrackedMap(dict[Any, Any]):
         """The keys touched since the last call (present or removed now)."""
         out, self.dirty = self.dirty, set()
         return out
+
+    def take_elements(self) -> dict[Any, set[Any]]:
+        """Per key stored per element, the elements changed since the last call."""
+        # The values note into this very dict (TrackedSet.record): cleared, not swapped.
+        out = self.elements.copy()
+        self.elements.clear()
+        return out
+
+    def track(self, key: Any, value: set[Any] | dict[Any, Any]) -> TrackedSet | TrackedDict:
+        """Replace ``key``'s set or dict value by its per-element kind (nothing noted)."""
+        tag = MEMBER if isinstance(value, set) else ITEM
+        if self.tag is None:
+            self.tag = tag
+        elif self.tag is not tag:
+            msg = "a map stores sets or dicts per element, not both"
+            raise TypeError(msg)
+        tracked: TrackedSet | TrackedDict = (
+            TrackedSet(value) if tag is MEMBER else TrackedDict(value))
+        tracked.record, tracked.key = self.elements, key
+        dict.__setitem__(self, key, tracked)
+        return tracked
+
+    def _release(self, key: Any) -> None:
+        """``key``'s value is about to leave the map: if stored per element, note all its
+        elements (their entries must go) and detach it."""
+        old = dict.get(self, key)
+        if type(old) is TrackedSet or type(old) is TrackedDict:
+            self.elements.setdefault(key, set()).update(old)
+            old.record = None
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.dirty.add(key)
@@ -278,18 +353,20 @@ class TrackedMap(dict[Any, Any]):
 
     def pop(self, key: Any, *default: Any) -> Any:
         self.dirty.add(key)
+        self._release(key)
         return dict.pop(self, key, *default)
 
     def popitem(self) -> tuple[Any, Any]:
-        key, value = dict.popitem(self)
-        self.dirty.add(key)
-        return key, value
+        key = next(reversed(dict.keys(self)))
+        return key, self.pop(key)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 
     def clear(self) -> None:
+        for key in list(dict.keys(self)):
+            self._release(key)
         self.dirty.update(dict.keys(self))
         dict.clear(self)
 
@@ -298,36 +375,231 @@ class TrackedMap(dict[Any, Any]):
         return self
 
 
+class TrackedSet(set[Any]):
+    """A set value of a :class:`TrackedMap`: notes every element it gains or loses in
+    the map's change record (``record``) under its key. Pickles as a plain set.
+
+    >>> m = TrackedMap(); m[1] = {2}; _ = m.take_elements(); g = m[1]
+    >>> g.add(3); g.discard(2); g.discard(9); sorted(m.take_elements()[1])
+    [2, 3, 9]
+    """
+
+    __slots__ = ("key", "record")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.record: dict[Any, set[Any]] | None = None
+        """The owning map's change record (None outside a map)."""
+        self.key: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (set, (list(self),))
+
+    def _note(self, element: Any) -> None:
+        record = self.record
+        if record is not None:
+            changed = record.get(self.key)
+            if changed is None:
+                record[self.key] = {element}
+            else:
+                changed.add(element)
+
+    def add(self, element: Any) -> None:
+        # _note inlined: add and discard are the join nodes' hot path.
+        record = self.record
+        if record is not None:
+            changed = record.get(self.key)
+            if changed is None:
+                record[self.key] = {element}
+            else:
+                changed.add(element)
+        set.add(self, element)
+
+    def discard(self, element: Any) -> None:
+        record = self.record
+        if record is not None:
+            changed = record.get(self.key)
+            if changed is None:
+                record[self.key] = {element}
+            else:
+                changed.add(element)
+        set.discard(self, element)
+
+    def remove(self, element: Any) -> None:
+        set.remove(self, element)
+        self._note(element)
+
+    def pop(self) -> Any:
+        element = set.pop(self)
+        self._note(element)
+        return element
+
+    def clear(self) -> None:
+        for element in self:
+            self._note(element)
+        set.clear(self)
+
+    def update(self, *others: Iterable[Any]) -> None:
+        for other in others:
+            for element in other:
+                self.add(element)
+
+    def difference_update(self, *others: Iterable[Any]) -> None:
+        for other in others:
+            for element in other:
+                self.discard(element)
+
+    def intersection_update(self, *others: Iterable[Any]) -> None:
+        keep = set(self).intersection(*others)
+        self.difference_update([e for e in self if e not in keep])
+
+    def symmetric_difference_update(self, other: Iterable[Any]) -> None:
+        for element in set(other):
+            if element in self:
+                self.discard(element)
+            else:
+                self.add(element)
+
+    def __ior__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.update(other)
+        return self
+
+    def __isub__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.difference_update(other)
+        return self
+
+    def __iand__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.intersection_update(other)
+        return self
+
+    def __ixor__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.symmetric_difference_update(other)
+        return self
+
+
+class TrackedDict(dict[Any, Any]):
+    """A dict value of a :class:`TrackedMap` (a bucket of item -> count): notes every
+    item key it sets or removes in the map's change record under its key. Reads are
+    plain dict reads. Its items' values must be immutable (they are counts). Pickles as
+    a plain dict.
+
+    >>> m = TrackedMap(); m[1] = {"a": 1}; _ = m.take_elements(); b = m[1]
+    >>> b["a"] = 2; del b["a"]; b["c"] = 1; sorted(m.take_elements()[1])
+    ['a', 'c']
+    """
+
+    __slots__ = ("key", "record")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.record: dict[Any, set[Any]] | None = None
+        """The owning map's change record (None outside a map)."""
+        self.key: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+    def _note(self, item: Any) -> None:
+        record = self.record
+        if record is not None:
+            changed = record.get(self.key)
+            if changed is None:
+                record[self.key] = {item}
+            else:
+                changed.add(item)
+
+    def __setitem__(self, item: Any, value: Any) -> None:
+        record = self.record  # _note inlined: the join nodes' hot path
+        if record is not None:
+            changed = record.get(self.key)
+            if changed is None:
+                record[self.key] = {item}
+            else:
+                changed.add(item)
+        dict.__setitem__(self, item, value)
+
+    def __delitem__(self, item: Any) -> None:
+        dict.__delitem__(self, item)
+        self._note(item)
+
+    def setdefault(self, item: Any, default: Any = None) -> Any:
+        self._note(item)
+        return dict.setdefault(self, item, default)
+
+    def pop(self, item: Any, *default: Any) -> Any:
+        self._note(item)
+        return dict.pop(self, item, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        item, value = dict.popitem(self)
+        self._note(item)
+        return item, value
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for item, value in dict(*args, **kwargs).items():
+            self[item] = value
+
+    def clear(self) -> None:
+        for item in self:
+            self._note(item)
+        dict.clear(self)
+
+    def __ior__(self, other: Any) -> TrackedDict:  # type: ignore[misc]
+        self.update(other)
+        return self
+
+
 class _MutableTrackedMap(TrackedMap):
     """A :class:`TrackedMap` that holds mutable values: a read of one marks its key (the
     caller may change the value in place), and so does every key walked by ``items()``
-    or ``values()``. Same layout as its base, so a map switches by ``__class__``."""
+    or ``values()``; values stored per element note their own changes and are not
+    marked. Same layout as its base, so a map switches by ``__class__``."""
 
     __slots__ = ()
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if self.tag is not None:
+            if dict.get(self, key) is value:
+                return  # a value stored per element, stored again: nothing changes
+            self._release(key)
         self.dirty.add(key)  # already switched: no check of the value's type
         dict.__setitem__(self, key, value)
 
+    def __delitem__(self, key: Any) -> None:
+        self.dirty.add(key)
+        if self.tag is not None:
+            self._release(key)
+        dict.__delitem__(self, key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.dirty.add(key)
+        return dict.setdefault(self, key, default)
+
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
-        if not isinstance(value, _IMMUTABLE):
+        if not isinstance(value, _UNMARKED):
             self.dirty.add(key)
         return value
 
     def get(self, key: Any, default: Any = None) -> Any:
         value = dict.get(self, key, default)
-        if value is not default and not isinstance(value, _IMMUTABLE):
+        if value is not default and not isinstance(value, _UNMARKED):
             self.dirty.add(key)
         return value
 
     def items(self) -> Any:
-        self.dirty.update(dict.keys(self))
+        self.dirty.update(k for k, v in dict.items(self) if not isinstance(v, _UNMARKED))
         return dict.items(self)
 
     def values(self) -> Any:
-        self.dirty.update(dict.keys(self))
+        self.dirty.update(k for k, v in dict.items(self) if not isinstance(v, _UNMARKED))
         return dict.values(self)
+
+
+_CONTAINERS = (TrackedSet, TrackedDict)
+_UNMARKED = (*_IMMUTABLE, *_CONTAINERS)
+"""Values a read does not mark: immutable ones, and those that note their own changes."""
+_ABSENT = object()
 
 
 class WriteBackState:
@@ -356,37 +628,123 @@ class WriteBackState:
         return sorted(self._maps)
 
     def changes(self) -> list[tuple[str, dict[Any, Any], list[Any]]]:
-        """Per map with changes: (name, key -> new value, removed keys); resets the
-        tracking."""
+        """Per map with changes: (name, stored key -> new value, removed stored keys);
+        resets the tracking. A stored key is a map key, or for an element of a value
+        stored per element ``(MEMBER, key, element)`` / ``(ITEM, key, item key)``."""
         out = []
         for name, m in self._maps.items():
             dirty = m.take_dirty()
-            if not dirty:
+            elements = m.take_elements() if m.elements else None
+            if not dirty and not elements:
                 continue
-            present = dirty & dict.keys(m)
-            # The values by C-level calls (the map's own __getitem__ may mark keys).
-            puts = dict(zip(present, map(dict.__getitem__.__get__(m), present)))
-            out.append((name, puts, list(dirty - present)))
+            get = dict.get.__get__(m)
+            puts: dict[Any, Any] = {}
+            gone: list[Any] = []
+            for key in dirty:
+                value = get(key, _ABSENT)
+                if value is _ABSENT:
+                    gone.append(key)
+                elif type(value) in _CONTAINERS:
+                    continue  # stored per element: its own record says what changed
+                elif type(value) in (set, dict) and len(value) > BIG_CONTAINER:
+                    tracked: Any = m.track(key, value)
+                    gone.append(key)  # its whole entry, if it had one
+                    tag = m.tag
+                    if tag is MEMBER:
+                        puts.update(dict.fromkeys([(tag, key, e) for e in tracked]))
+                    else:
+                        puts.update({(tag, key, e): v for e, v in dict.items(tracked)})
+                else:
+                    puts[key] = value
+            if elements:
+                _element_changes(m, elements, puts, gone)
+            out.append((name, puts, gone))
         return out
 
     def load(self, name: str, entries: Iterable[tuple[Any, Any]]) -> None:
         """Fill map ``name`` from the store (restore); nothing is marked changed."""
         m = self.map(name)
         for k, v in entries:
-            dict.__setitem__(m, k, v)
+            _store(m, k, v)
         m.note_values(dict.values(m))
 
     def apply_stored(self, name: str, puts: dict[Any, Any], gone: Iterable[Any]) -> None:
         """Apply changes another worker wrote to the store (a catch-up); nothing is
-        marked changed."""
+        marked changed. Removals first: a value that changes how it is stored (whole,
+        per element) loses its old entries and gains its new ones in one write-back."""
         m = self.map(name)
-        dict.update(m, puts)
         for k in gone:
-            dict.pop(m, k, None)
-        m.note_values(puts.values())
+            if type(k) is tuple and len(k) == 3 and type(k[0]) is _Tag:
+                container: Any = dict.get(m, k[1])
+                if type(container) in _CONTAINERS:
+                    # C-level removal: nothing noted as changed.
+                    (set.discard if k[0] is MEMBER else _dict_pop)(container, k[2])
+                    if not container:
+                        container.record = None
+                        dict.__delitem__(m, k[1])
+            else:
+                old: Any = dict.pop(m, k, None)
+                if type(old) in _CONTAINERS:
+                    old.record = None
+        for k, v in puts.items():
+            _store(m, k, v)
+        m.note_values(dict.values(m) if m.tag is not None else puts.values())
 
     def entries(self) -> int:
         return sum(len(m) for m in self._maps.values())
+
+
+def _element_changes(m: TrackedMap, elements: dict[Any, set[Any]],
+                     puts: dict[Any, Any], gone: list[Any]) -> None:
+    """The stored entries of the per-element values' changes (see :class:`TrackedMap`);
+    a value that shrank below SMALL_CONTAINER goes back to one whole entry."""
+    tag = m.tag
+    get = dict.get.__get__(m)
+    for key, changed in elements.items():
+        value = get(key)
+        if type(value) not in _CONTAINERS:
+            # Removed or replaced (a whole value's entry is put above): its elements go.
+            gone.extend((tag, key, e) for e in changed)
+        elif len(value) < SMALL_CONTAINER:
+            # What is stored of it lies within its elements now and the changed ones.
+            gone.extend((tag, key, e) for e in changed.union(value))
+            plain: Any = set(value) if tag is MEMBER else dict(value)
+            value.record = None
+            dict.__setitem__(m, key, plain)
+            puts[key] = plain
+        elif tag is MEMBER:
+            for e in changed:
+                if e in value:
+                    puts[(tag, key, e)] = None
+                else:
+                    gone.append((tag, key, e))
+        else:
+            for e in changed:
+                v = dict.get(value, e, _ABSENT)
+                if v is _ABSENT:
+                    gone.append((tag, key, e))
+                else:
+                    puts[(tag, key, e)] = v
+
+
+def _dict_pop(d: dict[Any, Any], item: Any) -> None:
+    dict.pop(d, item, None)
+
+
+def _store(m: TrackedMap, k: Any, v: Any) -> None:
+    """Put one stored entry into ``m``: a whole value, or one element of a value stored
+    per element (created, tracked, on its first element); nothing noted as changed."""
+    if type(k) is tuple and len(k) == 3 and type(k[0]) is _Tag:
+        tag, key, element = k
+        container: Any = dict.get(m, key)
+        if type(container) not in _CONTAINERS:
+            container = m.track(key, set() if tag is MEMBER else {})
+        if tag is MEMBER:
+            set.add(container, element)
+        else:
+            dict.__setitem__(container, element, v)
+    else:
+        dict.__setitem__(m, k, v)
 
 
 _SCALARS = frozenset({int, str, float, bool, type(None), bytes})
@@ -427,6 +785,9 @@ def encode_key(key: Any) -> str:
     if type(key) is tuple and _SCALARS.issuperset(map(type, key)):
         # The common case (a tuple of plain values) in C: the same text, no recursion.
         return "(" + ",".join(map(repr, key)) + ("," if len(key) == 1 else "") + ")"
+    if type(key) is tuple and len(key) == 3 and type(key[0]) is _Tag:
+        # One element of a value stored per element: the generic text below, no loop.
+        return f"({key[0]!r},{encode_key(key[1])},{encode_key(key[2])})"
     if isinstance(key, tuple):
         return "(" + ",".join(encode_key(k) for k in key) + ("," if len(key) == 1 else "") + ")"
     if isinstance(key, frozenset):

@@ -56,12 +56,14 @@ class _Store:
     def __init__(self) -> None:
         self.maps: dict[str, dict[str, bytes]] = {}
         self.writes = 0
+        self.bytes = 0
 
     def write_back(self, state: WriteBackState) -> None:
         for name, puts, gone in state.changes():
             m = self.maps.setdefault(name, {})
             for k, v in puts.items():
-                m[encode_key(k)] = pickle.dumps((k, v))
+                m[encode_key(k)] = blob = pickle.dumps((k, v))
+                self.bytes += len(blob)
             for k in gone:
                 m.pop(encode_key(k), None)
             self.writes += len(puts) + len(gone)
@@ -114,18 +116,24 @@ def test_an_epoch_writes_back_in_proportion_to_its_changes() -> None:
     assert isinstance(task.state, WriteBackState)
     store.write_back(task.state)
     entries = sum(len(m) for m in store.maps.values())
-    before = store.writes
+    stored_bytes = sum(len(b) for m in store.maps.values() for b in m.values())
+    before, bytes_before = store.writes, store.bytes
     # Two new edges between nodes of degree 0.
     small = [Update("+", "G", (4001, 4002)), Update("+", "G", (4002, 4003)), EPOCH_END]
     cursor = EpochCursor(seq=len(big), epoch=2)
     task.process(tag_records(layout, cursor.number(small)))
     store.write_back(task.state)
     written = store.writes - before
+    written_bytes = store.bytes - bytes_before
     # The state holds thousands of entries and the small epoch writes a few dozen at
-    # most: the write-back follows the changes, not the state.
+    # most: the write-back follows the changes, not the state. In bytes too: no entry
+    # holds a whole group (the root's group holds every top tuple; stored whole, it
+    # was rewritten at every epoch that changed it).
     assert entries > 800
     assert 0 < written < 30, (written, entries)
     assert entries > 25 * written, (written, entries)
+    assert written_bytes < 40 * written, (written_bytes, written)
+    assert stored_bytes > 25 * written_bytes, (written_bytes, stored_bytes)
 
 
 def _venv_script() -> Path:

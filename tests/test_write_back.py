@@ -27,7 +27,17 @@ from dataflow.partitioned import (
     merge_outputs,
     tag_records,
 )
-from operators.state import TrackedMap, WriteBackState, encode_key
+from operators.state import (
+    BIG_CONTAINER,
+    ITEM,
+    MEMBER,
+    SMALL_CONTAINER,
+    TrackedDict,
+    TrackedMap,
+    TrackedSet,
+    WriteBackState,
+    encode_key,
+)
 
 G = "CREATE TABLE G(src INT, dst INT);\n"
 TRIANGLE = "FROM G a, G b, G c WHERE a.dst = b.src AND b.dst = c.src AND c.dst = a.src"
@@ -75,17 +85,23 @@ def _stream(seed: int, n: int = 400, nodes: int = 12) -> list[Record]:
 
 
 def _written_back(state: WriteBackState, store: dict[str, dict[str, bytes]]) -> None:
-    for name, puts, gone in state.changes():
-        m = store.setdefault(name, {})
-        for k, v in puts.items():
-            m[encode_key(k)] = pickle.dumps((k, v))
-        for k in gone:
-            m.pop(encode_key(k), None)  # added and removed within the epoch: never stored
+    _write(state.changes(), store)
 
 
-def _as_stored(state: WriteBackState) -> dict[str, dict[str, Any]]:
-    return {name: {encode_key(k): v for k, v in dict.items(state.map(name))}
+def _plain(state: WriteBackState) -> dict[str, dict[Any, Any]]:
+    """Every non-empty map as plain dicts, sets and dicts (tracked containers unwrapped)."""
+    def value(v: Any) -> Any:
+        return set(v) if isinstance(v, set) else dict(v) if isinstance(v, dict) else v
+    return {name: {k: value(v) for k, v in dict.items(state.map(name))}
             for name in state.names() if dict.__len__(state.map(name))}
+
+
+def _restored(store: dict[str, dict[str, bytes]]) -> WriteBackState:
+    """What a runner's restore builds from the stored entries."""
+    state = WriteBackState()
+    for name, m in store.items():
+        state.load(name, (pickle.loads(b) for b in m.values()))
+    return state
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
@@ -110,9 +126,8 @@ def test_the_written_back_entries_equal_the_cache_after_every_epoch(name: str, s
             continue
         closes += 1
         _written_back(state, store)
-        stored = {n: {k: pickle.loads(b)[1] for k, b in m.items()}
-                  for n, m in store.items() if m}
-        assert stored == _as_stored(state), f"{name}: the store lost a change at epoch {row.epoch}"
+        assert _plain(_restored(store)) == _plain(state), \
+            f"{name}: the store lost a change at epoch {row.epoch}"
     assert closes > 5
     assert merge_outputs(out) == reference
 
@@ -151,6 +166,87 @@ def test_a_map_of_counts_reads_at_dict_speed_and_switches_on_a_mutable_value() -
     m.take_dirty()
     m[2].add(8)
     assert m.take_dirty() == {2}
+
+
+def test_a_big_group_is_stored_per_element_and_a_small_one_whole() -> None:
+    state = WriteBackState()
+    groups = state.map("root.proj")
+    groups[()] = set(range(10))
+    assert state.changes() == [("root.proj", {(): set(range(10))}, [])]
+    groups[()].update(range(10, BIG_CONTAINER + 1))  # past the bound: per element from now
+    name, puts, gone = state.changes()[0]
+    assert gone == [()] and puts == {(MEMBER, (), e): None for e in range(BIG_CONTAINER + 1)}
+    assert type(groups[()]) is TrackedSet
+    groups.get(())
+    groups[()].add(-1)  # one element of a big group: one entry, however big the group
+    groups[()].discard(5)
+    assert state.changes() == [("root.proj", {(MEMBER, (), -1): None}, [(MEMBER, (), 5)])]
+    for e in range(BIG_CONTAINER + 1):  # shrunk below SMALL_CONTAINER: whole again
+        if e >= SMALL_CONTAINER - 2 and e != 5:
+            groups[()].discard(e)
+    name, puts, gone = state.changes()[0]
+    assert puts == {(): groups[()]} and type(groups[()]) is set
+    assert set(gone) == {(MEMBER, (), e) for e in range(-1, BIG_CONTAINER + 1) if e != 5}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_changes_to_groups_and_buckets_restore_from_the_store(seed: int) -> None:
+    """Sets and dicts crossing the bounds both ways, removed and re-created: after every
+    write-back, a restore from the store equals the cache, and so does a worker that
+    catches up from the written changes (apply_stored, as Spark does)."""
+    rng = random.Random(seed)
+    state = WriteBackState()
+    store: dict[str, dict[str, bytes]] = {}
+    follower = WriteBackState()
+    switches: set[tuple[bool, bool]] = set()  # (per element before, per element after)
+    for step in range(60):
+        for name, tag in (("groups", MEMBER), ("buckets", ITEM)):
+            m = state.map(name)
+            for _ in range(rng.randrange(1, 200)):
+                key = rng.randrange(4)
+                value = m.get(key)
+                if value is None:
+                    m[key] = {0} if tag is MEMBER else {0: 1}
+                elif rng.random() < 0.002:
+                    del m[key]
+                elif rng.random() < (0.8 if step % 20 < 10 else 0.2):  # grow, shrink
+                    e = rng.randrange(200)
+                    if tag is MEMBER:
+                        value.add(e)
+                    else:
+                        value[e] = value.get(e, 0) + 1
+                elif value:
+                    e = rng.choice(list(value))
+                    if tag is MEMBER:
+                        value.discard(e)
+                    else:
+                        del value[e]
+                    if not value:
+                        del m[key]
+        before = {(n, k): type(v) for n in ("groups", "buckets")
+                  for k, v in dict.items(state.map(n))}
+        changes = state.changes()
+        for (n, k), kind in before.items():
+            now = type(dict.get(state.map(n), k))
+            if now in (set, dict, TrackedSet, TrackedDict):
+                switches.add((kind in (TrackedSet, TrackedDict), now in (TrackedSet, TrackedDict)))
+        _write(changes, store)
+        for name, puts, gone in changes:
+            follower.apply_stored(name, puts, gone)
+        assert _plain(_restored(store)) == _plain(state), f"step {step}"
+        assert _plain(follower) == _plain(state), f"step {step}"
+    assert (False, True) in switches, "no value grew into per-element storage"
+    assert (True, False) in switches, "no value went back to a whole entry"
+
+
+def _write(changes: list[tuple[str, dict[Any, Any], list[Any]]],
+           store: dict[str, dict[str, bytes]]) -> None:
+    for name, puts, gone in changes:
+        m = store.setdefault(name, {})
+        for k in gone:
+            m.pop(encode_key(k), None)
+        for k, v in puts.items():
+            m[encode_key(k)] = pickle.dumps((k, v))
 
 
 def test_a_restored_map_of_sets_tracks_reads() -> None:
