@@ -35,7 +35,7 @@ from connectors.files import read_updates  # noqa: E402
 from core.epochs import CLOSE, EpochCursor  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
 from dataflow.partitioned import PartitionTask, WorkerPlan, tag_records  # noqa: E402
-from operators.state import WriteBackState  # noqa: E402
+from operators.state import WriteBackState, encode_entry, encode_key  # noqa: E402
 
 DDL = "CREATE TABLE G(src INT, dst INT);\n"
 QUERIES = {
@@ -61,6 +61,7 @@ def count(name: str, window: int, steady_edges: int) -> dict[str, Any]:
     task = PartitionTask(compiled, layout, state=state)
     numbered = EpochCursor().number(records, epoch_size=EPOCH, final=True)
     per_map: collections.Counter[str] = collections.Counter()
+    written_bytes = 0
     steady = 0
     batch: list[Any] = []
     for row in tag_records(layout, numbered):
@@ -72,11 +73,16 @@ def count(name: str, window: int, steady_edges: int) -> dict[str, Any]:
         if row.epoch > warm_epochs:
             for map_name, puts, gone in changes:
                 per_map[map_name] += len(puts) + len(gone)
+                # What a runner hands its store: encoded keys and entries, removed keys.
+                written_bytes += sum(len(encode_key(k)) + len(encode_entry(k, v))
+                                     for k, v in puts.items())
+                written_bytes += sum(len(encode_key(k)) for k in gone)
             steady += len({r.seq for r in batch if r.kind != CLOSE})
         batch = []
     return {
         "query": name, "window": window, "steady_updates": steady,
         "entries_per_update": sum(per_map.values()) / steady,
+        "bytes_per_update": written_bytes / steady,
         "state_entries": state.entries(),
         "per_map": {m: c / steady for m, c in per_map.most_common()},
     }
@@ -92,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [count(name, args.window, args.steady_edges) for name in args.queries]
     for r in rows:
         print(f"\n{r['query']} (W={r['window']}): {r['entries_per_update']:.2f} changed "
-              f"entries per update, {r['state_entries']:,} entries in state")
+              f"entries ({r['bytes_per_update']:.0f} bytes) per update, "
+              f"{r['state_entries']:,} entries in state")
         print("| map | entries per update |\n|---|---|")
         for m, v in r["per_map"].items():
             print(f"| {m} | {v:.2f} |")

@@ -280,6 +280,11 @@ class TrackedMap(dict[Any, Any]):
     >>> m["a"].add(3); m.get("b"); sorted(m.take_dirty())
     2
     ['a']
+    >>> st = WriteBackState(); g = st.map("root.proj"); g[()] = set(range(100))
+    >>> len(st.changes()[0][1]), type(g[()]).__name__  # past 64: put per element
+    (100, 'TrackedSet')
+    >>> g[()].add(100); st.changes()
+    [('root.proj', {(<MEMBER>, (), 100): None}, [])]
     """
 
     __slots__ = ("dirty", "elements", "tag")
@@ -379,7 +384,7 @@ class TrackedSet(set[Any]):
     """A set value of a :class:`TrackedMap`: notes every element it gains or loses in
     the map's change record (``record``) under its key. Pickles as a plain set.
 
-    >>> m = TrackedMap(); m[1] = {2}; _ = m.take_elements(); g = m[1]
+    >>> m = TrackedMap(); g = m.track(1, {2})
     >>> g.add(3); g.discard(2); g.discard(9); sorted(m.take_elements()[1])
     [2, 3, 9]
     """
@@ -483,7 +488,7 @@ class TrackedDict(dict[Any, Any]):
     plain dict reads. Its items' values must be immutable (they are counts). Pickles as
     a plain dict.
 
-    >>> m = TrackedMap(); m[1] = {"a": 1}; _ = m.take_elements(); b = m[1]
+    >>> m = TrackedMap(); b = m.track(1, {"a": 1})
     >>> b["a"] = 2; del b["a"]; b["c"] = 1; sorted(m.take_elements()[1])
     ['a', 'c']
     """
