@@ -17,7 +17,7 @@ much at every W while the state grows with W, so its cost per update must stay f
   during the run (Flink discards a finished job's checkpoints).
 
     python bench/runner_state_bench.py [--windows 5000,40000,160000] [--runners local,flink]
-        [--parallelism 1,2] [--quick]
+        [--parallelism 1,2] [--repeat 3] [--quick]
 
 Prints a table and writes bench/results/runner_state.json and runner_state.png.
 """
@@ -186,6 +186,14 @@ def run_cli(runner: str, query: Path, updates: Path, warm_epochs: int, paralleli
     return out
 
 
+def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median cost per update (the lower middle one of an even
+    count), with every run's cost in ``runs_us``."""
+    ordered = sorted(results, key=lambda r: r["us_per_update"])
+    return {**ordered[(len(ordered) - 1) // 2],
+            "runs_us": [round(r["us_per_update"], 2) for r in results]}
+
+
 def slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of log(y) over log(x)."""
     xs = [math.log(x) for x, _ in points]
@@ -212,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runners", default="local,flink")
     ap.add_argument("--parallelism", default="1,2")
     ap.add_argument("--steady-edges", type=int, default=STEADY_EDGES)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per setting, taking turns; the median run is reported")
     ap.add_argument("--quick", action="store_true", help="small windows, for a smoke test")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runner_state"))
     args = ap.parse_args(argv)
@@ -223,38 +233,55 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for w in windows:
         updates, query, warm = make_stream(w, steady_edges, tmp)
-        local = run_local(query, updates, warm)
-        rows.append({"runner": "local", "parallelism": 1, "window": w, **local})
-        print(f"W={w} local: {local['us_per_update']:.1f} us/update", flush=True)
+        reference = None
         if "flink" in runners:
             reference = subprocess.run(
                 [sys.executable, "-m", "dataflow", "run", str(query), "--updates",
                  str(updates), "--epoch", str(EPOCH), "-q"], cwd=ROOT, capture_output=True,
                 text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+        # Every setting runs --repeat times, the settings taking turns (drift of the
+        # machine's speed spreads over all of them); the median run is reported.
+        runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for i in range(args.repeat):
+            rep = tmp / f"w{w}-run{i}"
+            rep.mkdir()  # fresh checkpoint directories: a second run must not resume
+            runs.setdefault(("local", 1), []).append(run_local(query, updates, warm))
+            if reference is None:
+                continue
             # The local runner the way the Flink run is measured: the same update file
             # parsed, the same delta file written and committed per epoch, the same
-            # clock (the engine-only "local" row above leaves parsing and output out).
-            e2e = run_cli("local", query, updates, warm, 1, tmp)
+            # clock (the engine-only "local" row leaves parsing and output out).
+            e2e = run_cli("local", query, updates, warm, 1, rep)
             if e2e.pop("deltas") != reference:
                 raise SystemExit(f"local CLI W={w}: deltas differ from stdout's")
             e2e.pop("checkpoint_bytes", None)
-            rows.append({"runner": "local-cli", "parallelism": 1, "window": w, **e2e})
-            print(f"W={w} local, end to end (file in, delta file out): "
-                  f"{e2e['us_per_update']:.1f} us/update", flush=True)
+            runs.setdefault(("local-cli", 1), []).append(e2e)
             for p in pars:
-                res = run_flink(query, updates, warm, p, tmp)
-                same = res.pop("deltas") == reference
-                if not same:
+                res = run_flink(query, updates, warm, p, rep)
+                if res.pop("deltas") != reference:
                     msg = f"flink P={p} W={w}: deltas differ from the local runner's"
                     raise SystemExit(msg)
-                rows.append({"runner": "flink", "parallelism": p, "window": w, **res,
-                             "ratio_to_local": res["us_per_update"] / local["us_per_update"],
-                             "ratio_to_local_cli": res["us_per_update"] / e2e["us_per_update"]})
-                print(f"W={w} flink P={p}: {res['us_per_update']:.1f} us/update "
-                      f"({rows[-1]['ratio_to_local']:.1f}x the local engine, "
-                      f"{rows[-1]['ratio_to_local_cli']:.1f}x the local runner end to end), "
-                      f"checkpoint "
-                      f"{res['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
+                runs.setdefault(("flink", p), []).append(res)
+        picked = {key: median_run(results) for key, results in runs.items()}
+        local = picked["local", 1]
+        rows.append({"runner": "local", "parallelism": 1, "window": w, **local})
+        print(f"W={w} local: {local['us_per_update']:.1f} us/update", flush=True)
+        if reference is None:
+            continue
+        e2e = picked["local-cli", 1]
+        rows.append({"runner": "local-cli", "parallelism": 1, "window": w, **e2e})
+        print(f"W={w} local, end to end (file in, delta file out): "
+              f"{e2e['us_per_update']:.1f} us/update", flush=True)
+        for p in pars:
+            res = picked["flink", p]
+            rows.append({"runner": "flink", "parallelism": p, "window": w, **res,
+                         "ratio_to_local": res["us_per_update"] / local["us_per_update"],
+                         "ratio_to_local_cli": res["us_per_update"] / e2e["us_per_update"]})
+            print(f"W={w} flink P={p}: {res['us_per_update']:.1f} us/update "
+                  f"({rows[-1]['ratio_to_local']:.1f}x the local engine, "
+                  f"{rows[-1]['ratio_to_local_cli']:.1f}x the local runner end to end), "
+                  f"checkpoint "
+                  f"{res['checkpoint_bytes'] / 2**20:.1f} MiB", flush=True)
     # An epoch's net change is not the same at every W: at a small W its 1000 updates
     # hit fewer distinct nodes, so more of them coalesce (fewer delta rows and written
     # entries per epoch). Cost per delta row divides that out.
@@ -290,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['parallelism']} | {r['window']} | {rows_per_epoch[r['window']]:.0f} "
                   f"| {ph['engine_ms']:.1f} | {ph['write_back_ms']:.1f} | {ph['sink_ms']:.1f} "
                   f"| {ph['puts']:.0f} | {ph['removes']:.0f} | {r['us_per_delta_row']:.1f} |")
-    result = {"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges, "rows": rows,
+    result = {"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges,
+              "repeat": args.repeat, "rows": rows,
               "slopes": slopes, "slopes_per_delta_row": slopes_per_row}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
