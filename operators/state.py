@@ -380,7 +380,26 @@ class TrackedMap(dict[Any, Any]):
         return self
 
 
-class TrackedSet(set[Any]):
+class _NotesElements:
+    """What :class:`TrackedSet` and :class:`TrackedDict` share: ``_note`` records one
+    changed element in the owning map's change record (``record``) under the value's
+    ``key``; a value outside any map (``record`` None) records nothing."""
+
+    __slots__ = ()
+    record: dict[Any, set[Any]] | None
+    key: Any
+
+    def _note(self, element: Any) -> None:
+        record = self.record
+        if record is not None:
+            changed = record.get(self.key)
+            if changed is None:
+                record[self.key] = {element}
+            else:
+                changed.add(element)
+
+
+class TrackedSet(_NotesElements, set[Any]):
     """A set value of a :class:`TrackedMap`: notes every element it gains or loses in
     the map's change record (``record``) under its key. Pickles as a plain set.
 
@@ -400,34 +419,12 @@ class TrackedSet(set[Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (set, (list(self),))
 
-    def _note(self, element: Any) -> None:
-        record = self.record
-        if record is not None:
-            changed = record.get(self.key)
-            if changed is None:
-                record[self.key] = {element}
-            else:
-                changed.add(element)
-
     def add(self, element: Any) -> None:
-        # _note inlined: add and discard are the join nodes' hot path.
-        record = self.record
-        if record is not None:
-            changed = record.get(self.key)
-            if changed is None:
-                record[self.key] = {element}
-            else:
-                changed.add(element)
+        self._note(element)
         set.add(self, element)
 
     def discard(self, element: Any) -> None:
-        record = self.record
-        if record is not None:
-            changed = record.get(self.key)
-            if changed is None:
-                record[self.key] = {element}
-            else:
-                changed.add(element)
+        self._note(element)
         set.discard(self, element)
 
     def remove(self, element: Any) -> None:
@@ -482,7 +479,7 @@ class TrackedSet(set[Any]):
         return self
 
 
-class TrackedDict(dict[Any, Any]):
+class TrackedDict(_NotesElements, dict[Any, Any]):
     """A dict value of a :class:`TrackedMap` (a bucket of item -> count): notes every
     item key it sets or removes in the map's change record under its key. Reads are
     plain dict reads. Its items' values must be immutable (they are counts). Pickles as
@@ -504,23 +501,8 @@ class TrackedDict(dict[Any, Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (dict, (dict(self),))
 
-    def _note(self, item: Any) -> None:
-        record = self.record
-        if record is not None:
-            changed = record.get(self.key)
-            if changed is None:
-                record[self.key] = {item}
-            else:
-                changed.add(item)
-
     def __setitem__(self, item: Any, value: Any) -> None:
-        record = self.record  # _note inlined: the join nodes' hot path
-        if record is not None:
-            changed = record.get(self.key)
-            if changed is None:
-                record[self.key] = {item}
-            else:
-                changed.add(item)
+        self._note(item)
         dict.__setitem__(self, item, value)
 
     def __delitem__(self, item: Any) -> None:
@@ -639,8 +621,7 @@ class WriteBackState:
         out = []
         for name, m in self._maps.items():
             dirty = m.take_dirty()
-            elements = m.take_elements() if m.elements else None
-            if not dirty and not elements:
+            if not dirty and not m.elements:
                 continue
             get = dict.get.__get__(m)
             puts: dict[Any, Any] = {}
@@ -652,15 +633,13 @@ class WriteBackState:
                 elif type(value) in _CONTAINERS:
                     continue  # stored per element: its own record says what changed
                 elif type(value) in (set, dict) and len(value) > BIG_CONTAINER:
-                    tracked: Any = m.track(key, value)
-                    gone.append(key)  # its whole entry, if it had one
-                    tag = m.tag
-                    if tag is MEMBER:
-                        puts.update(dict.fromkeys([(tag, key, e) for e in tracked]))
-                    else:
-                        puts.update({(tag, key, e): v for e, v in dict.items(tracked)})
+                    # From now on per element: its whole entry goes, and every element
+                    # counts as changed (written below with the other elements).
+                    m.elements.setdefault(key, set()).update(m.track(key, value))
+                    gone.append(key)
                 else:
                     puts[key] = value
+            elements = m.take_elements()
             if elements:
                 _element_changes(m, elements, puts, gone)
             out.append((name, puts, gone))

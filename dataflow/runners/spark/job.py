@@ -118,9 +118,9 @@ class PartitionProcessor(StatefulProcessor):
         if _TRACE:
             end = time.time()
             _trace(task_start=end - (t4 - t0), task_end=end, partition=part,
-                   rows=len(tagged), out=sum(map(len, out.values())), cache_s=t1 - t0,
-                   read_s=t2 - t1,
-                   engine_s=t3 - t2, write_back_s=t4 - t3, written=self.store.written,
+                   rows=len(tagged), out=sum(map(len, out.values())),
+                   cache_s=t1 - t0, read_s=t2 - t1, engine_s=t3 - t2, write_back_s=t4 - t3,
+                   written=self.store.written,
                    rebuilds=self.store.rebuilds, catchups=self.store.catchups,
                    **self.store.times)
         # One output row per (kind, epoch) and partition, its rows pickled together: a
