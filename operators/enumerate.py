@@ -73,14 +73,20 @@ class Enumerator:
         expand(start, 0, None)
         return steps
 
-    def source(self, start: JoinNode, kind: str) -> str:
-        return self._compile(start, kind)[0]
+    def source(self, start: JoinNode, kind: str, *, delta: bool = False) -> str:
+        return self._compile(start, kind, delta)[0]
 
-    def _compile(self, start: JoinNode, kind: str) -> tuple[str, dict[str, Any]]:
+    def _compile(self, start: JoinNode, kind: str,
+                 delta: bool = False) -> tuple[str, dict[str, Any]]:
         steps = self._steps(start)
         env: dict[str, Any] = {"EMPTY": EMPTY, "mul": self.ring.mul, "add": self.ring.add,
                                "zero": self.ring.zero}
-        lines = ["def enum(cands, f0, acc):", "    get = acc.get"]
+        # A delta walk adds into the global ``acc`` (rebound per epoch by the engine) and
+        # starts from one tuple (``tuple``) or a set of them (``key i``).
+        single = delta and kind == "tuple"
+        head = "t0, f0" if single else "cands, f0"
+        lines = ([f"def enum({head}):", "    get = acc.get"] if delta
+                 else ["def enum(cands, f0, acc):", "    get = acc.get"])
         indent = "    "
         counting = self.mode == "set"
         ring = self.mode == "ring"
@@ -88,7 +94,8 @@ class Enumerator:
         for j, (node, src, how, ci) in enumerate(steps):
             hoisted = False
             if how == "start":
-                lines.append(f"{indent}for t0 in cands:")
+                if not single:
+                    lines.append(f"{indent}for t0 in cands:")
             else:
                 src_node = steps[src][0]
                 if how == "down":
@@ -109,7 +116,8 @@ class Enumerator:
                     lines += [f"{indent}k{j} = {k}", f"{indent}M{j} = I{j}(k{j})"]
                     k = f"k{j}"
                 lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
-            indent += "    "
+            if not (single and how == "start"):
+                indent += "    "
             if counting:
                 continue
             factors: list[str] = []
@@ -153,6 +161,29 @@ class Enumerator:
     def compiled(self, start: JoinNode, kind: str) -> EnumFn:
         """The compiled walk for a start (node, kind), cached."""
         return self._fn(start, kind)
+
+    def delta_walk(self, start: JoinNode, kind: str) -> tuple[Callable[..., None],
+                                                              dict[str, Any]]:
+        """A fresh delta walk for a start: ``walk(t, factor)`` for ``tuple``,
+        ``walk(cands, factor)`` for ``key i``, adding into the global ``acc`` of the
+        returned globals, which the caller binds (and rebinds per epoch).
+
+        >>> from operators.ring import IntRing
+        >>> from operators.state import DictState
+        >>> st = DictState()
+        >>> r = JoinNode("R", ("a", "b"), False, 0, True, "bag", IntRing(), st)
+        >>> s = JoinNode("S", ("b", "c"), False, 1, True, "bag", IntRing(), st)
+        >>> r.attach_child(s, ("b",)); r.finish(); s.finish()
+        >>> r.apply((1, 2), 1); s.apply((2, 3), 1)
+        >>> walk, env = Enumerator([r, s], ("a", "b", "c"), "bag", IntRing()).delta_walk(
+        ...     s, "tuple")
+        >>> env["acc"] = {}; walk((2, 3), -1); env["acc"]
+        {(1, 2, 3): -1}
+        """
+        text, env = self._compile(start, kind, delta=True)
+        exec(compile(text, f"<delta {start.name} {kind}>", "exec"), env)  # noqa: S102
+        fn: Callable[..., None] = env["enum"]
+        return fn, env
 
     def _fn(self, start: JoinNode, kind: str) -> EnumFn:
         cache_key = (start.id, kind)

@@ -270,6 +270,10 @@ class JoinNode:
         self.live_read: list[Callable[..., Any]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
         self.on_key: KeyHook = _no_key_hook
+        # Globals of this node's generated code that call a hook: rebinding a name there
+        # (bind_emit, bind_notify) reaches code already compiled (names resolve per call).
+        self._emit_envs: list[dict[str, Any]] = []
+        self._notify_envs: list[dict[str, Any]] = []
 
     # -- wiring --------------------------------------------------------------------
     def attach_child(self, child: JoinNode, key_attrs: tuple[str, ...]) -> None:
@@ -370,6 +374,7 @@ class JoinNode:
         fn: Callable[[Any, int], None]
         exec(compile("\n".join(lines), f"<apply {self.name}>", "exec"), env)  # noqa: S102
         fn = env["apply"]
+        self._notify_envs.append(env)
         return fn
 
     def _parent_change_hook(self) -> Callable[[int, Any, Any, Any], None]:
@@ -418,7 +423,7 @@ class JoinNode:
         keys inlined, integer payloads (bag) or supports (set) inlined. Same steps and
         state changes as the generic method."""
         env: dict[str, Any] = {
-            "node": self, "base": self.base, "base_get": self.base.get,
+            "emit": self._emit_via_hook, "base": self.base, "base_get": self.base.get,
             "counter": self.counter,
             "sj_insert": self._sj_insert, "sj_delete": self._sj_delete,
             "lower_change": self._lower_base_change,
@@ -500,16 +505,16 @@ class JoinNode:
                 "        if old == 0:",
                 "            sj_insert(t)",
                 f"            if {live}:",
-                f"                node.on_tuple(node, t, {'1' if counting else 'new'})",
+                f"                emit(t, {'1' if counting else 'new'})",
                 "        elif new == 0:",
                 f"            if {live}:",
-                f"                node.on_tuple(node, t, {'-1' if counting else '-old'})",
+                f"                emit(t, {'-1' if counting else '-old'})",
                 "            sj_delete(t)",
             ]
             if not counting:
                 lines += [
                     f"        elif {live}:",
-                    "            node.on_tuple(node, t, new - old)",
+                    "            emit(t, new - old)",
                 ]
         else:
             lines += self._lower_change_lines(env, keys)
@@ -577,7 +582,28 @@ class JoinNode:
         text, env = self.apply_source()
         exec(compile(text, f"<apply {self.name}>", "exec"), env)  # noqa: S102
         fn: Callable[[Any, int], None] = env["apply"]
+        (self._emit_envs if self.top else self._notify_envs).append(env)
         return fn
+
+    # -- direct hooks for generated code ---------------------------------------------
+    def _emit_via_hook(self, t: Any, factor: Any) -> None:
+        """What generated code calls for a changed live tuple until :meth:`bind_emit`:
+        the :attr:`on_tuple` hook, looked up per call."""
+        self.on_tuple(self, t, factor)
+
+    def bind_emit(self, emit: Callable[[Any, Any], None]) -> None:
+        """Make this top node's generated code call ``emit(t, factor)`` for a changed
+        live tuple, in place of ``on_tuple(node, t, factor)`` (one call less per change;
+        the generic path keeps calling :attr:`on_tuple`, which must do the same)."""
+        for env in self._emit_envs:
+            env["emit"] = emit
+
+    def bind_notify(self, notify: Callable[[int, Any, Any, Any], None]) -> None:
+        """Make this lower node's generated code call ``notify(pos, key, old, new)`` when
+        its projection changes, in place of the parent's :meth:`_boundary_change` (or
+        lower-child handler); the replacement must do what that does."""
+        for env in self._notify_envs:
+            env["notify"] = notify
 
     # -- R-update: a change of multiplicity of tuple t of this atom -------------------
     def apply(self, t: Any, dm: int) -> None:

@@ -94,7 +94,8 @@ class Engine:
         }
         top = [n for n in self.nodes if n.top]
         self.enumerator = Enumerator(top, row_vars(plan), plan.mode, self.ring)
-        self.acc: dict[Any, Any] = {}
+        self._acc: dict[Any, Any] = {}
+        self._acc_envs: list[dict[str, Any]] = []
         enum = self.enumerator
         # Compile every walk up front; the hooks call the compiled loops directly.
         tuple_walks = {
@@ -119,6 +120,68 @@ class Engine:
         for node in top:
             node.on_tuple = on_tuple
             node.on_key = on_key
+        # Generated node code calls its own delta walks directly (no hook in between);
+        # their globals hold ``acc``, rebound whenever it is.
+        if isinstance(self.ring, IntRing):
+            self._bind_direct(top)
+
+    def _bind_direct(self, top: list[JoinNode]) -> None:
+        """Bind, for integer payloads, each top node's changed-tuple walk and each
+        boundary (a lower child's projection changing at a key) to generated code that
+        does what ``on_tuple`` / ``_boundary_change`` + ``on_key`` do."""
+        enum = self.enumerator
+        for node in top:
+            if not node.generalized:
+                walk, env = enum.delta_walk(node, "tuple")
+                env["acc"] = self._acc
+                self._acc_envs.append(env)
+                node.bind_emit(walk)
+            for i, child in enumerate(node.children):
+                if child.top:
+                    continue
+                walk, env = enum.delta_walk(node, f"key {i}")
+                env["acc"] = self._acc
+                self._acc_envs.append(env)
+                child.bind_notify(self._boundary_handler(node, i, walk))
+
+    @staticmethod
+    def _boundary_handler(node: JoinNode, i: int,
+                          walk: Callable[..., None]) -> Callable[[int, Any, Any, Any], None]:
+        """``JoinNode._boundary_change`` of ``node``'s lower child ``i`` followed by the
+        key walk, as one generated function (integer payloads or supports)."""
+        env: dict[str, Any] = {"support": node._child_support, "live": node.live_read[i],
+                               "walk": walk}
+        counting = node.counting
+        lines = [
+            "def boundary(pos, k, old, new):",
+            "    if old is None:",
+            "        support(pos, k, True)",
+            "        cands = live(k)",
+            "        if cands:",
+            f"            walk(cands, {'1' if counting else 'new'})",
+            "    elif new is None:",
+            "        cands = live(k)",
+            "        if cands:",
+            f"            walk(cands, {'-1' if counting else '-old'})",
+            "        support(pos, k, False)",
+        ]
+        if not counting:  # (a counting child reports only appearances and removals)
+            lines += ["    else:", "        cands = live(k)", "        if cands:",
+                      "            walk(cands, new - old)"]
+        exec(compile("\n".join(lines), f"<boundary {node.name} {i}>", "exec"), env)  # noqa: S102
+        fn: Callable[[int, Any, Any, Any], None] = env["boundary"]
+        return fn
+
+    @property
+    def acc(self) -> dict[Any, Any]:
+        """Row payload changes of the current epoch (the delta walks add into it)."""
+        return self._acc
+
+    @acc.setter
+    def acc(self, value: dict[Any, Any]) -> None:
+        self._acc = value
+        for env in self._acc_envs:
+            env["acc"] = value
 
     @staticmethod
     def _payload_fn(
@@ -137,7 +200,7 @@ class Engine:
 
     def take_delta(self) -> dict[Any, Any]:
         """Row payload changes since the last call (zero entries possible)."""
-        acc = self.acc
+        acc = self._acc
         self.acc = {}
         return acc
 
