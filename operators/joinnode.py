@@ -270,6 +270,7 @@ class JoinNode:
         self.live_read: list[Callable[..., Any]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
         self.on_key: KeyHook = _no_key_hook
+        self._sj_env: dict[str, Any] = {}
         # Globals of this node's generated code that call a hook: rebinding a name there
         # (bind_emit, bind_notify) reaches code already compiled (names resolve per call).
         self._emit_envs: list[dict[str, Any]] = []
@@ -404,18 +405,96 @@ class JoinNode:
         live_key = self._live_test(env, "k")
         ins = ["def sj_insert(t):", f"    k = {k}", "    group = proj.get(k)",
                "    if group is None:", "        proj[k] = {t}"]
-        dele = ["def sj_delete(t):", f"    k = {k}", f"    if {live_key}:",
-                "        make_dead(t)", "    group = proj[k]", "    group.discard(t)",
-                "    if not group:", "        del proj[k]"]
+        # A leaf's tuples index nothing when they turn live or dead: no call then.
+        dele = ["def sj_delete(t):", f"    k = {k}"]
+        if self.children:
+            dele += [f"    if {live_key}:", "        make_dead(t)"]
+        dele += ["    group = proj[k]", "    group.discard(t)", "    if not group:",
+                 "        del proj[k]"]
         if parent is not None:
             pos = self.pos_in_parent
             env["support"] = parent._child_support
             ins.append(f"        support({pos}, k, True)")
             dele.append(f"        support({pos}, k, False)")
-        ins += ["    else:", "        group.add(t)", f"    if {live_key}:", "        make_live(t)"]
+        ins += ["    else:", "        group.add(t)"]
+        if self.children:
+            ins += [f"    if {live_key}:", "        make_live(t)"]
         exec(compile("\n".join(ins + dele), f"<sj {self.name}>", "exec"), env)  # noqa: S102
         self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
         self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
+        self._sj_env = env
+
+    def walk_source(self, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
+        """Python source of :meth:`_make_live`, :meth:`_make_dead` and
+        :meth:`_child_support` specialized to this top node (children unrolled, keys
+        inlined), named ``name(kind, node)`` with kind ``live``, ``dead``, ``support``;
+        the functions of other nodes are called by those names, so the sources of all
+        top nodes are compiled into one shared ``env`` (see :meth:`bind_walks`)."""
+        me = self.id
+        live, dead, support = (name(kind, self) for kind in ("live", "dead", "support"))
+        ins, dels = name("sj_insert", self), name("sj_delete", self)
+        env[ins], env[dels] = self._sj_insert, self._sj_delete
+        lines = [f"def {live}(t):"]
+        dead_lines = [f"def {dead}(t):"]
+        for i, child in enumerate(self.children):
+            env[f"L{me}_{i}"] = self.live_index[i]
+            k = key_expr("t", self.attrs, self.scalar, child.key_attrs)
+            lines += [f"    k = {k}", f"    b = L{me}_{i}.get(k)", "    if b is None:",
+                      f"        L{me}_{i}[k] = {{t}}"]
+            dead_lines += [f"    k = {k}", f"    b = L{me}_{i}[k]", "    b.discard(t)",
+                           "    if not b:", f"        del L{me}_{i}[k]"]
+            if child.top:
+                # (the walks below change live indexes only, never the group they read)
+                env[f"P{me}_{i}"] = child.proj_read
+                for out, fn in ((lines, name("live", child)), (dead_lines, name("dead", child))):
+                    out += [f"        g = P{me}_{i}(k)", "        if g:",
+                            "            for u in g:", f"                {fn}(u)"]
+            lines += ["    else:", "        b.add(t)"]
+        if not self.children:
+            lines.append("    pass")
+            dead_lines.append("    pass")
+        n = self.nchildren
+        sup = [f"def {support}(i, k, appear):"]
+        if not self.children:
+            sup.append("    pass")
+        elif not self.keeps_counter:  # one child: every tuple with the key turns over
+            if self.generalized:
+                sup += ["    if appear:", f"        {ins}(k)", "    else:", f"        {dels}(k)"]
+            else:
+                env[f"X{me}"] = self.index_read[0]
+                sup += [f"    bucket = X{me}(k)", "    if bucket:",
+                        "        turn = " + f"{ins} if appear else {dels}",
+                        "        for u in list(bucket):", "            turn(u)"]
+        elif self.generalized:
+            env[f"C{me}"] = self.counter
+            sup += [f"    c = C{me}.get(k, 0)", "    if appear:", "        c += 1",
+                    f"        C{me}[k] = c", f"        if c == {n}:", f"            {ins}(k)",
+                    "    else:", f"        if c == {n}:", f"            {dels}(k)",
+                    "        c -= 1", "        if c:", f"            C{me}[k] = c",
+                    "        else:", f"            del C{me}[k]"]
+        else:
+            env[f"C{me}"] = self.counter
+            env[f"X{me}"] = self.index_read
+            sup += [f"    bucket = X{me}[i](k)", "    if not bucket:", "        return",
+                    f"    counter = C{me}", "    for u in list(bucket):", "        c = counter[u]",
+                    "        if appear:", "            c += 1", "            counter[u] = c",
+                    f"            if c == {n}:", f"                {ins}(u)", "        else:",
+                    f"            if c == {n}:", f"                {dels}(u)",
+                    "            counter[u] = c - 1"]
+        return "\n".join(lines + dead_lines + sup)
+
+    def bind_walks(self, make_live: Callable[[Any], None], make_dead: Callable[[Any], None],
+                   child_support: Callable[[int, Any, bool], None]) -> None:
+        """Use the compiled :meth:`walk_source` functions for this top node: in its
+        generated semi-join code, its children's, and the generic methods."""
+        self._make_live = make_live  # type: ignore[method-assign,assignment]
+        self._make_dead = make_dead  # type: ignore[method-assign,assignment]
+        self._child_support = child_support  # type: ignore[method-assign,assignment]
+        self._sj_env["make_live"] = make_live
+        self._sj_env["make_dead"] = make_dead
+        for child in self.children:
+            if child.top:
+                child._sj_env["support"] = child_support
 
 
     def apply_source(self) -> tuple[str, dict[str, Any]]:

@@ -120,10 +120,26 @@ class Engine:
         for node in top:
             node.on_tuple = on_tuple
             node.on_key = on_key
+        self._compile_walks(top)
         # Generated node code calls its own delta walks directly (no hook in between);
         # their globals hold ``acc``, rebound whenever it is.
         if isinstance(self.ring, IntRing):
             self._bind_direct(top)
+
+    @staticmethod
+    def _compile_walks(top: list[JoinNode]) -> None:
+        """Liveness walks and support changes of the top nodes as generated code, one
+        shared namespace (a node's walk calls its children's by name)."""
+        env: dict[str, Any] = {}
+
+        def name(kind: str, node: JoinNode) -> str:
+            return f"{kind}_{node.id}"
+
+        src = "\n".join(node.walk_source(env, name) for node in top)
+        exec(compile(src, "<live walks>", "exec"), env)  # noqa: S102
+        for node in top:
+            node.bind_walks(env[name("live", node)], env[name("dead", node)],
+                            env[name("support", node)])
 
     def _bind_direct(self, top: list[JoinNode]) -> None:
         """Bind, for integer payloads, each top node's changed-tuple walk and each
