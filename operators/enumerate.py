@@ -23,11 +23,10 @@ Example (the generated source for a 2-node path, bag semantics):
     def enum(cands, f0, acc):
         get = acc.get
         for t0 in cands:
-            f1 = f0
             k1 = t0[0]
             M1 = I1(k1)
             for t1 in N1_live0(k1, EMPTY):
-                f2 = f1 * M1[t1]
+                f2 = f0 * M1[t1]
                 row = (t1[0], t0[0], t0[1],)
                 acc[row] = get(row, 0) + f2
 """
@@ -84,18 +83,33 @@ class Enumerator:
         # A delta walk adds into the global ``acc`` (rebound per epoch by the engine) and
         # starts from one tuple (``tuple``) or a set of them (``key i``).
         single = delta and kind == "tuple"
-        head = "t0, f0" if single else "cands, f0"
+        head = "t0, f0" if single else "k, cands, f0" if delta else "cands, f0"
         lines = ([f"def enum({head}):", "    get = acc.get"] if delta
                  else ["def enum(cands, f0, acc):", "    get = acc.get"])
         indent = "    "
         counting = self.mode == "set"
         ring = self.mode == "ring"
         excluded_child = int(kind.split()[1]) if kind.startswith("key") else -1
+        factor = "f0"  # the variable holding the product so far
         for j, (node, src, how, ci) in enumerate(steps):
             hoisted = False
             if how == "start":
+                # A delta key walk's tuples share key k for the changed child: when that
+                # child's index holds the multiplicities, their bucket is looked up once.
+                hoisted = (delta and excluded_child == 0 and node.base_in_index
+                           and not counting)
+                if hoisted:
+                    env["I0"] = node.index_read[0]
+                    lines.append(f"{indent}M0 = I0(k)")
                 if not single:
                     lines.append(f"{indent}for t0 in cands:")
+            elif how == "up" and node.generalized and node.attrs == steps[src][0].key_attrs:
+                # The parent's tuple with a key is the key itself: its live set there is
+                # {key} or nothing, so test membership instead of looping over it.
+                env[f"N{j}_livemap"] = node.live_index[ci]
+                src_node = steps[src][0]
+                k = key_expr(f"t{src}", src_node.attrs, src_node.scalar, src_node.key_attrs)
+                lines += [f"{indent}t{j} = {k}", f"{indent}if t{j} in N{j}_livemap:"]
             else:
                 src_node = steps[src][0]
                 if how == "down":
@@ -135,11 +149,14 @@ class Enumerator:
                 env[f"L{j}_{i}"] = child.proj
                 k = key_expr(f"t{j}", node.attrs, node.scalar, child.key_attrs)
                 factors.append(f"L{j}_{i}[{k}]")
-            expr = f"f{j}"
+            if not factors:  # (the factor so far carries over)
+                continue
+            expr = factor
             for fac in factors:
                 expr = f"mul({expr}, {fac})" if ring else f"{expr} * {fac}"
-            lines.append(f"{indent}f{j + 1} = {expr}")
-        last = f"f{len(steps)}" if not counting else "f0"
+            factor = f"f{j + 1}"
+            lines.append(f"{indent}{factor} = {expr}")
+        last = factor
         cols = []
         for v in self.out_vars:
             for j, (node, _src, _how, _ci) in enumerate(steps):

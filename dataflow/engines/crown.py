@@ -174,16 +174,16 @@ class Engine:
             "        support(pos, k, True)",
             "        cands = live(k)",
             "        if cands:",
-            f"            walk(cands, {'1' if counting else 'new'})",
+            f"            walk(k, cands, {'1' if counting else 'new'})",
             "    elif new is None:",
             "        cands = live(k)",
             "        if cands:",
-            f"            walk(cands, {'-1' if counting else '-old'})",
+            f"            walk(k, cands, {'-1' if counting else '-old'})",
             "        support(pos, k, False)",
         ]
         if not counting:  # (a counting child reports only appearances and removals)
             lines += ["    else:", "        cands = live(k)", "        if cands:",
-                      "            walk(cands, new - old)"]
+                      "            walk(k, cands, new - old)"]
         exec(compile("\n".join(lines), f"<boundary {node.name} {i}>", "exec"), env)  # noqa: S102
         fn: Callable[[int, Any, Any, Any], None] = env["boundary"]
         return fn
