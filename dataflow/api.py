@@ -261,7 +261,7 @@ class View:
         self._bind_fast()
         self.epoch = 0
         self.pending_updates = 0
-        self.updates_total = 0
+        self._closed_updates = 0  # in closed epochs (updates_total adds the open one's)
 
     # -- input -----------------------------------------------------------------------
     def _check(self, update: Update) -> tuple[_RelationRoute, Row]:
@@ -329,13 +329,13 @@ class View:
                 "    else:",
                 "        check(NAME, row, dm, u.source)",
             ]
+            # Past the exact type checks no column holds a NULL (unless typed so).
+            non_null = frozenset(i for i, t in enumerate(route.exact_types)
+                                 if t is not type(None))
             for n, (atom, ri) in enumerate(route.atoms):
-                for name, value in ri.env.items():
-                    env[f"{name}_{n}"] = value
+                test, bound = ri.typed_test(non_null, f"_{n}")
+                env.update(bound)
                 env[f"apply{n}"] = nodes[atom].apply
-                test = ri.test_expr
-                for name in sorted(ri.env, key=len, reverse=True):
-                    test = test.replace(f"{name}(", f"{name}_{n}(")
                 ind = "    "
                 if test:
                     lines.append(f"    if not ({test}):")
@@ -351,7 +351,11 @@ class View:
         if fast is None or not fast(update):
             self._apply_checked(update)
         self.pending_updates += 1
-        self.updates_total += 1
+
+    @property
+    def updates_total(self) -> int:
+        """Updates applied since this view was made (the open epoch's too)."""
+        return self._closed_updates + self.pending_updates
 
     def _apply_checked(self, update: Update) -> None:
         row = update.row
@@ -402,6 +406,7 @@ class View:
         self.epoch += 1
         n = self.pending_updates
         self.pending_updates = 0
+        self._closed_updates += n
         return EpochDelta(self.epoch, rows, n, closed_by_marker)
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:

@@ -54,6 +54,8 @@ class RelationInput:
         else:
             result = "(" + "".join(f"row[{i}], " for i in self.positions) + ")"
         self.test_expr = " or ".join(tests)  # true: the row is filtered out
+        self._not_null = not_null
+        self._equal_pairs = equal_pairs
         self.result_expr = result
         self.env = dict(env)  # the predicates p0, p1, ... the expressions call
         lines = ["def project(row):"]
@@ -68,6 +70,35 @@ class RelationInput:
 
     def __call__(self, row: Row) -> tuple[Any, ...] | None:
         return self.project(row)
+
+    def typed_test(self, non_null: frozenset[int], tag: str) -> tuple[str, dict[str, Any]]:
+        """:attr:`test_expr` for rows whose columns ``non_null`` are known to hold no
+        NULL (their exact types were checked): those NULL tests dropped, comparisons
+        with a constant inlined. Names it binds end in ``tag``; returns the expression
+        (empty: nothing is filtered out) and what it binds.
+
+        >>> from plans.sql import parse_query
+        >>> cq = parse_query("CREATE TABLE G(src INT, dst INT);"
+        ...                  "SELECT G1.src FROM G G1, G G2 WHERE G1.dst = G2.src AND G2.dst > 3")
+        >>> RelationInput(cq.atoms[1], cq.join_vars).typed_test(frozenset({0, 1}), "_1")
+        ('not (row[1] > c0_1)', {'c0_1': 3})
+        """
+        env: dict[str, Any] = {}
+        tests = [f"row[{i}] is None" for i in self._not_null if i not in non_null]
+        for n, f in enumerate(self.atom.filters):
+            col = f.column
+            op = {"=": "==", "<>": "!="}.get(f.op, f.op)
+            if col in non_null and op in ("==", "!=", "<", "<=", ">", ">="):
+                env[f"c{n}{tag}"] = f.values[0]
+                tests.append(f"not (row[{col}] {op} c{n}{tag})")
+            elif col in non_null and op == "in":
+                env[f"c{n}{tag}"] = frozenset(f.values)
+                tests.append(f"row[{col}] not in c{n}{tag}")
+            else:
+                env[f"p{n}{tag}"] = f.predicate()
+                tests.append(f"not p{n}{tag}(row[{col}])")
+        tests.extend(f"row[{i}] != row[{j}]" for i, j in self._equal_pairs)
+        return " or ".join(tests), env
 
 
 class BaseValidator:
