@@ -217,6 +217,8 @@ class Engine:
     def take_delta(self) -> dict[Any, Any]:
         """Row payload changes since the last call (zero entries possible)."""
         acc = self._acc
+        if not acc:  # (small epochs mostly change nothing: keep the walks' binding)
+            return {}
         self.acc = {}
         return acc
 
