@@ -58,7 +58,10 @@ def row_vars(plan: Plan) -> tuple[str, ...]:
 class Engine:
     """One partition: the join-tree operators and their state."""
 
-    def __init__(self, plan: Plan, dataflow: Dataflow, state: State | None = None) -> None:
+    def __init__(self, plan: Plan, dataflow: Dataflow, state: State | None = None, *,
+                 generated_hooks: bool = True) -> None:
+        """``generated_hooks=False`` keeps the generic liveness, support and hook methods
+        (the same results, slower; tests compare the two)."""
         self.plan = plan
         self.state = state if state is not None else DictState()
         self.ring = make_ring(plan)
@@ -120,10 +123,11 @@ class Engine:
         for node in top:
             node.on_tuple = on_tuple
             node.on_key = on_key
-        self._compile_walks(top)
+        if generated_hooks:
+            self._compile_walks(top)
         # Generated node code calls its own delta walks directly (no hook in between);
         # their globals hold ``acc``, rebound whenever it is.
-        if isinstance(self.ring, IntRing):
+        if generated_hooks and isinstance(self.ring, IntRing):
             self._bind_direct(top)
 
     @staticmethod
