@@ -270,7 +270,9 @@ class JoinNode:
         self.live_read: list[Callable[..., Any]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
         self.on_key: KeyHook = _no_key_hook
-        self._sj_env: dict[str, Any] = {}
+        # Globals of generated code that calls make_live / make_dead / the parent's
+        # support (the semi-join code, a top node's apply): bind_walks rebinds them.
+        self._sj_envs: list[dict[str, Any]] = []
         # Globals of this node's generated code that call a hook: rebinding a name there
         # (bind_emit, bind_notify) reaches code already compiled (names resolve per call).
         self._emit_envs: list[dict[str, Any]] = []
@@ -422,7 +424,7 @@ class JoinNode:
         exec(compile("\n".join(ins + dele), f"<sj {self.name}>", "exec"), env)  # noqa: S102
         self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
         self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
-        self._sj_env = env
+        self._sj_envs.append(env)
 
     def walk_source(self, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
         """Python source of :meth:`_make_live`, :meth:`_make_dead` and
@@ -490,11 +492,13 @@ class JoinNode:
         self._make_live = make_live  # type: ignore[method-assign,assignment]
         self._make_dead = make_dead  # type: ignore[method-assign,assignment]
         self._child_support = child_support  # type: ignore[method-assign,assignment]
-        self._sj_env["make_live"] = make_live
-        self._sj_env["make_dead"] = make_dead
+        for env in self._sj_envs:
+            env["make_live"] = make_live
+            env["make_dead"] = make_dead
         for child in self.children:
             if child.top:
-                child._sj_env["support"] = child_support
+                for env in child._sj_envs:
+                    env["support"] = child_support
 
 
     def apply_source(self) -> tuple[str, dict[str, Any]]:
@@ -504,7 +508,6 @@ class JoinNode:
         env: dict[str, Any] = {
             "emit": self._emit_via_hook, "base": self.base, "base_get": self.base.get,
             "counter": self.counter,
-            "sj_insert": self._sj_insert, "sj_delete": self._sj_delete,
             "lower_change": self._lower_base_change,
         }
         n = len(self.children)
@@ -513,7 +516,6 @@ class JoinNode:
             env[f"index{i}"] = self.index[i]
             env[f"cproj{i}"] = child.proj
             keys.append(key_expr("t", self.attrs, self.scalar, child.key_attrs))
-        counting = self.counting
         if n:
             # The multiplicity is kept in the first child index's bucket (tuple -> count).
             lines = [
@@ -577,24 +579,7 @@ class JoinNode:
                 "    if True:",
             ]
         if self.top:
-            # Here t is in V_s (all children support it): live exactly when its key is.
-            live = self._live_test(env, key_expr("t", self.attrs, self.scalar,
-                                                 self.key_attrs))
-            lines += [
-                "        if old == 0:",
-                "            sj_insert(t)",
-                f"            if {live}:",
-                f"                emit(t, {'1' if counting else 'new'})",
-                "        elif new == 0:",
-                f"            if {live}:",
-                f"                emit(t, {'-1' if counting else '-old'})",
-                "            sj_delete(t)",
-            ]
-            if not counting:
-                lines += [
-                    f"        elif {live}:",
-                    "            emit(t, new - old)",
-                ]
+            lines += self._top_change_lines(env)
         else:
             lines += self._lower_change_lines(env, keys)
         lines += ["    if new == 0:"]
@@ -614,6 +599,36 @@ class JoinNode:
                 f"            del index{i}[k]",
             ]
         return "\n".join(lines), env
+
+    def _top_change_lines(self, env: dict[str, Any]) -> list[str]:
+        """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_sj_insert`,
+        :meth:`_sj_delete`): t is in V_s here (all children support it), so it is live
+        exactly when its key is; the key is computed and tested once."""
+        env["proj"] = self.proj
+        env["make_live"] = self._make_live
+        env["make_dead"] = self._make_dead
+        live = self._live_test(env, "k")
+        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
+        lines = [f"        k = {k}", "        if old == 0:", "            group = proj.get(k)",
+                 "            if group is None:", "                proj[k] = {t}"]
+        tail = ["            group = proj[k]", "            group.discard(t)",
+                "            if not group:", "                del proj[k]"]
+        if self.parent is not None:
+            env["support"] = self.parent._child_support
+            lines.append(f"                support({self.pos_in_parent}, k, True)")
+            tail.append(f"                support({self.pos_in_parent}, k, False)")
+        lines += ["            else:", "                group.add(t)", f"            if {live}:"]
+        if self.children:
+            lines.append("                make_live(t)")
+        lines += [f"                emit(t, {'1' if self.counting else 'new'})",
+                  "        elif new == 0:", f"            if {live}:",
+                  f"                emit(t, {'-1' if self.counting else '-old'})"]
+        if self.children:
+            lines.append("                make_dead(t)")
+        lines += tail
+        if not self.counting:
+            lines += [f"        elif {live}:", "            emit(t, new - old)"]
+        return lines
 
     def _lower_change_lines(self, env: dict[str, Any], keys: list[str]) -> list[str]:
         """Inlined :meth:`_lower_base_change` with :meth:`_count_add` (set) or
@@ -661,7 +676,11 @@ class JoinNode:
         text, env = self.apply_source()
         exec(compile(text, f"<apply {self.name}>", "exec"), env)  # noqa: S102
         fn: Callable[[Any, int], None] = env["apply"]
-        (self._emit_envs if self.top else self._notify_envs).append(env)
+        if self.top:
+            self._emit_envs.append(env)
+            self._sj_envs.append(env)
+        else:
+            self._notify_envs.append(env)
         return fn
 
     # -- direct hooks for generated code ---------------------------------------------
