@@ -182,7 +182,8 @@ class Enumerator:
     def delta_walk(self, start: JoinNode, kind: str) -> tuple[Callable[..., None],
                                                               dict[str, Any]]:
         """A fresh delta walk for a start: ``walk(t, factor)`` for ``tuple``,
-        ``walk(cands, factor)`` for ``key i``, adding into the global ``acc`` of the
+        ``walk(key, cands, factor)`` for ``key i`` (cands: the live tuples with that key
+        for child i), adding into the global ``acc`` of the
         returned globals, which the caller binds (and rebinds per epoch).
 
         >>> from operators.ring import IntRing

@@ -42,25 +42,19 @@ class RelationInput:
             {first[v] for v in atom.vars if v in join_vars}
             | {i for pair in equal_pairs for i in pair}
         )
-        env: dict[str, Any] = {}
-        tests = [f"row[{i}] is None" for i in not_null]
-        for n, f in enumerate(atom.filters):
-            env[f"p{n}"] = f.predicate()
-            tests.append(f"not p{n}(row[{f.column}])")
-        tests.extend(f"row[{i}] != row[{j}]" for i, j in equal_pairs)
+        self._not_null = not_null
+        self._equal_pairs = equal_pairs
+        # Rows of any type here: every NULL test kept, the predicates called.
+        test, env = self.typed_test(frozenset(), "")
         self.positions = tuple(first[v] for v in atom.vars)
         if self.positions == tuple(range(atom.relation.arity)):
             result = "row"
         else:
             result = "(" + "".join(f"row[{i}], " for i in self.positions) + ")"
-        self.test_expr = " or ".join(tests)  # true: the row is filtered out
-        self._not_null = not_null
-        self._equal_pairs = equal_pairs
         self.result_expr = result
-        self.env = dict(env)  # the predicates p0, p1, ... the expressions call
         lines = ["def project(row):"]
-        if tests:
-            lines.append(f"    if {' or '.join(tests)}:")
+        if test:
+            lines.append(f"    if {test}:")
             lines.append("        return None")
         lines.append(f"    return {result}")
         self.source = "\n".join(lines)
@@ -72,10 +66,11 @@ class RelationInput:
         return self.project(row)
 
     def typed_test(self, non_null: frozenset[int], tag: str) -> tuple[str, dict[str, Any]]:
-        """:attr:`test_expr` for rows whose columns ``non_null`` are known to hold no
-        NULL (their exact types were checked): those NULL tests dropped, comparisons
-        with a constant inlined. Names it binds end in ``tag``; returns the expression
-        (empty: nothing is filtered out) and what it binds.
+        """The filter test of :attr:`project` (true: the row is filtered out) for rows
+        whose columns ``non_null`` are known to hold no NULL (their exact types were
+        checked): those NULL tests dropped, comparisons with a constant inlined. Names
+        it binds end in ``tag``; returns the expression (empty: nothing is filtered
+        out) and what it binds.
 
         >>> from plans.sql import parse_query
         >>> cq = parse_query("CREATE TABLE G(src INT, dst INT);"

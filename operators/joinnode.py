@@ -270,13 +270,10 @@ class JoinNode:
         self.live_read: list[Callable[..., Any]] = []
         self.on_tuple: TupleHook = _no_tuple_hook
         self.on_key: KeyHook = _no_key_hook
-        # Globals of generated code that calls make_live / make_dead / the parent's
-        # support (the semi-join code, a top node's apply): bind_walks rebinds them.
-        self._sj_envs: list[dict[str, Any]] = []
-        # Globals of this node's generated code that call a hook: rebinding a name there
-        # (bind_emit, bind_notify) reaches code already compiled (names resolve per call).
-        self._emit_envs: list[dict[str, Any]] = []
-        self._notify_envs: list[dict[str, Any]] = []
+        # Globals of this node's generated code. Its calls out (emit, notify, make_live,
+        # make_dead, support) are names there, resolved per call: bind_emit, bind_notify
+        # and bind_walks rebind them in code already compiled.
+        self._code_envs: list[dict[str, Any]] = []
 
     # -- wiring --------------------------------------------------------------------
     def attach_child(self, child: JoinNode, key_attrs: tuple[str, ...]) -> None:
@@ -377,7 +374,7 @@ class JoinNode:
         fn: Callable[[Any, int], None]
         exec(compile("\n".join(lines), f"<apply {self.name}>", "exec"), env)  # noqa: S102
         fn = env["apply"]
-        self._notify_envs.append(env)
+        self._code_envs.append(env)
         return fn
 
     def _parent_change_hook(self) -> Callable[[int, Any, Any, Any], None]:
@@ -399,32 +396,41 @@ class JoinNode:
     def _compile_sj(self) -> None:
         """:meth:`_sj_insert` / :meth:`_sj_delete` specialized to this top node (key
         inlined, parent bound). Called from finish(), after the tree is wired."""
-        parent = self.parent
-        env: dict[str, Any] = {"proj": self.proj,
-                               "make_live": self._make_live, "make_dead": self._make_dead}
+        env: dict[str, Any] = {}
         k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
         # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is.
         live_key = self._live_test(env, "k")
-        ins = ["def sj_insert(t):", f"    k = {k}", "    group = proj.get(k)",
-               "    if group is None:", "        proj[k] = {t}"]
+        group_add, group_remove = self._group_lines(env, "    ")
+        ins = ["def sj_insert(t):", f"    k = {k}", *group_add]
         # A leaf's tuples index nothing when they turn live or dead: no call then.
+        if self.children:
+            ins += [f"    if {live_key}:", "        make_live(t)"]
         dele = ["def sj_delete(t):", f"    k = {k}"]
         if self.children:
             dele += [f"    if {live_key}:", "        make_dead(t)"]
-        dele += ["    group = proj[k]", "    group.discard(t)", "    if not group:",
-                 "        del proj[k]"]
-        if parent is not None:
-            pos = self.pos_in_parent
-            env["support"] = parent._child_support
-            ins.append(f"        support({pos}, k, True)")
-            dele.append(f"        support({pos}, k, False)")
-        ins += ["    else:", "        group.add(t)"]
-        if self.children:
-            ins += [f"    if {live_key}:", "        make_live(t)"]
+        dele += group_remove
         exec(compile("\n".join(ins + dele), f"<sj {self.name}>", "exec"), env)  # noqa: S102
         self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
         self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
-        self._sj_envs.append(env)
+        self._code_envs.append(env)
+
+    def _group_lines(self, env: dict[str, Any], indent: str) -> tuple[list[str], list[str]]:
+        """Generated code (at ``indent``) that adds tuple ``t`` to / removes it from its
+        semi-join group under key ``k`` (the S-update), telling the parent when the
+        group appears or goes; binds what it calls in ``env``."""
+        env["proj"] = self.proj
+        env["make_live"] = self._make_live
+        env["make_dead"] = self._make_dead
+        i = indent
+        add = [f"{i}group = proj.get(k)", f"{i}if group is None:", f"{i}    proj[k] = {{t}}"]
+        remove = [f"{i}group = proj[k]", f"{i}group.discard(t)", f"{i}if not group:",
+                  f"{i}    del proj[k]"]
+        if self.parent is not None:
+            env["support"] = self.parent._child_support
+            add.append(f"{i}    support({self.pos_in_parent}, k, True)")
+            remove.append(f"{i}    support({self.pos_in_parent}, k, False)")
+        add += [f"{i}else:", f"{i}    group.add(t)"]
+        return add, remove
 
     def walk_source(self, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
         """Python source of :meth:`_make_live`, :meth:`_make_dead` and
@@ -492,12 +498,12 @@ class JoinNode:
         self._make_live = make_live  # type: ignore[method-assign,assignment]
         self._make_dead = make_dead  # type: ignore[method-assign,assignment]
         self._child_support = child_support  # type: ignore[method-assign,assignment]
-        for env in self._sj_envs:
+        for env in self._code_envs:
             env["make_live"] = make_live
             env["make_dead"] = make_dead
         for child in self.children:
             if child.top:
-                for env in child._sj_envs:
+                for env in child._code_envs:
                     env["support"] = child_support
 
 
@@ -604,20 +610,10 @@ class JoinNode:
         """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_sj_insert`,
         :meth:`_sj_delete`): t is in V_s here (all children support it), so it is live
         exactly when its key is; the key is computed and tested once."""
-        env["proj"] = self.proj
-        env["make_live"] = self._make_live
-        env["make_dead"] = self._make_dead
         live = self._live_test(env, "k")
         k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        lines = [f"        k = {k}", "        if old == 0:", "            group = proj.get(k)",
-                 "            if group is None:", "                proj[k] = {t}"]
-        tail = ["            group = proj[k]", "            group.discard(t)",
-                "            if not group:", "                del proj[k]"]
-        if self.parent is not None:
-            env["support"] = self.parent._child_support
-            lines.append(f"                support({self.pos_in_parent}, k, True)")
-            tail.append(f"                support({self.pos_in_parent}, k, False)")
-        lines += ["            else:", "                group.add(t)", f"            if {live}:"]
+        group_add, tail = self._group_lines(env, "            ")
+        lines = [f"        k = {k}", "        if old == 0:", *group_add, f"            if {live}:"]
         if self.children:
             lines.append("                make_live(t)")
         lines += [f"                emit(t, {'1' if self.counting else 'new'})",
@@ -676,11 +672,7 @@ class JoinNode:
         text, env = self.apply_source()
         exec(compile(text, f"<apply {self.name}>", "exec"), env)  # noqa: S102
         fn: Callable[[Any, int], None] = env["apply"]
-        if self.top:
-            self._emit_envs.append(env)
-            self._sj_envs.append(env)
-        else:
-            self._notify_envs.append(env)
+        self._code_envs.append(env)
         return fn
 
     # -- direct hooks for generated code ---------------------------------------------
@@ -693,14 +685,14 @@ class JoinNode:
         """Make this top node's generated code call ``emit(t, factor)`` for a changed
         live tuple, in place of ``on_tuple(node, t, factor)`` (one call less per change;
         the generic path keeps calling :attr:`on_tuple`, which must do the same)."""
-        for env in self._emit_envs:
+        for env in self._code_envs:
             env["emit"] = emit
 
     def bind_notify(self, notify: Callable[[int, Any, Any, Any], None]) -> None:
         """Make this lower node's generated code call ``notify(pos, key, old, new)`` when
         its projection changes, in place of the parent's :meth:`_boundary_change` (or
         lower-child handler); the replacement must do what that does."""
-        for env in self._notify_envs:
+        for env in self._code_envs:
             env["notify"] = notify
 
     # -- R-update: a change of multiplicity of tuple t of this atom -------------------

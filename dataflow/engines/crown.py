@@ -99,26 +99,18 @@ class Engine:
         self.enumerator = Enumerator(top, row_vars(plan), plan.mode, self.ring)
         self._acc: dict[Any, Any] = {}
         self._acc_envs: list[dict[str, Any]] = []
-        enum = self.enumerator
-        # Compile every walk up front; the hooks call the compiled loops directly.
-        tuple_walks = {
-            n.id: enum.compiled(n, "tuple") for n in top if not n.generalized
-        }
-        key_walks = {
-            (n.id, i): enum.compiled(n, f"key {i}")
-            for n in top
-            for i, c in enumerate(n.children)
-            if not c.top
-        }
+        walk = self.enumerator.compiled  # (cached: compiled on first use)
 
+        # The generic hooks; with generated hooks over integers only code that stays
+        # generic calls them (lower subtrees deeper than one node, ring payloads).
         def on_tuple(node: JoinNode, t: Any, factor: Any) -> None:
-            tuple_walks[node.id]((t,), factor, self.acc)
+            walk(node, "tuple")((t,), factor, self.acc)
 
         def on_key(node: JoinNode, child: int, key: Any, factor: Any) -> None:
             # Read-only: a walk must not make the runners write back the sets it read.
             cands = node.live_read[child](key)
             if cands:
-                key_walks[node.id, child](list(cands), factor, self.acc)
+                walk(node, f"key {child}")(list(cands), factor, self.acc)
 
         for node in top:
             node.on_tuple = on_tuple
@@ -153,16 +145,15 @@ class Engine:
         for node in top:
             if not node.generalized:
                 walk, env = enum.delta_walk(node, "tuple")
-                env["acc"] = self._acc
                 self._acc_envs.append(env)
                 node.bind_emit(walk)
             for i, child in enumerate(node.children):
                 if child.top:
                     continue
                 walk, env = enum.delta_walk(node, f"key {i}")
-                env["acc"] = self._acc
                 self._acc_envs.append(env)
                 child.bind_notify(self._boundary_handler(node, i, walk))
+        self.acc = self._acc  # (binds it in every walk)
 
     @staticmethod
     def _boundary_handler(node: JoinNode, i: int,
