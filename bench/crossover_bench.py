@@ -56,10 +56,13 @@ if __package__ in (None, ""):
 from bench.baseline_delta import DeltaIVM  # noqa: E402
 from bench.baseline_scp import CQ, Atom  # noqa: E402
 from bench.run_bench import delta_pairs, digest  # noqa: E402
+from core.native import NativeBuildError  # noqa: E402
 from core.records import Update  # noqa: E402
 
 QUERIES: tuple[str, ...] = ("hop3_filter", "hop4_bag", "star_count")
-SYSTEMS: tuple[str, ...] = ("ivmflow", "delta_ivm", "duckdb")
+SYSTEMS: tuple[str, ...] = ("ivmflow", "ivmflow_native", "delta_ivm", "duckdb")
+"""``ivmflow_native`` is the same view with its hot path compiled (``native=True``:
+Cython and a C compiler); the run is skipped with the reason where that cannot build."""
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NODES_PER_EDGE = 3000 / 8000
 """Nodes per live edge (3000 nodes at window 8k)."""
@@ -205,10 +208,10 @@ class DuckDBDiff:
 
 def make_system(system: str, query: str, stream: Stream) -> Any:
     sql = query_sql(query, stream.threshold)
-    if system == "ivmflow":
+    if system in ("ivmflow", "ivmflow_native"):
         from dataflow.api import compile_query
 
-        return compile_query(sql).maintain()
+        return compile_query(sql).maintain(native=system == "ivmflow_native")
     if system == "delta_ivm":
         return DeltaIVM(query_cq(query, stream.threshold))
     if system == "duckdb":
@@ -340,7 +343,8 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 
     queries = sorted({r["query"] for r in records}, key=QUERIES.index)
     windows = sorted({r["window"] for r in records})
-    colors = {"ivmflow": "tab:blue", "delta_ivm": "tab:orange", "duckdb": "tab:green"}
+    colors = {"ivmflow": "tab:blue", "ivmflow_native": "tab:purple", "delta_ivm": "tab:orange",
+              "duckdb": "tab:green"}
     styles = ["-", "--", ":"]
     fig, axes = plt.subplots(1, len(queries), figsize=(5.2 * len(queries), 4.6), squeeze=False)
     for ax, q in zip(axes[0], queries):
@@ -385,10 +389,12 @@ def winners(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if (r["query"], r["window"], r["epoch"]) == (q, w, e)}
         best = min(cand, key=lambda s: cand[s])
         row: dict[str, Any] = {"query": q, "window": w, "epoch": e, "winner": best}
-        if "ivmflow" in cand:
+        for mine in ("ivmflow", "ivmflow_native"):
+            if mine not in cand:
+                continue
             for s in ("delta_ivm", "duckdb"):
                 if s in cand:
-                    row[f"ivmflow_speedup_vs_{s}"] = round(cand[s] / cand["ivmflow"], 2)
+                    row[f"{mine}_speedup_vs_{s}"] = round(cand[s] / cand[mine], 2)
         out.append(row)
     return out
 
@@ -456,9 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     keep = e == 1 and q == "hop3_filter"
                     try:
                         r = run_one(s, q, stream, e, cap, keep_latency=keep,
-                                    budget_s=None if s == "ivmflow" else args.budget,
-                                    warm_limit_s=None if s == "ivmflow" else 4 * args.budget)
-                    except WarmUpTooSlow as err:
+                                    budget_s=None if s.startswith("ivmflow") else args.budget,
+                                    warm_limit_s=None if s.startswith("ivmflow")
+                                    else 4 * args.budget)
+                    except (WarmUpTooSlow, NativeBuildError) as err:
                         skipped.append({"query": q, "window": w, "epoch": e, "system": s,
                                         "reason": str(err)})
                         print(f"  {q:11s} W={w:<6d} epoch={e:<5d} {s:9s} skipped: {err}",
@@ -490,10 +497,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = winners(records)
     print(f"wrote {out}")
     for row in summary:
-        extra = "  ".join(f"{k[len('ivmflow_speedup_vs_'):]} x{v}" for k, v in row.items()
-                          if k.startswith("ivmflow_speedup"))
+        extra = "  ".join(f"{k.replace('_speedup_vs_', ' over ')} x{v}"
+                          for k, v in row.items() if "_speedup_vs_" in k)
         print(f"  {row['query']:11s} W={row['window']:<6d} epoch={row['epoch']:<5d} "
-              f"winner {row['winner']:9s} ivmflow speedup: {extra}")
+              f"winner {row['winner']:14s} {extra}")
     for k, v in latency.items():
         print(f"  latency epoch 1 hop3_filter {k}: p50 {v['p50_us']} us, p99 {v['p99_us']} us,"
               f" max {v['max_us']} us")

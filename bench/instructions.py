@@ -29,13 +29,13 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 def run_workload(root: str, query: str, window: int, epoch: int, updates: int,
-                 timed: bool) -> None:
+                 timed: bool, native: bool = False) -> None:
     """The measured program: warm-up, then (``timed``) the timed updates."""
     sys.path.insert(0, root)
     from bench.crossover_bench import make_stream, make_system
 
     stream = make_stream(window, updates)
-    view = make_system("ivmflow", query, stream)
+    view = make_system("ivmflow_native" if native else "ivmflow", query, stream)
     for u in stream.warm:
         view.apply(u)
     view.end_epoch()
@@ -48,11 +48,15 @@ def run_workload(root: str, query: str, window: int, epoch: int, updates: int,
 
 
 def instructions(root: str, query: str, window: int, epoch: int, updates: int,
-                 timed: bool) -> int:
-    """Instructions of one run of the workload under callgrind."""
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-           __file__, "--child", "--root", root, "--query", query, "--window", str(window),
-           "--epoch", str(epoch), "--updates", str(updates)]
+                 timed: bool, native: bool = False) -> int:
+    """Instructions of one run of the workload under callgrind (``native``: with the
+    compiled hot path, built beforehand outside valgrind so that both runs load it)."""
+    child = [sys.executable, __file__, "--child", "--root", root, "--query", query,
+             "--window", str(window), "--epoch", str(epoch), "--updates", str(updates)]
+    if native:
+        child.append("--native")
+        subprocess.run([*child, "--updates", "0"], check=True)
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *child]
     if timed:
         cmd.append("--timed")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -73,20 +77,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=8000)
     p.add_argument("--epoch", type=int, default=1000)
     p.add_argument("--updates", type=int, default=10000)
+    p.add_argument("--native", action="store_true",
+                   help="measure the compiled hot path (needs Cython and a C compiler)")
     p.add_argument("--out", default=None, help="also write the result as JSON here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        run_workload(args.root, args.query, args.window, args.epoch, args.updates, args.timed)
+        run_workload(args.root, args.query, args.window, args.epoch, args.updates, args.timed,
+                     args.native)
         return 0
-    base = instructions(args.root, args.query, args.window, args.epoch, args.updates, False)
-    full = instructions(args.root, args.query, args.window, args.epoch, args.updates, True)
-    result = {"root": args.root, "query": args.query, "window": args.window,
+    base = instructions(args.root, args.query, args.window, args.epoch, args.updates, False,
+                        args.native)
+    full = instructions(args.root, args.query, args.window, args.epoch, args.updates, True,
+                        args.native)
+    result = {"root": args.root, "query": args.query, "native": args.native,
+              "window": args.window,
               "epoch": args.epoch, "updates": args.updates, "warm_up_instructions": base,
               "timed_instructions": full - base,
               "instructions_per_update": round((full - base) / args.updates)}
-    print(f"{args.query} W={args.window} epoch={args.epoch} updates={args.updates}: "
+    print(f"{args.query}{' native' if args.native else ''} W={args.window} "
+          f"epoch={args.epoch} updates={args.updates}: "
           f"{(full - base) / 1e6:.0f} M instructions "
           f"({result['instructions_per_update']} per update)")
     if args.out:

@@ -23,8 +23,17 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.codegen import define
 from core.errors import InputError, UnsupportedQueryError
 from core.graph import Dataflow
+from core.native import (
+    NATIVE_ENV,
+    NativeBuildError,
+    native_available,
+    native_requested,
+    native_sorted_changes,
+    nativize,
+)
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Relation, Row, Schema
 from dataflow.engines import PartitionEngine
@@ -92,9 +101,11 @@ class CompiledQuery:
         kind = self.kind.replanned(prefix)
         return self if kind is self.kind else CompiledQuery(self.cq, kind, self.source_name)
 
-    def maintain(self, parallelism: int = 1, eps: float | None = None) -> View:
-        """A live view; ``eps`` (triangle queries) overrides the compiled epsilon."""
-        return View(self, parallelism, eps)
+    def maintain(self, parallelism: int = 1, eps: float | None = None,
+                 native: bool | None = None) -> View:
+        """A live view; ``eps`` (triangle queries) overrides the compiled epsilon;
+        ``native`` compiles its generated code (see :class:`View`)."""
+        return View(self, parallelism, eps, native)
 
     def run(
         self, records: Iterable[Record], epoch_size: int | None = None, parallelism: int = 1
@@ -222,8 +233,14 @@ class View:
     """A live, incrementally maintained query result (one or more partitions)."""
 
     def __init__(
-        self, query: CompiledQuery, parallelism: int = 1, eps: float | None = None
+        self, query: CompiledQuery, parallelism: int = 1, eps: float | None = None,
+        native: bool | None = None,
     ) -> None:
+        """``native=True`` compiles the generated hot path of a single-partition view
+        with Cython and a C compiler (:mod:`core.native`; ``pip install
+        'ivmflow[native]'``) and fails with the reason when it cannot; ``None`` does so
+        when ``$IVMFLOW_NATIVE`` is ``1``; ``False`` keeps it interpreted. Results are
+        the same either way."""
         if parallelism < 1:
             msg = f"parallelism must be at least 1, got {parallelism}"
             raise ValueError(msg)
@@ -259,6 +276,8 @@ class View:
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
         self._counts = self.validator.counts
         self._bind_fast()
+        self.native = native_requested(native) and self._compile_native()
+        """Whether the hot path runs compiled."""
         self.epoch = 0
         self.pending_updates = 0
         self._closed_updates = 0  # in closed epochs (updates_total adds the open one's)
@@ -342,8 +361,30 @@ class View:
                     ind = "        "
                 lines.append(f"{ind}apply{n}({ri.result_expr}, dm)")
             lines.append("    return True")
-            exec(compile("\n".join(lines), f"<apply {rel.name}>", "exec"), env)  # noqa: S102
+            define("\n".join(lines), f"<apply {rel.name}>", env)
             self._direct[rel.name] = env["fast"]
+
+    def _compile_native(self) -> bool:
+        """Swap the generated fast paths for their compiled build (with everything
+        they reach); False where there is none to compile (several partitions)."""
+        if not self._direct:
+            return False
+        why = native_available()
+        if why is not None:
+            msg = (
+                f"native build requested, but {why}; "
+                                   f"unset {NATIVE_ENV} or pass native=False"
+            )
+            raise NativeBuildError(msg)
+        names = list(self._direct)
+        build = nativize([self._direct[n] for n in names])
+        self._direct.update(zip(names, build.entries))
+        for engine in self.engines:
+            adopt = getattr(engine, "adopt_native", None)
+            if adopt is not None:
+                adopt(build)
+        self.finalizer.sorted_changes = native_sorted_changes(build.module)
+        return True
 
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""

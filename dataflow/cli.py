@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: the engine's choice); for a hierarchical query that "
                           "is not q-hierarchical it also selects view trees, the knob "
                           "between update time N^(delta E) and delay N^(1-E)")
+    run.add_argument("--native", action="store_true", default=None,
+                     help="local runner: compile the hot path (Cython and a C compiler; "
+                          "same results; also IVMFLOW_NATIVE=1)")
     run.add_argument("--partitioning", choices=("single", "double"), default="single",
                      help="triangle COUNT(*): heavy/light partition each relation on one "
                           "column (default) or on both (lower space)")
@@ -312,7 +315,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         stop_at_end=args.stop_at_end, quiet=args.quiet, resume=args.resume,
         fsync=args.fsync, checkpoint=args.checkpoint,
         checkpoint_interval=args.checkpoint_interval, batch_lines=args.batch_lines,
-        kafka_options=args.kafka_option,
+        kafka_options=args.kafka_option, native=args.native,
     )
 
 

@@ -108,12 +108,17 @@ class RunOptions:
     """Spark: input lines per micro-batch."""
     kafka_options: list[str] = field(default_factory=list)
     """``KEY=VALUE`` Kafka client properties for every ``kafka://`` source and sink."""
+    native: bool | None = None
+    """Local runner: compile the view's hot path (``View(native=...)``; ``None``:
+    ``$IVMFLOW_NATIVE``)."""
 
     def maintain_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given)."""
         kwargs: dict[str, Any] = {"parallelism": self.parallelism}
         if self.eps is not None:
             kwargs["eps"] = self.eps
+        if self.native is not None:
+            kwargs["native"] = self.native
         return kwargs
 
     @property

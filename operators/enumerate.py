@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from core.codegen import define
 from operators.joinnode import EMPTY, JoinNode, key_expr
 
 EnumFn = Callable[[Any, Any, dict[Any, Any]], None]
@@ -199,7 +200,7 @@ class Enumerator:
         {(1, 2, 3): -1}
         """
         text, env = self._compile(start, kind, delta=True)
-        exec(compile(text, f"<delta {start.name} {kind}>", "exec"), env)  # noqa: S102
+        define(text, f"<delta {start.name} {kind}>", env)
         fn: Callable[..., None] = env["enum"]
         return fn, env
 
@@ -208,7 +209,7 @@ class Enumerator:
         fn = self._cache.get(cache_key)
         if fn is None:
             text, env = self._compile(start, kind)
-            exec(compile(text, f"<enumerate {start.name} {kind}>", "exec"), env)  # noqa: S102
+            define(text, f"<enumerate {start.name} {kind}>", env)
             fn = env["enum"]
             self._cache[cache_key] = fn
         return fn

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
+from core.codegen import define
 from core.consolidate import sort_rows, sorted_changes
 from core.schema import Row
 from operators.aggregate import AggregateLayout
@@ -67,6 +68,10 @@ class OutputFinalizer:
         self.keeps_state = not self.plain and self.current is None
         """Whether :attr:`state` is used (a DISTINCT count or aggregate payload per row)."""
         self._agg_row = self._compile_agg_row()
+        self.sorted_changes: Callable[[dict[Any, Any]], list[tuple[int, Row]]] = \
+            sorted_changes
+        """Turns ``row -> net change`` into sorted pairs (a compiled view swaps in a C
+        sort: :func:`core.native.native_sorted_changes`)."""
 
     def _compile_agg_row(self) -> Callable[[Row, Any], Row]:
         """(group key, payload) -> output row, as one generated expression (the columns
@@ -79,7 +84,7 @@ class OutputFinalizer:
         text = "\n".join(["def agg_row(key, payload):", head,
                           "    return (" + "".join(c + ", " for c in cols) + ")"])
         env: dict[str, Any] = {"values": None if self.layout is None else self.layout.values}
-        exec(compile(text, "<aggregate row>", "exec"), env)  # noqa: S102
+        define(text, "<aggregate row>", env)
         fn: Callable[[Row, Any], Row] = env["agg_row"]
         return fn
 
@@ -92,7 +97,7 @@ class OutputFinalizer:
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
         if self.plain:
-            return sorted_changes(raw)
+            return self.sorted_changes(raw)
         out: list[tuple[int, Row]] = []
         ring = self.ring
         if self.mode == "distinct":
@@ -134,7 +139,7 @@ class OutputFinalizer:
                 if new_row is not None:
                     changes[new_row] = changes.get(new_row, 0) + 1
             self.emitted_once = True
-            return sorted_changes(changes)
+            return self.sorted_changes(changes)
         sort_rows(out)
         return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from core.codegen import define
 from core.errors import InputError
 from core.schema import Row
 from plans.cq import Atom
@@ -58,7 +59,7 @@ class RelationInput:
             lines.append("        return None")
         lines.append(f"    return {result}")
         self.source = "\n".join(lines)
-        exec(compile(self.source, f"<input {atom.alias}>", "exec"), env)  # noqa: S102
+        define(self.source, f"<input {atom.alias}>", env)
         self.project: Callable[[Row], tuple[Any, ...] | None] = env["project"]
         """The compiled filter and projection (call it directly on hot paths)."""
 

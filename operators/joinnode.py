@@ -53,6 +53,7 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
+from core.codegen import define
 from operators.ring import IntRing
 from operators.state import State, read_only_get
 
@@ -372,7 +373,7 @@ class JoinNode:
             lines.append(f"        notify({pos}, k, p, q)")
         lines += ["    else:", "        del proj[k]", f"        notify({pos}, k, {gone}, None)"]
         fn: Callable[[Any, int], None]
-        exec(compile("\n".join(lines), f"<apply {self.name}>", "exec"), env)  # noqa: S102
+        define("\n".join(lines), f"<apply {self.name}>", env)
         fn = env["apply"]
         self._code_envs.append(env)
         return fn
@@ -409,7 +410,7 @@ class JoinNode:
         if self.children:
             dele += [f"    if {live_key}:", "        make_dead(t)"]
         dele += group_remove
-        exec(compile("\n".join(ins + dele), f"<sj {self.name}>", "exec"), env)  # noqa: S102
+        define("\n".join(ins + dele), f"<sj {self.name}>", env)
         self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
         self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
         self._code_envs.append(env)
@@ -670,7 +671,7 @@ class JoinNode:
 
     def _compile_apply(self) -> Callable[[Any, int], None]:
         text, env = self.apply_source()
-        exec(compile(text, f"<apply {self.name}>", "exec"), env)  # noqa: S102
+        define(text, f"<apply {self.name}>", env)
         fn: Callable[[Any, int], None] = env["apply"]
         self._code_envs.append(env)
         return fn

@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from core.codegen import define
 from core.graph import Dataflow
+from core.native import NativeBuild, NativeNamespace
 from operators.aggregate import AggregateLayout
 from operators.enumerate import Enumerator
 from operators.joinnode import JoinNode
@@ -98,7 +100,7 @@ class Engine:
         top = [n for n in self.nodes if n.top]
         self.enumerator = Enumerator(top, row_vars(plan), plan.mode, self.ring)
         self._acc: dict[Any, Any] = {}
-        self._acc_envs: list[dict[str, Any]] = []
+        self._acc_envs: list[dict[str, Any] | NativeNamespace] = []
         walk = self.enumerator.compiled  # (cached: compiled on first use)
 
         # The generic hooks; with generated hooks over integers only code that stays
@@ -132,7 +134,7 @@ class Engine:
             return f"{kind}_{node.id}"
 
         src = "\n".join(node.walk_source(env, name) for node in top)
-        exec(compile(src, "<live walks>", "exec"), env)  # noqa: S102
+        define(src, "<live walks>", env)
         for node in top:
             node.bind_walks(env[name("live", node)], env[name("dead", node)],
                             env[name("support", node)])
@@ -179,9 +181,14 @@ class Engine:
         if not counting:  # (a counting child reports only appearances and removals)
             lines += ["    else:", "        cands = live(k)", "        if cands:",
                       "            walk(k, cands, new - old)"]
-        exec(compile("\n".join(lines), f"<boundary {node.name} {i}>", "exec"), env)  # noqa: S102
+        define("\n".join(lines), f"<boundary {node.name} {i}>", env)
         fn: Callable[[int, Any, Any, Any], None] = env["boundary"]
         return fn
+
+    def adopt_native(self, build: NativeBuild) -> None:
+        """Rebind ``acc`` in the compiled walks too, from now on (the build compiled the
+        walks of this engine's namespaces that it reached)."""
+        self._acc_envs = [build.namespace(env) or env for env in self._acc_envs]
 
     @property
     def acc(self) -> dict[Any, Any]:
@@ -212,10 +219,13 @@ class Engine:
     def take_delta(self) -> dict[Any, Any]:
         """Row payload changes since the last call (zero entries possible)."""
         acc = self._acc
-        if not acc:  # (small epochs mostly change nothing: keep the walks' binding)
+        if not acc:
             return {}
-        self.acc = {}
-        return acc
+        # A copy (one C loop) instead of a fresh dict bound in every walk's namespace:
+        # rebinding costs a Python call per walk, more than copying a small epoch's rows.
+        out = acc.copy()
+        acc.clear()
+        return out
 
     def full(self) -> dict[Any, Any]:
         """Full enumeration of this partition's result: row -> payload."""

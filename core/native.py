@@ -1,0 +1,538 @@
+"""Optional native build of the engine's generated code (Cython + a C compiler).
+
+The engine generates small Python functions per query (node applies, semi-join
+updates, liveness walks, delta walks, the typed input path); they call each other
+through their namespaces' globals and read and write the state maps held there.
+:func:`nativize` translates everything reachable from entry functions into one Cython
+extension class, ``Compiled``, whose instance holds one engine's globals:
+
+* the namespaces' dicts are typed attributes (``cdef dict``), so ``get``, item
+  assignment, ``del`` and ``in`` are direct C-API calls, and a global bound to a dict's
+  ``get`` becomes a ``get`` call on that dict;
+* a generated function calling another one is a C method call, not a Python call
+  (each also has a Python-callable ``py...`` wrapper: the entries, and any function
+  the code passes around as a value);
+* locals used only as sets (``add``/``discard``) or dicts are typed so.
+
+The instance works on the very same state objects (nothing is copied), so compiled and
+interpreted code can run side by side. A global that the engine rebinds later (``acc``,
+the epoch's accumulator) is rebound in the instance through :class:`NativeNamespace`.
+Generated code outside the subset (``*args``, defaults, lambdas, nested functions,
+``global``) is refused with :class:`NativeBuildError`, never compiled half-way.
+
+The built module is cached under ``$IVMFLOW_NATIVE_CACHE`` (default
+``~/.cache/ivmflow/native``) by the hash of its text, which names no instance data:
+every view of the same query shape after the first loads it (and gets its own
+instance). :func:`native_available` says why a build cannot run here (no Cython, no C
+compiler, no Python headers).
+
+Example (skipped where Cython or a compiler is missing):
+    >>> from core.codegen import define
+    >>> counts = {}
+    >>> env = define("def bump(k):\\n    counts[k] = counts_get(k, 0) + 1",
+    ...              "<example>", {"counts": counts, "counts_get": counts.get})
+    >>> if native_available() is None:
+    ...     built = nativize([env["bump"]])
+    ...     built.entries[0]("a"); built.entries[0]("a")
+    ... else:
+    ...     env["bump"]("a"); env["bump"]("a")
+    >>> counts
+    {'a': 2}
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import BuiltinFunctionType, FunctionType, ModuleType
+from typing import Any
+
+from core.codegen import SOURCE_KEY
+
+NATIVE_ENV = "IVMFLOW_NATIVE"
+"""Environment variable: ``1`` compiles the generated code of every engine that is
+allowed to (see :func:`native_requested`), ``0`` never does."""
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_SELF = "_ivs"
+"""The instance parameter of the compiled methods."""
+_LOCK = threading.Lock()
+_LOADED: dict[str, ModuleType] = {}
+
+
+class NativeBuildError(RuntimeError):
+    """The generated code could not be translated or compiled (the message says which
+    step and shows the compiler's output)."""
+
+
+def native_requested(flag: bool | None) -> bool:
+    """Whether to build natively: ``flag`` if given, else ``$IVMFLOW_NATIVE == "1"``."""
+    if flag is not None:
+        return flag
+    return os.environ.get(NATIVE_ENV, "") == "1"
+
+
+def native_available() -> str | None:
+    """``None`` when a native build can run here, else why not (what to install)."""
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        return "Cython is not installed (pip install 'ivmflow[native]')"
+    if _compiler() is None:
+        return "no C compiler found (set CC or install gcc)"
+    if not Path(sysconfig.get_paths()["include"], "Python.h").exists():
+        return "the Python headers are missing (Debian: python3-dev)"
+    return None
+
+
+def _compiler() -> str | None:
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    exe = cc.split()[0]
+    return cc if shutil.which(exe) else None
+
+
+def cache_dir() -> Path:
+    """Where built modules are kept (``$IVMFLOW_NATIVE_CACHE`` or the user cache)."""
+    root = os.environ.get("IVMFLOW_NATIVE_CACHE")
+    if root:
+        return Path(root)
+    return Path.home() / ".cache" / "ivmflow" / "native"
+
+
+# -- discovery ---------------------------------------------------------------------------
+@dataclass
+class _Record:
+    """One generated namespace: its source, its env and its index in the module."""
+
+    index: int
+    env: dict[str, Any]
+    tree: ast.Module
+    functions: dict[str, FunctionType]
+
+
+def _generated(value: Any) -> bool:
+    return (isinstance(value, FunctionType) and SOURCE_KEY in value.__globals__
+            and value.__globals__.get(value.__name__) is value)
+
+
+def _collect(entries: Sequence[Callable[..., Any]]) -> list[_Record]:
+    """The namespaces reachable from ``entries`` through generated functions."""
+    records: dict[int, _Record] = {}
+    stack: list[Any] = list(entries)
+    while stack:
+        fn = stack.pop()
+        if not _generated(fn):
+            continue
+        env = fn.__globals__
+        if id(env) in records:
+            continue
+        tree = ast.parse(env[SOURCE_KEY])
+        functions: dict[str, FunctionType] = {}
+        for stmt in tree.body:
+            if not isinstance(stmt, ast.FunctionDef):
+                msg = (
+                    f"generated code holds a {type(stmt).__name__} "
+                                       "outside a function"
+                )
+                raise NativeBuildError(msg)
+            functions[stmt.name] = env[stmt.name]
+        records[id(env)] = _Record(len(records), env, tree, functions)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in env:
+                stack.append(env[node.id])
+    return list(records.values())
+
+
+# -- translation -------------------------------------------------------------------------
+def _self_attr(name: str) -> ast.expr:
+    return ast.Attribute(ast.Name(_SELF, ast.Load()), name, ast.Load())
+
+
+def _dict_get_of(value: Any) -> dict[Any, Any] | None:
+    """The dict whose bound ``get`` ``value`` is, else None."""
+    if isinstance(value, BuiltinFunctionType) and value.__name__ == "get" \
+            and type(getattr(value, "__self__", None)) is dict:
+        owner: dict[Any, Any] = getattr(value, "__self__")  # noqa: B009
+        return owner
+    return None
+
+
+@dataclass
+class _Global:
+    cname: str
+    ctype: str  # "dict" or "object"
+    value: Any
+
+
+class _Translator:
+    def __init__(self, records: list[_Record]) -> None:
+        self.records = records
+        self.by_fn: dict[int, str] = {}
+        for r in records:
+            for name, fn in r.functions.items():
+                self.by_fn[id(fn)] = f"_ivf{r.index}_{name}"
+        self.globals: list[_Global] = []
+        self.slots: dict[tuple[int, str], int] = {}  # (record, env name) -> global
+
+    def global_of(self, r: _Record, name: str) -> ast.expr:
+        """The expression standing for global ``name`` of record ``r`` (an attribute of
+        the instance; a generated function as a value is its Python-callable wrapper)."""
+        value = r.env[name]
+        cfn = self.by_fn.get(id(value))
+        if cfn is not None:
+            return _self_attr("py" + cfn)
+        owner = _dict_get_of(value)
+        if owner is not None:
+            slot = self._slot(r, name, "dict", owner)
+            return ast.Attribute(_self_attr(slot), "get", ast.Load())
+        ctype = "dict" if type(value) is dict else "object"
+        return _self_attr(self._slot(r, name, ctype, value))
+
+    def callee_of(self, r: _Record, name: str) -> ast.expr | None:
+        """The C method a call of global ``name`` goes to, if it is generated code."""
+        if name not in r.env:
+            return None
+        cfn = self.by_fn.get(id(r.env[name]))
+        return None if cfn is None else _self_attr(cfn)
+
+    def _slot(self, r: _Record, name: str, ctype: str, value: Any) -> str:
+        key = (r.index, name)
+        if key not in self.slots:
+            self.slots[key] = len(self.globals)
+            self.globals.append(_Global(f"_ivg{r.index}_{name}", ctype, value))
+        return self.globals[self.slots[key]].cname
+
+    def function(self, r: _Record, fdef: ast.FunctionDef) -> list[str]:
+        args = fdef.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.defaults \
+                or args.posonlyargs:
+            msg = f"{fdef.name}: only plain positional parameters"
+            raise NativeBuildError(msg)
+        params = [a.arg for a in args.args]
+        if _SELF in params:
+            msg = f"{fdef.name}: a parameter is named {_SELF}"
+            raise NativeBuildError(msg)
+        local = set(params)
+        for node in ast.walk(fdef):
+            if isinstance(node, (ast.Global, ast.Nonlocal, ast.Lambda, ast.FunctionDef,
+                                 ast.Yield, ast.YieldFrom, ast.AsyncFunctionDef)) \
+                    and node is not fdef:
+                msg = f"{fdef.name}: unsupported {type(node).__name__}"
+                raise NativeBuildError(msg)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                local.add(node.id)
+            if isinstance(node, ast.Global):
+                msg = f"{fdef.name}: assigns a global"
+                raise NativeBuildError(msg)
+        # ``get = acc.get``: a local alias of a global dict's get is that dict's get.
+        aliases: dict[str, ast.expr] = {}
+        body = []
+        for stmt in fdef.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                    and isinstance(stmt.targets[0], ast.Name) \
+                    and isinstance(stmt.value, ast.Attribute) and stmt.value.attr == "get" \
+                    and isinstance(stmt.value.value, ast.Name) \
+                    and stmt.value.value.id not in local \
+                    and type(r.env.get(stmt.value.value.id)) is dict \
+                    and self._assigned_once(fdef, stmt.targets[0].id):
+                owner = self.global_of(r, stmt.value.value.id)
+                aliases[stmt.targets[0].id] = ast.Attribute(owner, "get", ast.Load())
+                continue
+            body.append(stmt)
+        local -= set(aliases)
+        kinds = self._local_kinds(fdef, local - set(params))
+        translator = self
+
+        class Rename(ast.NodeTransformer):
+            def visit_Call(self, node: ast.Call) -> ast.expr:
+                func = node.func
+                if isinstance(func, ast.Name) and func.id not in local \
+                        and func.id not in aliases:
+                    callee = translator.callee_of(r, func.id)
+                    if callee is not None:
+                        node.func = callee
+                        node.args = [self.visit(a) for a in node.args]
+                        node.keywords = [self.visit(k) for k in node.keywords]
+                        return node
+                return self.generic_visit(node)  # type: ignore[return-value]
+
+            def visit_Name(self, node: ast.Name) -> ast.expr:
+                if node.id in aliases:
+                    return aliases[node.id]
+                if node.id in local or node.id not in r.env:
+                    if node.id not in local and node.id not in _BUILTIN_NAMES:
+                        msg = f"{fdef.name}: unbound name {node.id!r}"
+                        raise NativeBuildError(msg)
+                    return node
+                return translator.global_of(r, node.id)
+
+        cname = f"_ivf{r.index}_{fdef.name}"
+        sig = ", ".join([_SELF, *("object " + p for p in params)])
+        lines = [f"    cdef object {cname}({sig}):"]
+        for name in sorted(kinds):
+            lines.append(f"        cdef {kinds[name]} {name}")
+        for stmt in body:
+            new = ast.fix_missing_locations(Rename().visit(stmt))
+            lines += ["        " + line for line in ast.unparse(new).splitlines()]
+        if not body:
+            lines.append("        pass")
+        plain = ", ".join(params)
+        lines += ["", f"    def py{cname}({', '.join([_SELF, *params])}):",
+                  f"        return {_SELF}.{cname}({plain})"]
+        return lines
+
+    @staticmethod
+    def _assigned_once(fdef: ast.FunctionDef, name: str) -> bool:
+        stores = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == name
+                  and not isinstance(n.ctx, ast.Load)]
+        return len(stores) == 1
+
+    @staticmethod
+    def _local_kinds(fdef: ast.FunctionDef, names: set[str]) -> dict[str, str]:
+        """Locals used only as mutable sets or only as dicts, typed so (their other
+        uses, tests and iteration, work on any type)."""
+        methods: dict[str, set[str]] = {}
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in names:
+                methods.setdefault(node.value.id, set()).add(node.attr)
+        kinds: dict[str, str] = {}
+        for name, used in methods.items():
+            if used <= {"add", "discard"}:
+                kinds[name] = "set"
+            elif used <= {"get"}:
+                kinds[name] = "dict"
+        return kinds
+
+    def module(self) -> str:
+        """The Cython source: one final extension class whose instance holds one engine's
+        globals (two views of a query share the module, never the state)."""
+        bodies: list[str] = []
+        for r in self.records:
+            for stmt in r.tree.body:
+                assert isinstance(stmt, ast.FunctionDef)
+                bodies += self.function(r, stmt)
+                bodies.append("")
+        out = ["# cython: language_level=3, boundscheck=False, wraparound=False",
+               "# cython: infer_types=False, binding=False",
+               "# generated by ivmflow core.native; do not edit",
+               "cimport cython", _SORT_HELPER, "", "@cython.final", "cdef class Compiled:"]
+        out += [f"    cdef {g.ctype} {g.cname}" for g in self.globals]
+        out += ["", f"    def bind({_SELF}, list values):"]
+        out += [f"        {_SELF}.{g.cname} = values[{i}]" for i, g in enumerate(self.globals)]
+        out.append("        pass")
+        out += ["", f"    def rebind({_SELF}, int slot, object value):"]
+        for i, g in enumerate(self.globals):
+            out += [f"        if slot == {i}:", f"            {_SELF}.{g.cname} = value",
+                    "            return"]
+        out += ["        raise KeyError(slot)", ""]
+        return "\n".join(out + bodies)
+
+
+_SORT_HELPER = """
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.stdlib cimport free, malloc, qsort
+
+cdef Py_ssize_t _width = 0  # (qsort has no context argument; the GIL is held throughout)
+
+
+cdef int _compare_rows(const void *a, const void *b) noexcept nogil:
+    cdef const long long *x = <const long long *>a
+    cdef const long long *y = <const long long *>b
+    cdef Py_ssize_t i
+    for i in range(_width):
+        if x[i] != y[i]:
+            return -1 if x[i] < y[i] else 1
+    return 0
+
+
+def sorted_int_changes(dict net):
+    \"\"\"core.consolidate.sorted_changes for rows that are tuples of one length of
+    exact ints within 64 bits (the common result row); None for any other row (the
+    caller falls back to the general one).\"\"\"
+    global _width
+    cdef list rows = []
+    cdef list mults = []
+    cdef Py_ssize_t n, w = -1, i, j, stride
+    cdef int overflow = 0
+    cdef long long *keys
+    cdef tuple t
+    for row, m in net.items():
+        if not m:
+            continue
+        if type(row) is not tuple or type(m) is not int:
+            return None
+        if w < 0:
+            w = len(<tuple>row)
+        elif len(<tuple>row) != w:
+            return None
+        rows.append(row)
+        mults.append(m)
+    n = len(rows)
+    if n <= 1:
+        return [(mults[i], rows[i]) for i in range(n)]
+    stride = w + 1
+    keys = <long long *>malloc(n * stride * sizeof(long long))
+    if keys == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            t = <tuple>rows[i]
+            for j in range(w):
+                v = t[j]
+                if type(v) is not int:
+                    return None
+                keys[i * stride + j] = PyLong_AsLongLongAndOverflow(v, &overflow)
+                if overflow:
+                    return None
+            keys[i * stride + w] = i
+        _width = w
+        qsort(keys, n, stride * sizeof(long long), _compare_rows)
+        return [(mults[keys[i * stride + w]], rows[keys[i * stride + w]])
+                for i in range(n)]
+    finally:
+        free(keys)
+"""
+
+
+def native_sorted_changes(module: ModuleType) -> Callable[[dict[Any, Any]], Any]:
+    """:func:`core.consolidate.sorted_changes` done by ``module``'s C sort where the
+    rows allow (tuples of one length of 64-bit ints), else by the general one."""
+    from core.consolidate import sorted_changes
+
+    fast = module.sorted_int_changes
+
+    def sorted_changes_native(net: dict[Any, Any]) -> Any:
+        out = fast(net)
+        return sorted_changes(net) if out is None else out
+
+    return sorted_changes_native
+
+
+# -- building ----------------------------------------------------------------------------
+def _build(text: str) -> ModuleType:
+    key = hashlib.sha256((text + sys.version + _cython_version()).encode()).hexdigest()[:20]
+    name = f"ivmflow_native_{key}"
+    with _LOCK:
+        if name in _LOADED:
+            return _LOADED[name]
+        root = cache_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+        target = root / f"{name}{suffix}"
+        if not target.exists():
+            _compile(text, name, root, target)
+        spec = importlib.util.spec_from_file_location(name, target)
+        if spec is None or spec.loader is None:
+            msg = f"cannot load {target}"
+            raise NativeBuildError(msg)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _LOADED[name] = module
+        return module
+
+
+def _cython_version() -> str:
+    try:
+        import Cython
+    except ImportError:
+        return "none"
+    return str(getattr(Cython, "__version__", "unknown"))
+
+
+def _compile(text: str, name: str, root: Path, target: Path) -> None:
+    why = native_available()
+    if why is not None:
+        raise NativeBuildError(why)
+    cc = _compiler()
+    assert cc is not None
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        pyx = Path(tmp, f"{name}.pyx")
+        pyx.write_text(text)
+        csrc = Path(tmp, f"{name}.c")
+        run = subprocess.run([sys.executable, "-m", "cython", "-3", str(pyx), "-o",
+                              str(csrc)], capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            msg = f"cython failed on {pyx.name}:\n{run.stderr[-4000:]}"
+            raise NativeBuildError(msg)
+        obj = Path(tmp, f"{name}.so")
+        cmd = [*cc.split(), "-shared", "-fPIC", "-O2", "-w",
+               f"-I{sysconfig.get_paths()['include']}", str(csrc), "-o", str(obj)]
+        run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            msg = f"{' '.join(cmd[:2])} failed:\n{run.stderr[-4000:]}"
+            raise NativeBuildError(msg)
+        # (rename is atomic: a concurrent builder of the same module wins or loses whole)
+        os.replace(obj, target)
+
+
+# -- binding -----------------------------------------------------------------------------
+class NativeNamespace:
+    """Stands for one generated namespace of a built module: assigning a global sets it
+    in the module and in the interpreted namespace alike."""
+
+    def __init__(self, instance: Any, env: dict[str, Any],
+                 slots: dict[str, int]) -> None:
+        self._instance = instance
+        self._env = env
+        self._slots = slots
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._env[name] = value
+        slot = self._slots.get(name)
+        if slot is not None:
+            owner = _dict_get_of(value)
+            self._instance.rebind(slot, value if owner is None else owner)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._env[name]
+
+
+@dataclass
+class NativeBuild:
+    """A built module, the ``instance`` holding this engine's globals, the compiled
+    ``entries`` (in the order given) and, per interpreted namespace (by ``id``), the
+    namespace to assign rebound globals to."""
+
+    module: ModuleType
+    instance: Any
+    entries: list[Callable[..., Any]]
+    namespaces: dict[int, NativeNamespace]
+
+    def namespace(self, env: object) -> NativeNamespace | None:
+        """The compiled stand-in of ``env``, if it was compiled."""
+        return self.namespaces.get(id(env))
+
+
+def nativize(entries: Sequence[Callable[..., Any]]) -> NativeBuild:
+    """Compile the generated code reachable from ``entries`` (see the module doc).
+
+    Raises :class:`NativeBuildError` when the code cannot be translated or built."""
+    records = _collect(entries)
+    translator = _Translator(records)
+    text = translator.module()
+    module = _build(text)
+    instance = module.Compiled()
+    instance.bind([g.value for g in translator.globals])
+    compiled: list[Callable[..., Any]] = []
+    for fn in entries:
+        cname = translator.by_fn.get(id(fn))
+        compiled.append(fn if cname is None else getattr(instance, "py" + cname))
+    namespaces: dict[int, NativeNamespace] = {}
+    for r in records:
+        slots = {name: slot for (index, name), slot in translator.slots.items()
+                 if index == r.index}
+        namespaces[id(r.env)] = NativeNamespace(instance, r.env, slots)
+    return NativeBuild(module, instance, compiled, namespaces)
