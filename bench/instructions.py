@@ -1,17 +1,23 @@
-"""Deterministic cost of the engine's hot path: CPU instructions (valgrind callgrind) spent
-on the crossover stream's timed updates, for A/B comparisons on a machine whose clock
-varies by 10-50% from one minute to the next.
+"""Deterministic cost of the hot path: CPU instructions (valgrind callgrind) spent on
+the crossover stream's timed updates, per system, for A/B comparisons and for ratios
+against the first-order baseline on a machine whose clock varies by 10-50% from one
+minute to the next.
 
     python bench/instructions.py --query hop4_bag --epoch 1000 --updates 10000
     python bench/instructions.py --root /tmp/old-checkout --query hop3_filter --epoch 1
+    python bench/instructions.py --queries hop3_filter hop4_bag --epochs 1 10 100 1000 \
+        --systems ivmflow ivmflow_native delta_ivm --out bench/results/instructions.json
 
 The stream is :mod:`bench.crossover_bench`'s (W live edges warmed up untimed, then
-alternating inserts and deletes). It runs twice under callgrind, once with the warm-up
-only and once with the warm-up and ``--updates`` timed updates in epochs of ``--epoch``;
-the difference is the timed part's instruction count (the same for the same checkout,
-inputs and Python, whatever else the machine does). ``--root`` measures another checkout
-of ivmflow with this script. Needs valgrind (Debian package ``valgrind``); a run takes
-about 50x the plain run time.
+alternating inserts and deletes); the systems are its systems. Each point runs twice
+under callgrind, once with the warm-up only and once with the warm-up and ``--updates``
+timed updates in epochs of ``--epoch``; the difference is the timed part's instruction
+count (the same for the same checkout, inputs and Python, whatever else the machine
+does). ``--root`` measures another checkout of ivmflow with this script. The table
+gives each system's instructions per update and, with ``delta_ivm`` among the systems,
+its ratio over each ivmflow system. Instructions are not seconds (a cache miss costs
+more than an add); they are the steady A/B signal. Needs valgrind (Debian package
+``valgrind``); a run takes about 50x the plain run time.
 """
 
 from __future__ import annotations
@@ -23,19 +29,26 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 QUERIES = ("hop3_filter", "hop4_bag", "star_count")
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 def run_workload(root: str, query: str, window: int, epoch: int, updates: int,
-                 timed: bool, native: bool = False) -> None:
+                 timed: bool, system: str = "ivmflow") -> None:
     """The measured program: warm-up, then (``timed``) the timed updates."""
     sys.path.insert(0, root)
     from bench.crossover_bench import make_stream, make_system
 
     stream = make_stream(window, updates)
-    view = make_system("ivmflow_native" if native else "ivmflow", query, stream)
+    try:
+        from bench.crossover_bench import hold_out_of_gc
+    except ImportError:  # (an older checkout: as it was measured then)
+        pass
+    else:
+        hold_out_of_gc()
+    view = make_system(system, query, stream)
     for u in stream.warm:
         view.apply(u)
     view.end_epoch()
@@ -48,14 +61,14 @@ def run_workload(root: str, query: str, window: int, epoch: int, updates: int,
 
 
 def instructions(root: str, query: str, window: int, epoch: int, updates: int,
-                 timed: bool, native: bool = False) -> int:
-    """Instructions of one run of the workload under callgrind (``native``: with the
-    compiled hot path, built beforehand outside valgrind so that both runs load it)."""
+                 timed: bool, system: str = "ivmflow") -> int:
+    """Instructions of one run of the workload under callgrind (``ivmflow_native``: its
+    module built beforehand outside valgrind, so that both runs load it)."""
     child = [sys.executable, __file__, "--child", "--root", root, "--query", query,
-             "--window", str(window), "--epoch", str(epoch), "--updates", str(updates)]
-    if native:
-        child.append("--native")
-        subprocess.run([*child, "--updates", "0"], check=True)
+             "--window", str(window), "--epoch", str(epoch), "--updates", str(updates),
+             "--system", system]
+    if system == "ivmflow_native":
+        subprocess.run([*child[:-4], "--updates", "0", "--system", system], check=True)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *child]
     if timed:
         cmd.append("--timed")
@@ -68,40 +81,58 @@ def instructions(root: str, query: str, window: int, epoch: int, updates: int,
     return int(found.group(1))
 
 
+def measure(root: str, query: str, window: int, epoch: int, updates: int,
+            system: str) -> dict[str, Any]:
+    """One point: the timed part's instructions (full run minus warm-up run)."""
+    base = instructions(root, query, window, epoch, updates, False, system)
+    full = instructions(root, query, window, epoch, updates, True, system)
+    return {"root": root, "query": query, "system": system, "window": window,
+            "epoch": epoch, "updates": updates, "warm_up_instructions": base,
+            "timed_instructions": full - base,
+            "instructions_per_update": round((full - base) / updates)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: prints the timed part's instructions and writes JSON."""
+    """CLI entry point: prints a table of the timed parts' instructions, writes JSON."""
     p = argparse.ArgumentParser(description="instructions of the timed crossover updates")
     p.add_argument("--root", default=str(Path(__file__).resolve().parent.parent),
                    help="ivmflow checkout to measure (default: this one)")
-    p.add_argument("--query", choices=QUERIES, default="hop4_bag")
+    p.add_argument("--queries", "--query", nargs="+", choices=QUERIES, default=["hop4_bag"])
     p.add_argument("--window", type=int, default=8000)
-    p.add_argument("--epoch", type=int, default=1000)
+    p.add_argument("--epochs", "--epoch", nargs="+", type=int, default=[1000])
     p.add_argument("--updates", type=int, default=10000)
-    p.add_argument("--native", action="store_true",
-                   help="measure the compiled hot path (needs Cython and a C compiler)")
-    p.add_argument("--out", default=None, help="also write the result as JSON here")
+    p.add_argument("--systems", "--system", nargs="+", default=["ivmflow"],
+                   choices=("ivmflow", "ivmflow_native", "delta_ivm"))
+    p.add_argument("--out", default=None, help="also write the results as JSON here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        run_workload(args.root, args.query, args.window, args.epoch, args.updates, args.timed,
-                     args.native)
+        run_workload(args.root, args.queries[0], args.window, args.epochs[0], args.updates,
+                     args.timed, args.systems[0])
         return 0
-    base = instructions(args.root, args.query, args.window, args.epoch, args.updates, False,
-                        args.native)
-    full = instructions(args.root, args.query, args.window, args.epoch, args.updates, True,
-                        args.native)
-    result = {"root": args.root, "query": args.query, "native": args.native,
-              "window": args.window,
-              "epoch": args.epoch, "updates": args.updates, "warm_up_instructions": base,
-              "timed_instructions": full - base,
-              "instructions_per_update": round((full - base) / args.updates)}
-    print(f"{args.query}{' native' if args.native else ''} W={args.window} "
-          f"epoch={args.epoch} updates={args.updates}: "
-          f"{(full - base) / 1e6:.0f} M instructions "
-          f"({result['instructions_per_update']} per update)")
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    results: list[dict[str, Any]] = []
+    print(f"W={args.window}, {args.updates} timed updates; instructions per update"
+          + (" (ratio: delta_ivm's over this system's)" if "delta_ivm" in args.systems
+             else ""))
+    for q in args.queries:
+        for e in args.epochs:
+            point = {s: measure(args.root, q, args.window, e, args.updates, s)
+                     for s in args.systems}
+            base = point.get("delta_ivm")
+            cells = []
+            for s, r in point.items():
+                if base is not None and s != "delta_ivm":
+                    r["delta_ivm_ratio"] = round(
+                        base["timed_instructions"] / r["timed_instructions"], 2)
+                    cells.append(f"{s} {r['instructions_per_update']} "
+                                 f"(x{r['delta_ivm_ratio']})")
+                else:
+                    cells.append(f"{s} {r['instructions_per_update']}")
+                results.append(r)
+            print(f"  {q:11s} epoch={e:<5d} " + "  ".join(cells), flush=True)
+            if args.out:
+                Path(args.out).write_text(json.dumps({"results": results}, indent=1) + "\n")
     return 0
 
 

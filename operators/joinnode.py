@@ -471,9 +471,11 @@ class JoinNode:
                 sup += ["    if appear:", f"        {ins}(k)", "    else:", f"        {dels}(k)"]
             else:
                 env[f"X{me}"] = self.index_read[0]
-                sup += [f"    bucket = X{me}(k)", "    if bucket:",
-                        "        turn = " + f"{ins} if appear else {dels}",
-                        "        for u in list(bucket):", "            turn(u)"]
+                # (two loops, not one over a chosen function: each call stays direct)
+                sup += [f"    bucket = X{me}(k)", "    if bucket:", "        if appear:",
+                        "            for u in list(bucket):", f"                {ins}(u)",
+                        "        else:", "            for u in list(bucket):",
+                        f"                {dels}(u)"]
         elif self.generalized:
             env[f"C{me}"] = self.counter
             sup += [f"    c = C{me}.get(k, 0)", "    if appear:", "        c += 1",
