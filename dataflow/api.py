@@ -275,11 +275,12 @@ class View:
             inputs = [(atom, ri.project) for atom, ri in route.atoms]
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
         self._counts = self.validator.counts
+        self._pending = [0]  # (one slot: generated code counts into it)
         self._bind_fast()
+        self._bind_apply()
         self.native = native_requested(native) and self._compile_native()
         """Whether the hot path runs compiled."""
         self.epoch = 0
-        self.pending_updates = 0
         self._closed_updates = 0  # in closed epochs (updates_total adds the open one's)
 
     # -- input -----------------------------------------------------------------------
@@ -371,14 +372,12 @@ class View:
             return False
         why = native_available()
         if why is not None:
-            msg = (
-                f"native build requested, but {why}; "
-                                   f"unset {NATIVE_ENV} or pass native=False"
-            )
+            msg = f"native build requested, but {why}; unset {NATIVE_ENV} or pass native=False"
             raise NativeBuildError(msg)
         names = list(self._direct)
-        build = nativize([self._direct[n] for n in names])
-        self._direct.update(zip(names, build.entries))
+        build = nativize([vars(self)["apply"], *(self._direct[n] for n in names)])
+        vars(self)["apply"] = build.entries[0]
+        self._direct.update(zip(names, build.entries[1:]))
         for engine in self.engines:
             adopt = getattr(engine, "adopt_native", None)
             if adopt is not None:
@@ -386,12 +385,39 @@ class View:
         self.finalizer.sorted_changes = native_sorted_changes(build.module)
         return True
 
+    def _bind_apply(self) -> None:
+        """With typed fast paths, :meth:`apply` of this view is generated code doing the
+        same: one comparison per relation, a direct call of its fast path, the update
+        counted in a one-slot list. It is an instance attribute shadowing the method, so
+        a call runs no Python method frame (the compiled build's is a C method)."""
+        if not self._direct:
+            return
+        env: dict[str, Any] = {"checked": self._apply_checked, "pending": self._pending}
+        lines = ["def apply(update):", "    rel = update.relation"]
+        for i, (name, fast) in enumerate(self._direct.items()):
+            env[f"NAME{i}"] = name
+            env[f"fast{i}"] = fast
+            lines += [f"    {'elif' if i else 'if'} rel == NAME{i}:",
+                      f"        if not fast{i}(update):", "            checked(update)"]
+        lines += ["    else:", "        checked(update)", "    pending[0] += 1"]
+        define("\n".join(lines), "<apply>", env)
+        vars(self)["apply"] = env["apply"]
+
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
         fast = self._direct.get(update.relation)
         if fast is None or not fast(update):
             self._apply_checked(update)
-        self.pending_updates += 1
+        self._pending[0] += 1
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates applied in the open epoch."""
+        return self._pending[0]
+
+    @pending_updates.setter
+    def pending_updates(self, value: int) -> None:
+        self._pending[0] = value
 
     @property
     def updates_total(self) -> int:
