@@ -375,8 +375,8 @@ class View:
             msg = f"native build requested, but {why}; unset {NATIVE_ENV} or pass native=False"
             raise NativeBuildError(msg)
         names = list(self._direct)
-        build = nativize([vars(self)["apply"], *(self._direct[n] for n in names)])
-        vars(self)["apply"] = build.entries[0]
+        build = nativize([self.apply, *(self._direct[n] for n in names)])
+        self.apply = build.entries[0]  # type: ignore[method-assign]
         self._direct.update(zip(names, build.entries[1:]))
         for engine in self.engines:
             adopt = getattr(engine, "adopt_native", None)
@@ -401,7 +401,9 @@ class View:
                       f"        if not fast{i}(update):", "            checked(update)"]
         lines += ["    else:", "        checked(update)", "    pending[0] += 1"]
         define("\n".join(lines), "<apply>", env)
-        vars(self)["apply"] = env["apply"]
+        # (a plain assignment: vars(self)[...] would turn the instance's inline attribute
+        # values into a dict and slow every other attribute access of the view)
+        self.apply = env["apply"]  # type: ignore[method-assign]
 
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
@@ -422,7 +424,7 @@ class View:
     @property
     def updates_total(self) -> int:
         """Updates applied since this view was made (the open epoch's too)."""
-        return self._closed_updates + self.pending_updates
+        return self._closed_updates + self._pending[0]
 
     def _apply_checked(self, update: Update) -> None:
         row = update.row
@@ -471,8 +473,9 @@ class View:
         rows = tuple(finalizer.epoch(raw)) if raw or not finalizer.silent_when_unchanged \
             else ()
         self.epoch += 1
-        n = self.pending_updates
-        self.pending_updates = 0
+        pending = self._pending  # (not the property: a Python call per epoch)
+        n = pending[0]
+        pending[0] = 0
         self._closed_updates += n
         return EpochDelta(self.epoch, rows, n, closed_by_marker)
 
