@@ -233,9 +233,6 @@ class _Translator:
                 raise NativeBuildError(msg)
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
                 local.add(node.id)
-            if isinstance(node, ast.Global):
-                msg = f"{fdef.name}: assigns a global"
-                raise NativeBuildError(msg)
         # ``get = acc.get``: a local alias of a global dict's get is that dict's get.
         aliases: dict[str, ast.expr] = {}
         body = []
@@ -311,19 +308,16 @@ class _Translator:
         indexed = {n.value.id for n in ast.walk(fdef)
                    if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
                    and isinstance(n.slice, ast.Constant) and type(n.slice.value) is int}
-        loop_targets = {n.target.id for n in ast.walk(fdef)
-                        if isinstance(n, ast.For) and isinstance(n.target, ast.Name)}
         stores: dict[str, int] = {}
+        loops: dict[str, int] = {}
         for n in ast.walk(fdef):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
                 stores[n.id] = stores.get(n.id, 0) + 1
-        loops: dict[str, int] = {}
-        for n in ast.walk(fdef):
-            if isinstance(n, ast.For) and isinstance(n.target, ast.Name):
+            elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
                 loops[n.target.id] = loops.get(n.target.id, 0) + 1
         typed = {p for p in params if p in indexed and p not in stores}
-        typed |= {v for v in loop_targets & indexed
-                  if v not in params and stores.get(v) == loops.get(v)}
+        typed |= {v for v in loops.keys() & indexed
+                  if v not in params and stores[v] == loops[v]}
         return typed
 
     @staticmethod
@@ -533,9 +527,6 @@ class NativeNamespace:
         if slot is not None:
             owner = _dict_get_of(value)
             self._instance.rebind(slot, value if owner is None else owner)
-
-    def __getitem__(self, name: str) -> Any:
-        return self._env[name]
 
 
 @dataclass
