@@ -216,11 +216,13 @@ class _Translator:
 
     def function(self, r: _Record, fdef: ast.FunctionDef) -> list[str]:
         args = fdef.args
-        if args.vararg or args.kwarg or args.kwonlyargs or args.defaults \
-                or args.posonlyargs:
-            msg = f"{fdef.name}: only plain positional parameters"
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs \
+                or not all(isinstance(d, ast.Constant) for d in args.defaults):
+            msg = f"{fdef.name}: only plain positional parameters (constant defaults)"
             raise NativeBuildError(msg)
         params = [a.arg for a in args.args]
+        defaults = {p: f"={ast.unparse(d)}"
+                    for p, d in zip(params[len(params) - len(args.defaults):], args.defaults)}
         if _SELF in params:
             msg = f"{fdef.name}: a parameter is named {_SELF}"
             raise NativeBuildError(msg)
@@ -277,7 +279,8 @@ class _Translator:
 
         cname = f"_ivf{r.index}_{fdef.name}"
         rows = self._tuple_vars(fdef, params)
-        sig = ", ".join([_SELF, *(("tuple " if p in rows else "object ") + p for p in params)])
+        sig = ", ".join([_SELF, *(("tuple " if p in rows else "object ") + p
+                                  + defaults.get(p, "") for p in params)])
         lines = [f"    cdef object {cname}({sig}):"]
         for name in sorted(kinds):
             lines.append(f"        cdef {kinds[name]} {name}")
@@ -289,7 +292,8 @@ class _Translator:
         if not body:
             lines.append("        pass")
         plain = ", ".join(params)
-        lines += ["", f"    def py{cname}({', '.join([_SELF, *params])}):",
+        wrapper = ", ".join([_SELF, *(p + defaults.get(p, "") for p in params)])
+        lines += ["", f"    def py{cname}({wrapper}):",
                   f"        return {_SELF}.{cname}({plain})"]
         return lines
 
@@ -313,8 +317,12 @@ class _Translator:
         for n in ast.walk(fdef):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
                 stores[n.id] = stores.get(n.id, 0) + 1
-            elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
-                loops[n.target.id] = loops.get(n.target.id, 0) + 1
+            elif isinstance(n, ast.For):
+                # (``for t, m in group.items()``: each name of a flat tuple target)
+                targets = n.target.elts if isinstance(n.target, ast.Tuple) else [n.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        loops[target.id] = loops.get(target.id, 0) + 1
         typed = {p for p in params if p in indexed and p not in stores}
         typed |= {v for v in loops.keys() & indexed
                   if v not in params and stores[v] == loops[v]}
@@ -380,6 +388,85 @@ cdef int _compare_rows(const void *a, const void *b) noexcept nogil:
     return 0
 
 
+ctypedef struct _Keyed:
+    unsigned long long key
+    long long *record
+
+
+cdef bint _radix_sorted(long long *keys, long long **order, Py_ssize_t n,
+                        Py_ssize_t w) except -1:
+    # Where every column's values span few enough bits that a row packs into 64 (the
+    # usual result row: ids of a few thousand nodes), pack it, offset per column so
+    # unsigned order is the tuples' order, and sort the packed keys by LSD radix, 8
+    # bits per pass: O(n) per pass, no comparison calls. False: qsort it.
+    cdef Py_ssize_t i, j, stride = w + 1, d, total = 0
+    cdef unsigned long long span, packed
+    cdef long long lo, hi, v
+    cdef int bits[64]
+    cdef long long low[64]
+    cdef Py_ssize_t count[256]
+    cdef Py_ssize_t shift, c, acc
+    cdef _Keyed *a
+    cdef _Keyed *b
+    cdef _Keyed *swap
+    if n < 64 or w > 64:
+        return False
+    for j in range(w):
+        lo = hi = keys[j]
+        for i in range(1, n):
+            v = keys[i * stride + j]
+            if v < lo:
+                lo = v
+            elif v > hi:
+                hi = v
+        span = <unsigned long long>hi - <unsigned long long>lo
+        bits[j] = 0
+        while span:
+            bits[j] += 1
+            span >>= 1
+        low[j] = lo
+        total += bits[j]
+    if total > 64:
+        return False
+    a = <_Keyed *>malloc(2 * n * sizeof(_Keyed))
+    if a == NULL:
+        raise MemoryError()
+    b = a + n
+    try:
+        for i in range(n):
+            packed = 0
+            for j in range(w):
+                if bits[j]:
+                    packed = (packed << bits[j]) | (<unsigned long long>keys[i * stride + j]
+                                                    - <unsigned long long>low[j])
+            a[i].key = packed
+            a[i].record = keys + i * stride
+        shift = 0
+        while shift < total:
+            for d in range(256):
+                count[d] = 0
+            for i in range(n):
+                count[(a[i].key >> shift) & 255] += 1
+            acc = 0
+            for d in range(256):
+                c = count[d]
+                count[d] = acc
+                acc += c
+            for i in range(n):
+                d = (a[i].key >> shift) & 255
+                b[count[d]] = a[i]
+                count[d] += 1
+            swap = a
+            a = b
+            b = swap
+            shift += 8
+        for i in range(n):
+            order[i] = a[i].record
+    finally:
+        free(a if a < b else b)
+    return True
+
+
 def sorted_int_changes(dict net):
     \"\"\"core.consolidate.sorted_changes for rows that are tuples of one length of
     exact ints within 64 bits (the common result row); None for any other row (the
@@ -426,8 +513,9 @@ def sorted_int_changes(dict net):
                     return None
             keys[i * stride + w] = i
             order[i] = keys + i * stride
-        _width = w
-        qsort(order, n, sizeof(long long *), _compare_rows)
+        if not _radix_sorted(keys, order, n, w):
+            _width = w
+            qsort(order, n, sizeof(long long *), _compare_rows)
         out = [None] * n  # (a C loop: a comprehension's index would be a Python int)
         for i in range(n):
             k = <Py_ssize_t>order[i][w]

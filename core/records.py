@@ -70,10 +70,14 @@ class EpochDelta:
 
     def __init__(self, epoch: int, rows: tuple[tuple[int, Row], ...], updates: int = 0,
                  closed_by_marker: bool = False) -> None:
-        # One C call instead of the frozen dataclass's four object.__setattr__: this runs
-        # once per epoch, so per update at epoch size 1 (545 -> 313 ns).
-        self.__dict__.update(epoch=epoch, rows=rows, updates=updates,
-                             closed_by_marker=closed_by_marker)
+        # Item stores into the instance dict instead of the frozen dataclass's four
+        # object.__setattr__ calls (or one update() with a keyword dict): this runs once
+        # per epoch, so per update at epoch size 1 (545 -> 259 -> 171 ns).
+        d = self.__dict__
+        d["epoch"] = epoch
+        d["rows"] = rows
+        d["updates"] = updates
+        d["closed_by_marker"] = closed_by_marker
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,13 +275,16 @@ class View:
             inputs = [(atom, ri.project) for atom, ri in route.atoms]
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
         self._counts = self.validator.counts
+        self._held = self._hold_relations()
         self._pending = [0]  # (one slot: generated code counts into it)
+        # closed epochs, updates in them (updates_total adds the open epoch's)
+        self._counters = [0, 0]
+        self._close: Callable[..., EpochDelta]  # (generated: _bind_close)
         self._bind_fast()
         self._bind_apply()
+        self._close_env = self._bind_close()
         self.native = native_requested(native) and self._compile_native()
         """Whether the hot path runs compiled."""
-        self.epoch = 0
-        self._closed_updates = 0  # in closed epochs (updates_total adds the open one's)
 
     # -- input -----------------------------------------------------------------------
     def _check(self, update: Update) -> tuple[_RelationRoute, Row]:
@@ -313,9 +316,28 @@ class View:
                              str(update.mult))
         return route, row
 
+    def _hold_relations(self) -> dict[str, int]:
+        """With one partition, per relation the first FROM item that takes its rows
+        whole (no filter, every column in order): its atom node keeps each row's
+        multiplicity, so the validator checks deletes there instead of counting every
+        row a second time (one map, and its writes, less per update). Returns relation
+        name -> that item's position among the relation's FROM items."""
+        held: dict[str, int] = {}
+        if len(self.engines) != 1:
+            return held
+        nodes = self.engines[0].atom_nodes
+        for route in self.routes.values():
+            for n, (atom, ri) in enumerate(route.atoms):
+                base = getattr(nodes[atom], "base", None)
+                if ri.takes_whole_rows and isinstance(base, Mapping):
+                    self.validator.hold(route.relation.name, base, ri.project)
+                    held[route.relation.name] = n
+                    break
+        return held
+
     def _bind_fast(self) -> None:
         """Per relation of a single partition, one generated function for well-typed
-        updates (the common case): type check, base validator, then for every FROM
+        updates (the common case): type check, delete check, then for every FROM
         item of the relation its filter, projection and node apply (itself specialized
         code). It returns False, having changed nothing, when the update needs the
         checked path."""
@@ -340,6 +362,8 @@ class View:
                 "    if m < 1:",
                 "        return False",
                 "    dm = m if u.op == '+' else -m",
+            ]
+            count_lines = [
                 "    key = (NAME, row)",
                 "    n = counts_get(key, 0) + dm",
                 "    if n > 0:",
@@ -352,6 +376,27 @@ class View:
             # Past the exact type checks no column holds a NULL (unless typed so).
             non_null = frozenset(i for i, t in enumerate(route.exact_types)
                                  if t is not type(None))
+            held = self._held.get(rel.name)
+            if held is None:
+                lines += count_lines
+            else:
+                # The holding node's multiplicity, read before any node changes; only a
+                # delete can go below zero.
+                atom, ri = route.atoms[held]
+                node = nodes[atom]
+                count_expr = getattr(node, "count_expr", None)
+                if count_expr is not None:
+                    have = count_expr("row", env, "HELD")
+                else:
+                    env["HELD"] = node.base.get
+                    have = "HELD(row, 0)"
+                test, bound = ri.typed_test(non_null, "_held")
+                env.update(bound)
+                check = [f"    {'elif' if test else 'if'} dm < 0 and {have} + dm < 0:",
+                         "        check(NAME, row, dm, u.source)"]
+                if test:  # (rows the holding node does not take are counted here)
+                    lines += [f"    if {test}:", *("    " + ln for ln in count_lines)]
+                lines += check
             for n, (atom, ri) in enumerate(route.atoms):
                 test, bound = ri.typed_test(non_null, f"_{n}")
                 env.update(bound)
@@ -375,14 +420,19 @@ class View:
             msg = f"native build requested, but {why}; unset {NATIVE_ENV} or pass native=False"
             raise NativeBuildError(msg)
         names = list(self._direct)
-        build = nativize([self.apply, *(self._direct[n] for n in names)])
-        self.apply = build.entries[0]  # type: ignore[method-assign]
-        self._direct.update(zip(names, build.entries[1:]))
+        build = nativize([self.apply, self.end_epoch, *(self._direct[n] for n in names)])
+        self.apply, self._close = build.entries[:2]  # type: ignore[method-assign]
+        self.end_epoch = self._close  # type: ignore[method-assign]
+        self._direct.update(zip(names, build.entries[2:]))
         for engine in self.engines:
             adopt = getattr(engine, "adopt_native", None)
             if adopt is not None:
                 adopt(build)
-        self.finalizer.sorted_changes = native_sorted_changes(build.module)
+        sort = native_sorted_changes(build.module)
+        self.finalizer.sorted_changes = sort
+        close = build.namespace(self._close_env)
+        if close is not None and "sort" in self._close_env:
+            close["sort"] = sort
         return True
 
     def _bind_apply(self) -> None:
@@ -405,6 +455,59 @@ class View:
         # values into a dict and slow every other attribute access of the view)
         self.apply = env["apply"]  # type: ignore[method-assign]
 
+    def _bind_close(self) -> dict[str, Any]:
+        """:meth:`end_epoch` of this view as generated code (an instance attribute, like
+        :meth:`_bind_apply`'s, compiled with the hot path): with one engine that shares
+        its change map, that map is read and cleared in place (no copy), a plain
+        finalizer's sort is called directly, the counters are list slots. Returns its
+        globals."""
+        engines = self.engines
+        finalizer = self.finalizer
+        env: dict[str, Any] = {"counters": self._counters, "pending": self._pending,
+                               "Delta": EpochDelta, "finalizer": finalizer}
+        share = getattr(engines[0], "share_acc", None)
+        if len(engines) == 1 and share is not None:
+            share(env)
+            take, clear = ["    raw = acc"], ["        raw.clear()"]
+        else:
+            env["take"] = self._take_changes
+            take, clear = ["    raw = take()"], []
+        if finalizer.plain:
+            env["sort"] = finalizer.sorted_changes
+            finish = "sort(raw)"
+        else:
+            env["finish"] = finalizer.epoch
+            finish = "finish(raw)"
+        # Small epochs mostly change nothing in the result: skip the finalizer then (an
+        # ungrouped aggregate's first epoch shows its one row even so).
+        always = finalizer.mode == "aggregate" and not finalizer.grouped
+        test = "raw or not finalizer.silent_when_unchanged" if always else "raw"
+        lines = ["def end_epoch(closed_by_marker=False):", *take, f"    if {test}:",
+                 f"        rows = tuple({finish})", *clear, "    else:", "        rows = ()",
+                 "    epoch = counters[0] + 1", "    counters[0] = epoch",
+                 "    n = pending[0]", "    pending[0] = 0", "    counters[1] += n",
+                 "    return Delta(epoch, rows, n, closed_by_marker)"]
+        define("\n".join(lines), "<end_epoch>", env)
+        self._close = env["end_epoch"]
+        self.end_epoch = self._close  # type: ignore[method-assign]
+        return env
+
+    def _take_changes(self) -> dict[Any, Any]:
+        """The open epoch's row changes, merged over the partitions, taken."""
+        engines = self.engines
+        if len(engines) == 1:
+            return engines[0].take_delta()
+        return self._merged([e.take_delta() for e in engines])
+
+    @property
+    def epoch(self) -> int:
+        """Closed epochs (the number of the last one)."""
+        return self._counters[0]
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._counters[0] = value
+
     def apply(self, update: Update) -> None:
         """Apply one update; on bad input raise :class:`InputError` with nothing changed."""
         fast = self._direct.get(update.relation)
@@ -424,7 +527,7 @@ class View:
     @property
     def updates_total(self) -> int:
         """Updates applied since this view was made (the open epoch's too)."""
-        return self._closed_updates + self._pending[0]
+        return self._counters[1] + self._pending[0]
 
     def _apply_checked(self, update: Update) -> None:
         row = update.row
@@ -464,25 +567,14 @@ class View:
         return out
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
-        """Close the current epoch and return its consolidated delta."""
-        engines = self.engines
-        raw = engines[0].take_delta() if len(engines) == 1 else \
-            self._merged([e.take_delta() for e in engines])
-        finalizer = self.finalizer
-        # Small epochs mostly change nothing in the result: skip the finalizer then.
-        rows = tuple(finalizer.epoch(raw)) if raw or not finalizer.silent_when_unchanged \
-            else ()
-        self.epoch += 1
-        pending = self._pending  # (not the property: a Python call per epoch)
-        n = pending[0]
-        pending[0] = 0
-        self._closed_updates += n
-        return EpochDelta(self.epoch, rows, n, closed_by_marker)
+        """Close the current epoch and return its consolidated delta. (Each view runs
+        this as generated code, :meth:`_bind_close`; this method documents it.)"""
+        return self._close(closed_by_marker)
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The database the view holds: ``(relation, row, multiplicity)`` per distinct
         base tuple (what :mod:`dataflow.runners.local.checkpoint` saves)."""
-        return [(rel, row, m) for (rel, row), m in self.validator.counts.items()]
+        return list(self.validator.items())
 
     def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:
         """Load ``base`` into this fresh view as the state after ``epoch`` closed epochs:

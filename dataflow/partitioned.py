@@ -193,7 +193,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 7
+STATE_LAYOUT = 8
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -201,8 +201,9 @@ generalized nodes; 5: an atom node with children keeps its multiplicities in its
 index, maps declared only where used, entries stored unframed:
 :func:`~operators.state.encode_entry`; 6: a Flink job with one partition has no epoch
 merger; 7: set and dict values of over 64 elements stored one entry per element, see
-:class:`~operators.state.TrackedMap`), so that a checkpoint of another layout fails
-loud instead of being read wrongly."""
+:class:`~operators.state.TrackedMap`; 8: a top leaf with generated code keeps its
+multiplicities in its ``proj`` groups, tuple -> multiplicity dicts, and no ``base``), so
+that a checkpoint of another layout fails loud instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from core.codegen import define
-from operators.joinnode import EMPTY, JoinNode, key_expr
+from operators.joinnode import EMPTY, NO_MAP, JoinNode, key_expr
 
 EnumFn = Callable[[Any, Any, dict[Any, Any]], None]
 
@@ -94,6 +94,7 @@ class Enumerator:
         factor = "f0"  # the variable holding the product so far
         for j, (node, src, how, ci) in enumerate(steps):
             hoisted = False
+            paired = False  # (the loop yields each tuple with its multiplicity)
             if how == "start":
                 # A delta key walk's tuples share key k for the changed child: when that
                 # child's index holds the multiplicities, their bucket is looked up once.
@@ -130,7 +131,14 @@ class Enumerator:
                     env[f"I{j}"] = node.index_read[0]
                     lines += [f"{indent}k{j} = {k}", f"{indent}M{j} = I{j}(k{j})"]
                     k = f"k{j}"
-                lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
+                if how == "down" and node.base_in_proj and not counting:
+                    # A top leaf's group maps each tuple to its multiplicity: read both
+                    # in the loop, no lookup per tuple.
+                    paired = True
+                    env["NO_ITEMS"] = NO_MAP
+                    lines.append(f"{indent}for t{j}, m{j} in {name}({k}, NO_ITEMS).items():")
+                else:
+                    lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
             if not (single and how == "start"):
                 indent += "    "
             if counting:
@@ -138,7 +146,8 @@ class Enumerator:
             factors: list[str] = []
             own = not node.generalized and not (j == 0 and kind == "tuple")
             if own:
-                mult = f"M{j}[t{j}]" if hoisted else node.mult_expr(f"t{j}", env, f"B{j}")
+                mult = (f"m{j}" if paired else f"M{j}[t{j}]" if hoisted
+                        else node.mult_expr(f"t{j}", env, f"B{j}"))
                 if ring:
                     env[f"P{j}"] = node.base_payload
                     factors.append(f"P{j}(t{j}, {mult})")

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from core.codegen import define
@@ -53,6 +53,9 @@ class RelationInput:
         else:
             result = "(" + "".join(f"row[{i}], " for i in self.positions) + ")"
         self.result_expr = result
+        self.takes_whole_rows = (result == "row" and not atom.filters and not equal_pairs)
+        """Whether :attr:`project` passes a row unchanged or not at all (None only for a
+        NULL in a join column): its node keeps every row it takes, whole."""
         lines = ["def project(row):"]
         if test:
             lines.append(f"    if {test}:")
@@ -98,15 +101,57 @@ class RelationInput:
 
 
 class BaseValidator:
-    """Keeps the multiplicity of every base tuple and refuses deletes of absent copies."""
+    """Keeps the multiplicity of every base tuple and refuses deletes of absent copies.
+
+    A relation can be *held*: an engine map (an atom node's ``base``) already keeps the
+    multiplicity of each of its rows that ``accepts`` (an atom's whole-row projection:
+    not None where the node stores the row). Those rows are only checked against that
+    map, not stored twice; :attr:`counts` keeps the rest (rows no node stores whole).
+
+    >>> node_base = {(1, 2): 1}  # what the engine keeps once the insert is applied
+    >>> v = BaseValidator({})
+    >>> v.hold("G", node_base, lambda row: row)
+    >>> v.update("G", (1, 2), -1, "in.csv:3")  # present: fine (the engine applies it)
+    >>> try:
+    ...     v.update("G", (5, 6), -1, "in.csv:4")
+    ... except InputError as err:
+    ...     print(err.source, err.record, err.expected)
+    in.csv:4 -,G,5,6 a delete of at most 0 copies present
+    >>> sorted(v.items())
+    [('G', (1, 2), 1)]
+    """
 
     def __init__(self, counts: MutableMapping[Any, int]) -> None:
         self.counts = counts
+        """``(relation, row) -> multiplicity`` of the rows no held map keeps."""
+        self.held: dict[str, tuple[Mapping[Any, int], Callable[[Row], Any]]] = {}
+
+    def hold(self, relation: str, base: Mapping[Any, int],
+             accepts: Callable[[Row], Any]) -> None:
+        """Check ``relation``'s rows that ``accepts`` (not None) against ``base``, which
+        the engine keeps up to date, instead of counting them here. Call it before the
+        first update."""
+        self.held[relation] = (base, accepts)
+
+    def have(self, relation: str, row: Row) -> int:
+        """Copies of ``row`` in ``relation`` now."""
+        held = self.held.get(relation)
+        if held is not None and held[1](row) is not None:
+            return held[0].get(row, 0)
+        return self.counts.get((relation, row), 0)
+
+    def items(self) -> Iterator[tuple[str, Row, int]]:
+        """``(relation, row, multiplicity)`` per distinct base tuple."""
+        for (rel, row), m in self.counts.items():
+            yield rel, row, m
+        for rel, (base, _accepts) in self.held.items():
+            for row, m in base.items():
+                yield rel, row, m
 
     def check(self, relation: str, row: Row, dm: int, source: str) -> None:
         if dm >= 0:
             return
-        have = self.counts.get((relation, row), 0)
+        have = self.have(relation, row)
         if have + dm < 0:
             shown = ",".join("" if v is None else str(v) for v in row)
             raise InputError(
@@ -118,7 +163,13 @@ class BaseValidator:
             )
 
     def update(self, relation: str, row: Row, dm: int, source: str) -> None:
-        """Check, then apply: a refused delete changes nothing."""
+        """Check, then apply: a refused delete changes nothing. (A held row is only
+        checked: the engine's map changes when the update is applied to it.)"""
+        held = self.held.get(relation)
+        if held is not None and held[1](row) is not None:
+            if dm < 0 and held[0].get(row, 0) + dm < 0:
+                self.check(relation, row, dm, source)
+            return
         key = (relation, row)
         n = self.counts.get(key, 0) + dm
         if n > 0:

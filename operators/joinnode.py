@@ -5,8 +5,9 @@ A node keeps, over the State protocol:
 
 * ``base``: tuple -> multiplicity, kept by atom leaves only. An atom node with children
   keeps each tuple's multiplicity in its first child index instead (buckets are
-  tuple -> multiplicity there; ``node.base`` reads it, :class:`IndexedBase`); a
-  generalized node has none. A node declares only the maps it uses (:data:`NO_MAP`),
+  tuple -> multiplicity there; ``node.base`` reads it, :class:`IndexedBase`); a top leaf
+  with generated code keeps it in its ``proj`` groups (below); a generalized node has
+  none. A node declares only the maps it uses (:data:`NO_MAP`),
 * ``counter``: tuple -> number of children whose projection holds the tuple's key
   (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
   exactly the keys of its children's projections). Stored only by nodes with two or
@@ -15,7 +16,10 @@ A node keeps, over the State protocol:
 * ``index.<child>``: child key -> tuples of this node with that key (for P-updates;
   atoms only),
 * ``proj``: this node's projection on its key to the parent. Top nodes keep it as
-  key -> set of semi-join tuples (V_s grouped by key, used for enumeration); lower
+  key -> set of semi-join tuples (V_s grouped by key, used for enumeration; a top leaf
+  with generated code, all of whose tuples are in V_s, keeps key -> {tuple: multiplicity}
+  there instead, and no ``base``: one map less to write per update, and an enumeration
+  reads a tuple's multiplicity where it finds the tuple); lower
   nodes keep key -> derivation count (set mode) or key -> payload (bag/ring mode).
   A *key leaf* (a lower leaf whose tuples are its keys) keeps nothing else: its
   ``proj`` is key -> multiplicity, and ``base`` reads through it (:class:`KeyedBase`),
@@ -260,6 +264,9 @@ class JoinNode:
         self.base_in_index = False
         """Whether the multiplicities live in the first child index's buckets
         (:class:`IndexedBase`) instead of a base map."""
+        self.base_in_proj = False
+        """Whether the multiplicities live in the ``proj`` groups (a top leaf with
+        generated code: groups are tuple -> multiplicity dicts, not sets)."""
         # buckets: sets of tuples; dicts tuple -> multiplicity in the first (base_in_index)
         self.index: list[MutableMapping[Any, Any]] = []
         self.proj: MutableMapping[Any, Any] = state.map(f"{name}.proj")
@@ -307,6 +314,9 @@ class JoinNode:
                 # key anyway: that bucket holds the tuple's multiplicity too.
                 self.base_in_index = True
                 self.base = IndexedBase(self.index[0], self.child_key_of[0])  # type: ignore[assignment]
+            elif self.top and self._compiled_apply():
+                self.base_in_proj = True
+                self.base = IndexedBase(self.proj, self.key_of)  # type: ignore[assignment]
             elif not self._key_leaf_compiled():
                 self.base = self.state.map(f"{self.name}.base")
         # (child, key of a tuple of this node for it, live index for it), for the walks
@@ -329,9 +339,29 @@ class JoinNode:
             env[name] = self.index_read[0]
             k = key_expr(var, self.attrs, self.scalar, self.children[0].key_attrs)
             return f"{name}({k})[{var}]"
+        if self.base_in_proj:
+            env[name] = self.proj_read
+            return f"{name}({key_expr(var, self.attrs, self.scalar, self.key_attrs)})[{var}]"
         env[name] = self.base
         return f"{name}[{var}]"
 
+
+    def count_expr(self, var: str, env: dict[str, Any], name: str) -> str:
+        """Generated code for the stored multiplicity of this node's tuple ``var``, 0
+        when it is absent (what :attr:`base` ``.get(var, 0)`` reads), binding what it
+        reads in ``env`` under names starting with ``name``: C-level lookups, no
+        Python-level call (a view's delete check runs it per delete)."""
+        if self.base_in_index or self.base_in_proj:
+            env[name] = self.index_read[0] if self.base_in_index else self.proj_read
+            env[f"{name}_none"] = NO_MAP
+            keys = self.children[0].key_attrs if self.base_in_index else self.key_attrs
+            k = key_expr(var, self.attrs, self.scalar, keys)
+            return f"({name}({k}) or {name}_none).get({var}, 0)"
+        if isinstance(self.base, KeyedBase):
+            env[name] = self.proj_read
+            return f"{name}({key_expr(var, self.attrs, self.scalar, self.key_attrs)}, 0)"
+        env[name] = read_only_get(self.base)
+        return f"{name}({var}, 0)"
     def _compiled_apply(self) -> bool:
         """Whether :meth:`apply` is generated code (integer multiplicities as payloads)."""
         return (not self.generalized and self.mode in ("bag", "set")
@@ -519,6 +549,8 @@ class JoinNode:
             "counter": self.counter,
             "lower_change": self._lower_base_change,
         }
+        if self.base_in_proj:
+            return self._proj_leaf_source(env), env
         n = len(self.children)
         keys = []
         for i, child in enumerate(self.children):
@@ -608,6 +640,51 @@ class JoinNode:
                 f"            del index{i}[k]",
             ]
         return "\n".join(lines), env
+
+    def _proj_leaf_source(self, env: dict[str, Any]) -> str:
+        """:meth:`apply` of a top leaf that keeps its multiplicities in its groups: the
+        same steps as the generic path (group and parent support first, then the live
+        change; a delete is enumerated before the tuple leaves its group), on one group
+        lookup. A leaf's tuples are all in V_s, so the group holds every tuple."""
+        env["proj"] = self.proj
+        live = self._live_test(env, "k")
+        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
+        one, minus_one = ("1", "-1") if self.counting else ("new", "-old")
+        appear = disappear = ""
+        if self.parent is not None:
+            env["support"] = self.parent._child_support
+            appear = f"        support({self.pos_in_parent}, k, True)"
+            disappear = f"            support({self.pos_in_parent}, k, False)"
+        lines = [
+            "def apply(t, dm):",
+            f"    k = {k}",
+            "    group = proj.get(k)",
+            "    if group is None:",
+            "        new = dm",  # (a delete of an absent tuple was refused before)
+            "        proj[k] = {t: new}",
+            *([appear] if appear else []),
+            f"        if {live}:",
+            f"            emit(t, {one})",
+            "        return",
+            "    old = group.get(t, 0)",
+            "    new = old + dm",
+            "    if old == 0:",
+            "        group[t] = new",
+            f"        if {live}:",
+            f"            emit(t, {one})",
+            "    elif new == 0:",
+            f"        if {live}:",
+            f"            emit(t, {minus_one})",
+            "        del group[t]",
+            "        if not group:",
+            "            del proj[k]",
+            *([disappear] if disappear else []),
+            "    else:",
+            "        group[t] = new",
+        ]
+        if not self.counting:
+            lines += [f"        if {live}:", "            emit(t, new - old)"]
+        return "\n".join(lines)
 
     def _top_change_lines(self, env: dict[str, Any]) -> list[str]:
         """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_sj_insert`,

@@ -161,6 +161,32 @@ def test_c_sort_matches_the_general_one() -> None:
 
 
 @needs_native
+def test_c_radix_sort_of_packable_rows() -> None:
+    """Epochs of 64 rows or more whose columns pack into 64 bits are radix-sorted:
+    the same pairs as ``sorted_changes`` for spans from one value to the whole int64
+    range (packed widths 0 to 64 bits; over 64 the comparison sort takes them)."""
+    from core.codegen import define
+    from core.consolidate import sorted_changes
+    from core.native import native_sorted_changes
+
+    env = define("def f(x):\n    return x", "<radix test>", {})
+    fast = native_sorted_changes(nativize([env["f"]]).module)
+    rng = random.Random(5)
+    spans = [0, 1, 2, 255, 256, 3000, 2**20, 2**31, 2**63, 2**64 - 1]
+    for _ in range(300):
+        width = rng.randint(1, 5)
+        cols = []  # (lowest value, span) per column: values within int64
+        for _ in range(width):
+            span = rng.choice(spans)
+            cols.append((rng.randint(-2**63, 2**63 - 1 - span), span))
+        net: dict[tuple[object, ...], int] = {}
+        for _ in range(rng.choice([64, 65, 200, 1000, 3000])):
+            row = tuple(lo + rng.choice([0, span, rng.randint(0, span)]) for lo, span in cols)
+            net[row] = rng.choice([-2, -1, 0, 1, 3])
+        assert fast(net) == sorted_changes(net), cols
+
+
+@needs_native
 def test_cli_native_flag_writes_the_same_deltas(tmp_path: Path) -> None:
     from dataflow.cli import main
 

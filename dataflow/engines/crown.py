@@ -190,6 +190,13 @@ class Engine:
         walks of this engine's namespaces that it reached)."""
         self._acc_envs = [build.namespace(env) or env for env in self._acc_envs]
 
+    def share_acc(self, env: dict[str, Any]) -> None:
+        """Bind :attr:`acc` as ``acc`` in ``env``, the globals of generated code that
+        takes an epoch's changes itself (a view's epoch close), and rebind it there too
+        whenever :attr:`acc` is replaced (call before :meth:`adopt_native`)."""
+        env["acc"] = self._acc
+        self._acc_envs.append(env)
+
     @property
     def acc(self) -> dict[Any, Any]:
         """Row payload changes of the current epoch (the delta walks add into it)."""
