@@ -463,7 +463,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
     p.add_argument("--out", default=None, help="JSON path (default results/crossover.json)")
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="QUERY:WINDOW:SYSTEM",
+                   help="points not to run (reported as skipped), e.g. "
+                        "star_count:80000:duckdb, whose recomputation takes minutes")
     args = p.parse_args(argv)
+    excluded = set()
+    for item in args.exclude:
+        parts = item.split(":")
+        if len(parts) != 3 or parts[0] not in QUERIES or parts[2] not in SYSTEMS \
+                or not parts[1].isdigit():
+            p.error(f"--exclude {item!r}: expected QUERY:WINDOW:SYSTEM, e.g. "
+                    "star_count:80000:duckdb")
+        excluded.add((parts[0], int(parts[1]), parts[2]))
     if args.quick:
         args.windows, args.updates, args.duckdb_max_epochs = [200, 1500], 600, 5
         args.budget = 0.2
@@ -509,6 +520,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for e in args.epochs:
                 ref: Result | None = None
                 for s in args.systems:
+                    if (q, w, s) in excluded:
+                        skipped.append({"query": q, "window": w, "epoch": e, "system": s,
+                                        "reason": "excluded on the command line"})
+                        continue
                     cap = args.duckdb_max_epochs if s == "duckdb" else None
                     keep = e == 1 and q == "hop3_filter"
                     try:

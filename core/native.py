@@ -371,6 +371,20 @@ class _Translator:
 
 
 _SORT_HELPER = """
+cdef extern from "Python.h":
+    int PyObject_GenericSetDict(object o, object value, void *context) except -1
+
+
+def new_epoch_delta(cls, epoch, rows, updates, closed_by_marker):
+    \"\"\"``cls(epoch, rows, updates, closed_by_marker)`` for core.records.EpochDelta
+    (a frozen dataclass keeping its fields in ``__dict__``): the instance made and its
+    dict set in C, no __init__ frame (once per epoch).\"\"\"
+    record = cls.__new__(cls)
+    PyObject_GenericSetDict(record, {"epoch": epoch, "rows": rows, "updates": updates,
+                                     "closed_by_marker": closed_by_marker}, NULL)
+    return record
+
+
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.stdlib cimport free, malloc, qsort
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from core.codegen import define
@@ -428,11 +429,14 @@ class View:
             adopt = getattr(engine, "adopt_native", None)
             if adopt is not None:
                 adopt(build)
-        sort = native_sorted_changes(build.module)
-        self.finalizer.sorted_changes = sort
+        self.finalizer.sorted_changes = native_sorted_changes(build.module)
         close = build.namespace(self._close_env)
-        if close is not None and "sort" in self._close_env:
-            close["sort"] = sort
+        if close is not None:
+            # The C sort itself (its None, rows it does not take, falls back in the
+            # code) and the delta made in C.
+            if "sort" in self._close_env:
+                close["sort"] = build.module.sorted_int_changes
+            close["new_delta"] = partial(build.module.new_epoch_delta, EpochDelta)
         return True
 
     def _bind_apply(self) -> None:
@@ -464,7 +468,7 @@ class View:
         engines = self.engines
         finalizer = self.finalizer
         env: dict[str, Any] = {"counters": self._counters, "pending": self._pending,
-                               "Delta": EpochDelta, "finalizer": finalizer}
+                               "new_delta": EpochDelta, "finalizer": finalizer}
         share = getattr(engines[0], "share_acc", None)
         if len(engines) == 1 and share is not None:
             share(env)
@@ -473,20 +477,22 @@ class View:
             env["take"] = self._take_changes
             take, clear = ["    raw = take()"], []
         if finalizer.plain:
-            env["sort"] = finalizer.sorted_changes
-            finish = "sort(raw)"
+            # (sort: a compiled build's C sort, None for rows it does not take)
+            env["sort"] = env["general_sort"] = finalizer.sorted_changes
+            finish = ["        out = sort(raw)", "        if out is None:",
+                      "            out = general_sort(raw)"]
         else:
             env["finish"] = finalizer.epoch
-            finish = "finish(raw)"
+            finish = ["        out = finish(raw)"]
         # Small epochs mostly change nothing in the result: skip the finalizer then (an
         # ungrouped aggregate's first epoch shows its one row even so).
         always = finalizer.mode == "aggregate" and not finalizer.grouped
         test = "raw or not finalizer.silent_when_unchanged" if always else "raw"
         lines = ["def end_epoch(closed_by_marker=False):", *take, f"    if {test}:",
-                 f"        rows = tuple({finish})", *clear, "    else:", "        rows = ()",
-                 "    epoch = counters[0] + 1", "    counters[0] = epoch",
+                 *finish, "        rows = tuple(out)", *clear, "    else:",
+                 "        rows = ()", "    epoch = counters[0] + 1", "    counters[0] = epoch",
                  "    n = pending[0]", "    pending[0] = 0", "    counters[1] += n",
-                 "    return Delta(epoch, rows, n, closed_by_marker)"]
+                 "    return new_delta(epoch, rows, n, closed_by_marker)"]
         define("\n".join(lines), "<end_epoch>", env)
         self._close = env["end_epoch"]
         self.end_epoch = self._close  # type: ignore[method-assign]

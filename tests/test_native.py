@@ -93,6 +93,31 @@ def test_native_refuses_bad_input_with_nothing_changed() -> None:
 
 
 @needs_native
+def test_compiled_epoch_close_makes_the_same_deltas() -> None:
+    """The compiled end_epoch builds its EpochDelta in C: equal, frozen, the same
+    fields and counters as the interpreted one's, with and without a marker."""
+    import dataclasses
+
+    query = compile_query(SQL)
+    native, plain = query.maintain(native=True), query.maintain(native=False)
+    ups = [(1, 2), (2, 3), (3, 4), (3, 5), (0, 1)]
+    for i, view in enumerate((native, plain)):
+        got = []
+        for j, u in enumerate(ups):
+            view.apply(Update("+", "G", u))
+            got.append(view.end_epoch(closed_by_marker=j % 2 == 1))
+        got.append(view.end_epoch())
+        if i == 0:
+            first = got
+    assert got == first and [repr(d) for d in got] == [repr(d) for d in first]
+    assert [vars(d) for d in got] == [vars(d) for d in first]
+    assert first[3].rows == ((1, (1, 2, 5)),) and first[3].closed_by_marker
+    assert native.epoch == plain.epoch == 6 and native.updates_total == 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first[0].rows = ()  # type: ignore[misc]
+
+
+@needs_native
 def test_second_view_of_a_query_loads_the_built_module() -> None:
     query = compile_query(SQL)
     first = query.maintain(native=True)
