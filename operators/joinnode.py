@@ -334,7 +334,8 @@ class JoinNode:
     def mult_expr(self, var: str, env: dict[str, Any], name: str) -> str:
         """Generated code for the multiplicity of this node's tuple ``var`` (present),
         binding what it reads in ``env`` under ``name``: two C-level lookups where the
-        multiplicities live in the first index's buckets, one otherwise."""
+        multiplicities live in the first index's buckets or in the groups, one
+        otherwise."""
         if self.base_in_index:
             env[name] = self.index_read[0]
             k = key_expr(var, self.attrs, self.scalar, self.children[0].key_attrs)
@@ -344,7 +345,6 @@ class JoinNode:
             return f"{name}({key_expr(var, self.attrs, self.scalar, self.key_attrs)})[{var}]"
         env[name] = self.base
         return f"{name}[{var}]"
-
 
     def count_expr(self, var: str, env: dict[str, Any], name: str) -> str:
         """Generated code for the stored multiplicity of this node's tuple ``var``, 0
@@ -362,6 +362,7 @@ class JoinNode:
             return f"{name}({key_expr(var, self.attrs, self.scalar, self.key_attrs)}, 0)"
         env[name] = read_only_get(self.base)
         return f"{name}({var}, 0)"
+
     def _compiled_apply(self) -> bool:
         """Whether :meth:`apply` is generated code (integer multiplicities as payloads)."""
         return (not self.generalized and self.mode in ("bag", "set")

@@ -30,8 +30,11 @@ def test_write_back_bench_counts_entries_per_map(tmp_path: Path) -> None:
     # The grouped COUNT's finalizer reads its groups off the engine: no copy written.
     assert "finalize.output" not in rows["hop2_count"]["per_map"]
     # An atom node with children keeps its multiplicities in its first index's buckets:
-    # no base map (hop2: G1 over G2; hop3: G2 over G3), while leaves keep theirs.
+    # no base map (hop2: G1 over G2; hop3: G2 over G3); a top leaf keeps them in its
+    # groups (hop3: G1's proj, key -> {tuple: multiplicity}): no base map either.
     assert "sj_G1.base" not in rows["hop2_count"]["per_map"]
     assert "sj_G1.index.sj_G2" in rows["hop2_count"]["per_map"]
     assert "sj_G2.base" not in rows["hop3_filter"]["per_map"]
-    assert "sj_G1.base" in rows["hop3_filter"]["per_map"]
+    assert "sj_G1.base" not in rows["hop3_filter"]["per_map"]
+    assert "sj_G1.proj" in rows["hop3_filter"]["per_map"]
+    assert not any(m.endswith(".base") for m in rows["hop3_filter"]["per_map"])
