@@ -377,29 +377,28 @@ class View:
             # Past the exact type checks no column holds a NULL (unless typed so).
             non_null = frozenset(i for i, t in enumerate(route.exact_types)
                                  if t is not type(None))
+            tests = [ri.typed_test(non_null, f"_{n}") for n, (_a, ri) in enumerate(route.atoms)]
             held = self._held.get(rel.name)
             if held is None:
                 lines += count_lines
             else:
                 # The holding node's multiplicity, read before any node changes; only a
                 # delete can go below zero.
-                atom, ri = route.atoms[held]
-                node = nodes[atom]
+                node = nodes[route.atoms[held][0]]
                 count_expr = getattr(node, "count_expr", None)
                 if count_expr is not None:
                     have = count_expr("row", env, "HELD")
                 else:
                     env["HELD"] = node.base.get
                     have = "HELD(row, 0)"
-                test, bound = ri.typed_test(non_null, "_held")
-                env.update(bound)
+                test = tests[held][0]
                 check = [f"    {'elif' if test else 'if'} dm < 0 and {have} + dm < 0:",
                          "        check(NAME, row, dm, u.source)"]
                 if test:  # (rows the holding node does not take are counted here)
                     lines += [f"    if {test}:", *("    " + ln for ln in count_lines)]
                 lines += check
             for n, (atom, ri) in enumerate(route.atoms):
-                test, bound = ri.typed_test(non_null, f"_{n}")
+                test, bound = tests[n]
                 env.update(bound)
                 env[f"apply{n}"] = nodes[atom].apply
                 ind = "    "
@@ -500,10 +499,7 @@ class View:
 
     def _take_changes(self) -> dict[Any, Any]:
         """The open epoch's row changes, merged over the partitions, taken."""
-        engines = self.engines
-        if len(engines) == 1:
-            return engines[0].take_delta()
-        return self._merged([e.take_delta() for e in engines])
+        return self._merged([e.take_delta() for e in self.engines])
 
     @property
     def epoch(self) -> int:

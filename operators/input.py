@@ -133,12 +133,15 @@ class BaseValidator:
         first update."""
         self.held[relation] = (base, accepts)
 
+    def _holder(self, relation: str, row: Row) -> Mapping[Any, int] | None:
+        """The engine map that keeps ``row``'s multiplicity, or None (counted here)."""
+        held = self.held.get(relation)
+        return held[0] if held is not None and held[1](row) is not None else None
+
     def have(self, relation: str, row: Row) -> int:
         """Copies of ``row`` in ``relation`` now."""
-        held = self.held.get(relation)
-        if held is not None and held[1](row) is not None:
-            return held[0].get(row, 0)
-        return self.counts.get((relation, row), 0)
+        base = self._holder(relation, row)
+        return self.counts.get((relation, row), 0) if base is None else base.get(row, 0)
 
     def items(self) -> Iterator[tuple[str, Row, int]]:
         """``(relation, row, multiplicity)`` per distinct base tuple."""
@@ -165,9 +168,9 @@ class BaseValidator:
     def update(self, relation: str, row: Row, dm: int, source: str) -> None:
         """Check, then apply: a refused delete changes nothing. (A held row is only
         checked: the engine's map changes when the update is applied to it.)"""
-        held = self.held.get(relation)
-        if held is not None and held[1](row) is not None:
-            if dm < 0 and held[0].get(row, 0) + dm < 0:
+        base = self._holder(relation, row)
+        if base is not None:
+            if dm < 0 and base.get(row, 0) + dm < 0:
                 self.check(relation, row, dm, source)
             return
         key = (relation, row)
