@@ -47,7 +47,7 @@ from dataflow.kinds import (
     TriangleKind,
     estimate_rates,
 )
-from dataflow.partitioner import Partitioner
+from dataflow.hypercube import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import BaseValidator, RelationInput
 from operators.state import DictState

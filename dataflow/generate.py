@@ -1,6 +1,6 @@
 """``ivmflow generate``: synthetic update streams for examples and benchmarks, built in
-process (:mod:`connectors.generators`) or with PySpark (the data pipeline,
-:mod:`dataflow.runners.spark.pipeline`).
+process (:mod:`connectors.generators`) or with PySpark (the data generator,
+:mod:`dataflow.runners.spark.datagen`).
 
 Each function writes the stream and returns a one-line report for the user.
 
@@ -77,7 +77,7 @@ def social(out: str, persons: int, knows: int, messages: int, *, window: float =
            seed: int = 0, epoch_every: int | None = None) -> str:
     """person/knows/message tables, each under its own FIFO window (PySpark)."""
     spark = _spark()
-    from dataflow.runners.spark.pipeline import SOCIAL_SCHEMA_SQL, social_updates, write_lines
+    from dataflow.runners.spark.datagen import SOCIAL_SCHEMA_SQL, social_updates, write_lines
 
     df = social_updates(spark, persons, knows, messages, window=window, seed=seed,
                         epoch_every=epoch_every)
@@ -95,7 +95,7 @@ def _graph_on_spark(spec: GraphSpec, out: str, edge_list: str | None,
         msg = "--engine spark writes a file: give --out"
         raise UsageError(msg)
     spark = _spark()
-    from dataflow.runners.spark.pipeline import read_edge_list, window_updates, write_lines
+    from dataflow.runners.spark.datagen import read_edge_list, window_updates, write_lines
 
     if edge_list:
         edges = read_edge_list(spark, edge_list)

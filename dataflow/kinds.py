@@ -36,7 +36,7 @@ from dataflow.engines.crown import Engine
 from dataflow.engines.ghd import GhdEngine, compile_ghd_dataflow
 from dataflow.engines.hierarchical import HierarchicalEngine
 from dataflow.engines.triangle import TriangleEngine
-from dataflow.partitioner import Partitioner
+from dataflow.hypercube import Partitioner
 from operators.input import RelationInput
 from operators.state import State
 from plans.cq import ConjunctiveQuery

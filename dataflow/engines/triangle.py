@@ -23,7 +23,7 @@ from typing import Any
 from operators.ring import IntRing
 from operators.state import DictState, State
 from operators.triangle import TriangleCount, TriangleListing
-from operators.triangle_free import TriangleBinary, TriangleCountDouble, TriangleUnary
+from operators.triangle_freevars import TriangleBinary, TriangleCountDouble, TriangleUnary
 from plans.triangle import TrianglePlan
 
 TriangleOp = TriangleCount | TriangleListing | TriangleBinary | TriangleUnary | TriangleCountDouble

@@ -56,7 +56,7 @@ from connectors.files import OnError
 from core.epochs import CLOSE
 from core.errors import IvmflowError, UsageError
 from core.records import EpochDelta
-from dataflow.partitioned import (
+from dataflow.distributed import (
     PartitionLayout,
     PartitionTask,
     TaggedRow,
@@ -247,7 +247,7 @@ class EpochOutput:
     epoch: int
     snapshot: int
     rows: tuple[tuple[Any, ...], ...]
-    """Plain tuples of :class:`~dataflow.partitioned.OutputRow`'s fields."""
+    """Plain tuples of :class:`~dataflow.distributed.OutputRow`'s fields."""
 
 
 class EpochSinks:
@@ -284,7 +284,7 @@ class EpochSinks:
 class EpochMerger(KeyedProcessFunction):
     """Keyed by epoch: appends each partition's :class:`EpochOutput` to the epoch's
     ``ListState`` and, when the last partition has closed the epoch, sums the changes
-    per row (:func:`~dataflow.partitioned.merge_epoch_parts`), writes the epoch (and its
+    per row (:func:`~dataflow.distributed.merge_epoch_parts`), writes the epoch (and its
     snapshot) to the sinks and clears the epoch's state: O(rows) per epoch.
 
     Epochs complete in order (each partition closes them in stream order, and this

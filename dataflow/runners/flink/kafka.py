@@ -45,7 +45,7 @@ from pyflink.datastream.state import ValueStateDescriptor
 
 from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
 from core.schema import Schema
-from dataflow.partitioned import WorkerPlan
+from dataflow.distributed import WorkerPlan
 from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, ReadCounters
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from pyflink.datastream import RuntimeContext
 
 from core.epochs import CLOSE, NumberedRecord
-from dataflow.partitioned import WorkerPlan, bundle_by_partition, tag_rows
+from dataflow.distributed import WorkerPlan, bundle_by_partition, tag_rows
 
 __all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "PhaseLog", "Profiling", "ReadCounters"]
 

@@ -1,8 +1,8 @@
 """The Spark runner (``pip install -e '.[spark]'``, Java 17): PySpark Structured
 Streaming in micro-batches (:mod:`dataflow.runners.spark.job`), with its file source
 (:mod:`~dataflow.runners.spark.source`), its Kafka source
-(:mod:`~dataflow.runners.spark.kafka`) and the Spark data pipeline
-(:mod:`~dataflow.runners.spark.pipeline`). Importing this package needs no pyspark;
+(:mod:`~dataflow.runners.spark.kafka`) and the Spark data generator
+(:mod:`~dataflow.runners.spark.datagen`). Importing this package needs no pyspark;
 running does.
 """
 

@@ -34,7 +34,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from core.epochs import CLOSE, NumberedRecord
 from core.records import EpochDelta, Update
-from dataflow.partitioned import (
+from dataflow.distributed import (
     PartitionLayout,
     PartitionTask,
     WorkerPlan,

@@ -3,7 +3,7 @@
 
 Records are numbered and cut into epochs here, deterministically from the offset, so
 that a restarted query re-reads a batch exactly as before. The offset holds the read
-position and the :class:`dataflow.partitioned.EpochCursor`; Spark keeps it in the
+position and the :class:`dataflow.distributed.EpochCursor`; Spark keeps it in the
 query's checkpoint. Rows carry the typed update pickled as binary.
 
 This module imports pyspark; ``operators/`` and ``plans/`` never do.
@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from connectors.files import read_updates_from_lines
 from core.epochs import CLOSE, EpochCursor
 from core.schema import Schema
-from dataflow.partitioned import WorkerPlan, tag_rows
+from dataflow.distributed import WorkerPlan, tag_rows
 
 SOURCE_NAME = "ivmflow_updates"
 TAGGED_SCHEMA = (
@@ -32,7 +32,7 @@ TAGGED_SCHEMA = (
     "snapshot INT"
 )
 """Rows tagged with their partitions (with the option ``plan``, a pickled-then-hex
-:class:`~dataflow.partitioned.WorkerPlan`)."""
+:class:`~dataflow.distributed.WorkerPlan`)."""
 ROW_SCHEMA = (
     "seq LONG, epoch INT, kind STRING, relation STRING, op STRING, mult LONG, "
     "payload BINARY, snapshot INT"

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dataflow.partitioned import check_layout
+from dataflow.distributed import check_layout
 from operators.state import WriteBackState, encode_entry, encode_key
 
 STATE_STORE_CONF = {

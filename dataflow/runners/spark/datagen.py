@@ -1,4 +1,4 @@
-"""The data pipeline on Spark: edge lists -> FIFO sliding-window update streams in the
+"""The data generator on Spark: edge lists -> FIFO sliding-window update streams in the
 update-CSV contract (DESIGN section 3), with filters, shuffles and epoch markers.
 
 An edge list (a ``src,dst`` CSV, ``#`` comments allowed, or a generated skewed graph)

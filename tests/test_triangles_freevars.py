@@ -24,7 +24,7 @@ from dataflow.api import View, compile_query
 from dataflow.cli import main
 from operators.hop import EOF, Hop, HopUnion, SetIter, Union, drain
 from operators.state import DictState
-from operators.triangle_free import TriangleBinary, TriangleCountDouble, TriangleUnary
+from operators.triangle_freevars import TriangleBinary, TriangleCountDouble, TriangleUnary
 
 EPS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -378,7 +378,7 @@ def test_partitioned_protocol_with_state_round_trips(name: str) -> None:
     partition's TriangleEngine in batches of 40 rows with its state dumped and restored
     in between (mid-epoch too), merge: the same per-epoch deltas as the local view."""
     from core.epochs import EpochCursor
-    from dataflow.partitioned import (
+    from dataflow.distributed import (
         PartitionTask,
         WorkerPlan,
         merge_outputs,

@@ -1,4 +1,4 @@
-"""The Spark data pipeline (`ivmflow generate graph --engine spark`) writes the same
+"""The Spark data generator (`ivmflow generate graph --engine spark`) writes the same
 update streams as the in-process generator, and its edge-list path filters, shuffles
 and windows correctly."""
 
@@ -54,7 +54,7 @@ def test_social_tables_stream_is_valid_and_windowed(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     from connectors.files import read_updates
     from dataflow.api import compile_query
-    from dataflow.runners.spark.pipeline import SOCIAL_SCHEMA_SQL
+    from dataflow.runners.spark.datagen import SOCIAL_SCHEMA_SQL
 
     out = tmp_path / "social.csv"
     subprocess.run([sys.executable, "-m", "dataflow.cli", "generate", "social", "--persons",

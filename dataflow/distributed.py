@@ -46,7 +46,7 @@ from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import InputError, IvmflowError
 from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.kinds import VIEW_TREES
-from dataflow.partitioner import Partitioner
+from dataflow.hypercube import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
 from operators.state import DictState, State, WriteBackState
