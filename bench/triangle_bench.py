@@ -393,7 +393,7 @@ def run_ivm(query: str, eps: float, stream: Stream, clock: Callable[[], float]) 
     engine = view.engines[0]
     router = engine.router  # type: ignore[union-attr]
     run.router = {**router.stats, "base_N": router.base, "theta": router.theta,
-                  "heavy_values": sum(len(h) for h in router.heavy.values())}
+                  "heavy_values": sum(len(c) for h in router.heavy.values() for c in h)}
     run.delta_rows = rows_total
     return run
 

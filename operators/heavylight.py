@@ -1,7 +1,15 @@
-"""The heavy/light router of IVM-epsilon (notes ivm-eps-triangles.md, sections 2.1, 2.2
-and 2.11): relations split into a heavy and a light part on one partition attribute,
-degree counters over the whole relation, the class of every value, the threshold base
-N with ``floor(N/4) <= |D| < N``, minor and major rebalancing.
+"""The heavy/light routers of IVM-epsilon (notes ivm-eps-triangles.md, sections 2.1,
+2.2, 2.3 and 2.11): relations split into parts by the class (heavy or light) of their
+values on one partition column (parts ``H`` and ``L``) or on two (parts ``HH``, ``HL``,
+``LH``, ``LL``, one letter per partition column in the order given), degree counters
+over the whole relation, the class of every value, the threshold base N with
+``floor(N/4) <= |D| < N``, minor and major rebalancing. :class:`DoubleRouter` is the
+router; :class:`HeavyLightRouter` is its one-column case. :class:`PrefixRouter` routes
+the keys of hierarchical view trees.
+
+Routing follows the corrected AffectedPart of the notes' erratum 7.1: an update goes to
+the part named by the current class of each of its partition values (an unseen value is
+light, everything is heavy at eps = 0), never blindly to ``LL``.
 
 The router owns the relation parts (keyed bags with an index per column) and calls
 back into the query's operator:
@@ -11,9 +19,13 @@ back into the query's operator:
 - ``rebuild()`` after a major rebalance (strict repartition), so the operator
   recomputes its views from the parts.
 
-A minor rebalance moves a value's tuples between parts as paired updates through the
-same ``apply`` (insert into the new part, then delete from the old one): by linearity
-the query result does not change, only the auxiliary views re-route the tuples.
+A value whose degree leaves the loose band [theta/2, 3 theta/2) moves, with all its
+tuples, to the parts with its letter flipped (``H <-> L``; ``HH <-> LH`` and
+``HL <-> LL`` for the first of two columns): a minor rebalance, as paired updates
+through the same ``apply`` (insert into the new part, then delete from the old one). By
+linearity the query result does not change, only the auxiliary views re-route the
+tuples. ``|D|`` reaching N or dropping below floor(N/4) triggers a major rebalance: a
+strict repartition and the operator's ``rebuild``.
 
 Example (eps = 1/2; value 1 becomes heavy once its degree reaches 3/2 * N^eps):
     >>> from operators.state import DictState
@@ -28,19 +40,29 @@ Example (eps = 1/2; value 1 becomes heavy once its degree reaches 3/2 * N^eps):
     ...     _ = r.update("R", (1, b), -1)
     >>> r.is_heavy("R", 1), r.part("R", "L").get((1, 5)), r.stats["minor"]
     (False, 1, 1)
+
+Example (S(B,C) double partitioned, eps = 1/2):
+    >>> r = DoubleRouter(DictState(), [PartSpec("S", (0, 1))], 0.5)
+    >>> for c in range(6):
+    ...     _ = r.update("S", (1, c), 1)
+    >>> r.update("S", (2, 0), 1), r.size, r.base
+    ('LL', 7, 8)
+    >>> r.update("S", (1, 9), 1), r.is_heavy("S", 1, k=0), len(r.part("S", "HL"))
+    ('HL', True, 7)
+    >>> r.check_invariants()
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 from operators.state import Grouped, State
 
 HEAVY = "H"
 LIGHT = "L"
-PARTS = (HEAVY, LIGHT)
 
 ApplyFn = Callable[[str, str, tuple[Any, ...], int], None]
 """``apply(relation, part, tuple, m)``: the query's update rules for one part update."""
@@ -53,6 +75,21 @@ class RelationSpec:
     name: str
     arity: int
     key: int
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """A relation (binary), and the columns it is partitioned on: one (single partition)
+    or two (double partition; part labels give the class of each, in this order)."""
+
+    name: str
+    keys: tuple[int, ...]
+    arity: int = 2
+
+
+def labels(width: int) -> tuple[str, ...]:
+    """Part labels for a partition on ``width`` columns: H, L or HH, HL, LH, LL."""
+    return tuple("".join(p) for p in product(HEAVY + LIGHT, repeat=width))
 
 
 class KeyedBag:
@@ -195,13 +232,199 @@ class ThresholdRouter:
         raise NotImplementedError
 
 
-class HeavyLightRouter(ThresholdRouter):
-    """Per relation: a heavy and a light part, partitioned on ``spec.key``.
+class DoubleRouter(ThresholdRouter):
+    """Relation parts partitioned on one or two columns each (:class:`PartSpec`), with
+    rebalancing.
 
     ``eps`` in [0, 1] sets the threshold theta = N^eps. eps = 0 puts every tuple in the
-    heavy part and eps = 1 every tuple in the light part (theta = N exceeds every
+    all-heavy part and eps = 1 every tuple in the all-light part (theta = N exceeds every
     degree), which gives back classical first-order IVM.
     """
+
+    numbered_columns = True
+    """State maps per partition column are ``{name}.{rel}.degree{k}`` and ``.heavy{k}``
+    (:class:`HeavyLightRouter`'s one column: ``.degree`` and ``.heavy``)."""
+
+    def __init__(
+        self,
+        state: State,
+        relations: Sequence[PartSpec],
+        eps: float,
+        *,
+        name: str = "hl2",
+        apply: ApplyFn | None = None,
+        rebuild: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(state, name, eps, apply, rebuild)
+        self.specs = {r.name: r for r in relations}
+        self.parts = {
+            r.name: {
+                p: KeyedBag(state, f"{name}.{r.name}.{p}", r.arity) for p in labels(len(r.keys))
+            }
+            for r in relations
+        }
+
+        def column_maps(rel: PartSpec, what: str) -> list[MutableMapping[Any, Any]]:
+            tags = range(len(rel.keys)) if self.numbered_columns else ("",)
+            return [state.map(f"{name}.{rel.name}.{what}{k}") for k in tags]
+
+        # Per relation and partition column: value -> degree in the whole relation, and
+        # the values whose class is heavy (a value absent from the relation has no class).
+        self.degrees: dict[str, list[MutableMapping[Any, int]]] = {
+            r.name: column_maps(r, "degree") for r in relations
+        }
+        self.heavy: dict[str, list[MutableMapping[Any, bool]]] = {
+            r.name: column_maps(r, "heavy") for r in relations
+        }
+
+    # -- reading -------------------------------------------------------------------
+    def get(self, rel: str, t: tuple[Any, ...]) -> int:
+        """Multiplicity of ``t`` in the whole relation."""
+        return sum(bag.rows.get(t, 0) for bag in self.parts[rel].values())
+
+    def degree(self, rel: str, v: Any, k: int = 0) -> int:
+        """The degree of value ``v`` on partition column ``k`` (the first by default)."""
+        return self.degrees[rel][k].get(v, 0)
+
+    def is_heavy(self, rel: str, v: Any, k: int = 0) -> bool:
+        """The class of value ``v`` on partition column ``k`` (the first by default)."""
+        return v in self.heavy[rel][k]
+
+    def route(self, rel: str, t: tuple[Any, ...]) -> str:
+        """The part an update of ``t`` goes to (AffectedPart): one letter per partition
+        column, the current class of the value (unseen values light; all heavy at
+        eps = 0)."""
+        keys = self.specs[rel].keys
+        if self.eps == 0.0:
+            return HEAVY * len(keys)
+        heavy = self.heavy[rel]
+        if len(keys) == 1:
+            return HEAVY if t[keys[0]] in heavy[0] else LIGHT
+        return "".join(HEAVY if t[pos] in heavy[k] else LIGHT for k, pos in enumerate(keys))
+
+    # -- updating ------------------------------------------------------------------
+    def update(self, rel: str, t: tuple[Any, ...], m: int) -> str:
+        """Apply one base update (``m`` copies, negative for a delete) and rebalance if
+        needed; returns the part label the update went to."""
+        spec = self.specs[rel]
+        label = self.route(rel, t)
+        bag = self.parts[rel][label]
+        old = bag.get(t)
+        if old + m < 0:
+            msg = f"{rel}{t}: delete of {-m} copies, {old} present"
+            raise ValueError(msg)
+        if self.eps == 0.0:
+            for heavy, pos in zip(self.heavy[rel], spec.keys):
+                if t[pos] not in heavy:
+                    heavy[t[pos]] = True
+        self.apply(rel, label, t, m)
+        new = bag.add(t, m)
+        if old == 0 and new > 0:
+            step = 1
+        elif old > 0 and new == 0:
+            step = -1
+        else:
+            return label
+        self.meta["size"] += step
+        for k, pos in enumerate(spec.keys):
+            degrees = self.degrees[rel][k]
+            d = degrees.get(t[pos], 0) + step
+            if d:
+                degrees[t[pos]] = d
+            else:  # the value left the relation: it has no class any more
+                degrees.pop(t[pos], None)
+                self.heavy[rel][k].pop(t[pos], None)
+        if not self.rebase():
+            for k, pos in enumerate(spec.keys):
+                self.check_minor(rel, k, t[pos])
+        return label
+
+    def check_minor(self, rel: str, k: int, x: Any) -> None:
+        """Flip ``x``'s class on partition column ``k`` if its whole-relation degree left
+        the loose band [theta/2, 3 theta/2)."""
+        d = self.degrees[rel][k].get(x, 0)
+        if d == 0 or self.eps in (0.0, 1.0):
+            return
+        theta = self.theta
+        if x in self.heavy[rel][k]:
+            if d < theta / 2:
+                self._move(rel, k, x, HEAVY, LIGHT)
+        elif d >= 1.5 * theta:
+            self._move(rel, k, x, LIGHT, HEAVY)
+
+    def _move(self, rel: str, k: int, x: Any, src: str, dst: str) -> None:
+        self.stats["minor"] += 1
+        pos = self.specs[rel].keys[k]
+        if dst == HEAVY:
+            self.heavy[rel][k][x] = True
+        else:
+            self.heavy[rel][k].pop(x, None)
+        parts = self.parts[rel]
+        for label in list(parts):
+            if label[k] != src:
+                continue
+            target = label[:k] + dst + label[k + 1 :]
+            sbag, dbag = parts[label], parts[target]
+            for t, m in list(sbag.match(pos, x).items()):
+                self.stats["moved"] += 1
+                self.apply(rel, target, t, m)
+                dbag.add(t, m)
+                self.apply(rel, label, t, -m)
+                sbag.add(t, -m)
+
+    def major_rebalance(self) -> None:
+        """Strict repartition with the current N (heavy iff degree >= N^eps), then let
+        the operator recompute its views."""
+        self.stats["major"] += 1
+        theta = self.theta
+        for rel, spec in self.specs.items():
+            parts = self.parts[rel]
+            rows = [item for bag in parts.values() for item in bag.rows.items()]
+            for bag in parts.values():
+                bag.clear()
+            for k in range(len(spec.keys)):
+                heavy = self.heavy[rel][k]
+                heavy.clear()
+                for v, d in self.degrees[rel][k].items():
+                    if self.eps == 0.0 or (self.eps < 1.0 and d >= theta):
+                        heavy[v] = True
+            for t, m in rows:
+                parts[self.route(rel, t)].add(t, m)
+        self.rebuild()
+
+    def check_invariants(self) -> None:
+        """Assert the partition invariants (tests): per partition column a domain
+        partition matching the heavy set, loose degree bounds on whole-relation
+        degrees, degree counters, |D| and floor(N/4) <= |D| < N."""
+        theta = self.theta
+        size = 0
+        for rel, spec in self.specs.items():
+            parts = self.parts[rel]
+            size += sum(len(b) for b in parts.values())
+            for k, pos in enumerate(spec.keys):
+                hv: set[Any] = set()
+                lv: set[Any] = set()
+                degree: dict[Any, int] = {}
+                for label, bag in parts.items():
+                    for v, bucket in bag.index[pos].items():
+                        (hv if label[k] == HEAVY else lv).add(v)
+                        degree[v] = degree.get(v, 0) + len(bucket)
+                assert not hv & lv, (rel, k, hv & lv)
+                assert hv == set(self.heavy[rel][k]), (rel, k, hv, set(self.heavy[rel][k]))
+                assert degree == dict(self.degrees[rel][k]), (rel, k)
+                if 0.0 < self.eps < 1.0:
+                    for v, d in degree.items():
+                        assert d >= theta / 2 if v in hv else d < 1.5 * theta, (rel, v, d)
+        assert size == self.size, (size, self.size)
+        assert self.base // 4 <= self.size < self.base, (self.size, self.base)
+
+
+class HeavyLightRouter(DoubleRouter):
+    """:class:`DoubleRouter`'s one-column case: per relation a heavy and a light part
+    (``H``, ``L``), partitioned on ``spec.key``; its state maps keep the names
+    ``{name}.{rel}.degree`` and ``.heavy``."""
+
+    numbered_columns = False
 
     def __init__(
         self,
@@ -213,141 +436,8 @@ class HeavyLightRouter(ThresholdRouter):
         apply: ApplyFn | None = None,
         rebuild: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(state, name, eps, apply, rebuild)
-        self.specs = {r.name: r for r in relations}
-        self.parts = {
-            r.name: {p: KeyedBag(state, f"{name}.{r.name}.{p}", r.arity) for p in PARTS}
-            for r in relations
-        }
-        # Degree of every value over the whole relation (distinct tuples), and the
-        # values whose class is heavy (a value absent from the relation has no class).
-        self.degrees: dict[str, MutableMapping[Any, int]] = {
-            r.name: state.map(f"{name}.{r.name}.degree") for r in relations
-        }
-        self.heavy: dict[str, MutableMapping[Any, bool]] = {
-            r.name: state.map(f"{name}.{r.name}.heavy") for r in relations
-        }
-    # -- reading -------------------------------------------------------------------
-    def get(self, rel: str, t: tuple[Any, ...]) -> int:
-        """Multiplicity of ``t`` in the whole relation."""
-        parts = self.parts[rel]
-        return parts[HEAVY].get(t) + parts[LIGHT].get(t)
-
-    def degree(self, rel: str, v: Any) -> int:
-        return self.degrees[rel].get(v, 0)
-
-    def is_heavy(self, rel: str, v: Any) -> bool:
-        return v in self.heavy[rel]
-
-    def route(self, rel: str, t: tuple[Any, ...]) -> str:
-        """The part an update of ``t`` goes to (AffectedPart): the class of its value; a
-        new value is light, except at eps = 0 where everything is heavy."""
-        return HEAVY if self.eps == 0.0 or t[self.specs[rel].key] in self.heavy[rel] else LIGHT
-
-    # -- updating ------------------------------------------------------------------
-    def update(self, rel: str, t: tuple[Any, ...], m: int) -> str:
-        """Apply one base update (``m`` copies, negative for a delete) and rebalance if
-        needed; returns the part the update went to."""
-        spec = self.specs[rel]
-        x = t[spec.key]
-        heavy = self.heavy[rel]
-        cls = HEAVY if self.eps == 0.0 or x in heavy else LIGHT
-        bag = self.parts[rel][cls]
-        old = bag.get(t)
-        if old + m < 0:
-            msg = f"{rel}{t}: delete of {-m} copies, {old} present"
-            raise ValueError(msg)
-        if cls == HEAVY and x not in heavy:
-            heavy[x] = True
-        self.apply(rel, cls, t, m)
-        new = bag.add(t, m)
-        degrees = self.degrees[rel]
-        meta = self.meta
-        if old == 0 and new > 0:
-            degrees[x] = degrees.get(x, 0) + 1
-            meta["size"] += 1
-        elif old > 0 and new == 0:
-            d = degrees[x] - 1
-            meta["size"] -= 1
-            if d:
-                degrees[x] = d
-            else:  # the value left the relation: it has no class any more
-                del degrees[x]
-                heavy.pop(x, None)
-        else:
-            return cls
-        if not self.rebase():
-            self.check_minor(rel, x)
-        return cls
-
-    def check_minor(self, rel: str, x: Any) -> None:
-        """Move ``x``'s tuples to the other part if its degree left the loose band
-        [theta/2, 3*theta/2)."""
-        d = self.degrees[rel].get(x, 0)
-        if d == 0 or self.eps in (0.0, 1.0):
-            return  # eps = 0: all heavy; eps = 1: no degree reaches 3/2 N
-        theta = self.theta
-        if x in self.heavy[rel]:
-            if d < theta / 2:
-                self._move(rel, x, HEAVY, LIGHT)
-        elif d >= 1.5 * theta:
-            self._move(rel, x, LIGHT, HEAVY)
-
-    def _move(self, rel: str, x: Any, src: str, dst: str) -> None:
-        self.stats["minor"] += 1
-        key = self.specs[rel].key
-        sbag, dbag = self.parts[rel][src], self.parts[rel][dst]
-        if dst == HEAVY:
-            self.heavy[rel][x] = True
-        else:
-            self.heavy[rel].pop(x, None)
-        for t, m in list(sbag.match(key, x).items()):
-            self.stats["moved"] += 1
-            self.apply(rel, dst, t, m)
-            dbag.add(t, m)
-            self.apply(rel, src, t, -m)
-            sbag.add(t, -m)
-
-    def major_rebalance(self) -> None:
-        """Strict repartition with the current N (heavy iff degree >= N^eps), then
-        let the operator recompute its views."""
-        self.stats["major"] += 1
-        theta = self.theta
-        for rel, spec in self.specs.items():
-            heavy = self.heavy[rel]
-            hbag, lbag = self.parts[rel][HEAVY], self.parts[rel][LIGHT]
-            rows = list(hbag.rows.items()) + list(lbag.rows.items())
-            hbag.clear()
-            lbag.clear()
-            heavy.clear()
-            degrees = self.degrees[rel]
-            for v, d in degrees.items():
-                if self.eps == 0.0 or (self.eps < 1.0 and d >= theta):
-                    heavy[v] = True
-            for t, m in rows:
-                (hbag if t[spec.key] in heavy else lbag).add(t, m)
-        self.rebuild()
-
-    def check_invariants(self) -> None:
-        """Assert the partition invariants (tests): domain partition, loose degree
-        bounds, degree counters and |D|, and floor(N/4) <= |D| < N."""
-        theta = self.theta
-        size = 0
-        for rel, spec in self.specs.items():
-            h, lt = self.parts[rel][HEAVY], self.parts[rel][LIGHT]
-            size += len(h) + len(lt)
-            hv = set(h.index[spec.key])
-            lv = set(lt.index[spec.key])
-            assert not hv & lv, (rel, hv & lv)
-            assert hv == set(self.heavy[rel]), (rel, hv, set(self.heavy[rel]))
-            for v in hv | lv:
-                d = h.degree(spec.key, v) + lt.degree(spec.key, v)
-                assert self.degrees[rel].get(v) == d, (rel, v, d)
-                if 0.0 < self.eps < 1.0:
-                    assert d >= theta / 2 if v in hv else d < 1.5 * theta, (rel, v, d, theta)
-            assert set(self.degrees[rel]) == hv | lv
-        assert size == self.size, (size, self.size)
-        assert self.base // 4 <= self.size < self.base, (self.size, self.base)
+        specs = [PartSpec(r.name, (r.key,), r.arity) for r in relations]
+        super().__init__(state, specs, eps, name=name, apply=apply, rebuild=rebuild)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ count with double partitioning (notes ivm-eps-triangles.md, sections 2.5, 2.7, 2
   auxiliary views built from parts heavy on their free variables (space
   O(N^max(1, min(1+eps, 2-2eps))), linear for eps >= 1/2).
 
-Parts come from :class:`operators.hlparts.DoubleRouter` (routing by value class, the
+Parts come from :class:`operators.heavylight.DoubleRouter` (routing by value class, the
 notes' corrected AffectedPart). Every rule is an exact delta of its view on the
 pre-update state (the router writes the part last), so the results are right whatever
 the partition; the partition invariants only bound the cost. Changes of the query
@@ -46,8 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from operators.heavylight import KeyedBag
-from operators.hlparts import DoubleRouter, PartSpec
+from operators.heavylight import DoubleRouter, KeyedBag, PartSpec
 from operators.hop import HopUnion, SetIter, Union, drain
 from operators.state import State
 from operators.state import add_count as _add
