@@ -1,4 +1,4 @@
-"""File connectors: the update CSV reader and the atomic CSV sinks (DESIGN sections 3, 7).
+"""File connectors: the update CSV reader and the atomic CSV sinks (docs/formats.md).
 
 Update file, one record a line::
 

@@ -1,4 +1,4 @@
-"""Consolidation: the one routine that turns row changes into a delta as DESIGN section 2
+"""Consolidation: the one routine that turns row changes into a delta as docs/semantics.md
 defines it (multiplicities summed per row, zero changes dropped, rows sorted so that
 every runner emits the same bytes).
 

@@ -1,5 +1,5 @@
 """Epoch numbering: a record stream numbered (``seq``) and cut into epochs, the same way
-on every runner (DESIGN section 2).
+on every runner (docs/semantics.md).
 
 An epoch ends at a ``*`` marker (which also asks for snapshot k, k counting markers),
 after ``epoch_size`` updates, and - for a bounded stream - at its end if it holds

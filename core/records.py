@@ -84,7 +84,7 @@ class EpochDelta:
 
 
 # ---------------------------------------------------------------------------------------
-# The one text form of values and records (the update CSV of DESIGN section 3): used by
+# The one text form of values and records (the update CSV of docs/formats.md): used by
 # the CSV sinks, error messages, the generators and the tests.
 
 

@@ -1,4 +1,4 @@
-"""The ``ivmflow`` command line (DESIGN section 4): ``run``, ``explain``, ``generate``,
+"""The ``ivmflow`` command line (docs/architecture.md): ``run``, ``explain``, ``generate``,
 ``produce``, ``consume``. Argument parsing and messages only: running lives in
 :mod:`dataflow.run`, the runners in :mod:`dataflow.runners`, the Kafka tools in
 :mod:`dataflow.kafka_io`, stream generation in :mod:`dataflow.generate`.

@@ -1,6 +1,6 @@
 """The local runner: drive a maintained view with a record stream, cutting epochs.
 
-Epoch rules (DESIGN section 2): epochs are numbered from 1 in stream order; an epoch ends
+Epoch rules (docs/semantics.md): epochs are numbered from 1 in stream order; an epoch ends
 at a ``*`` marker (always, even when it holds no update: it still consumes a number, and
 snapshot k is taken after the k-th marker), after ``epoch_size`` applied updates, and at
 the end of the stream if it holds updates.  Updates rejected with ``on_error="skip"`` do

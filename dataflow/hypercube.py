@@ -1,4 +1,4 @@
-"""The partitioner (DESIGN section 6): HyperCube shares over join variables, so that
+"""The partitioner (docs/architecture.md): HyperCube shares over join variables, so that
 every full derivation lives in exactly one partition. When one variable occurs in every
 atom, all of P goes to it and nothing is replicated.
 

@@ -1,5 +1,5 @@
 """The output finalizer: turns per-epoch row payload changes (merged over partitions)
-into the consolidated delta of DESIGN section 2 - net multiplicities for bag
+into the consolidated delta of docs/semantics.md - net multiplicities for bag
 semantics, support transitions for DISTINCT, retraction + insertion of changed groups
 for aggregates (one row always for an aggregate without GROUP BY).
 

@@ -1,4 +1,4 @@
-"""SQL text -> :class:`plans.cq.ConjunctiveQuery` (DESIGN section 2, the SQL contract).
+"""SQL text -> :class:`plans.cq.ConjunctiveQuery` (docs/semantics.md, the SQL contract).
 
 One file holds ``CREATE TABLE`` statements followed by exactly one
 ``SELECT [DISTINCT] ... FROM ... WHERE ... [GROUP BY ...]``. Joins are equalities between

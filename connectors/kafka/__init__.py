@@ -13,7 +13,7 @@ Reusable by every runner.  The pieces, from pure to broker-bound:
   ``dead-letter=TOPIC``.  With one topic (the default) every record names its relation.
 * **Codec** -- :func:`decode_update` (JSON update record -> :class:`Update` /
   :class:`EpochEnd`, or :class:`InputError` naming topic, partition and offset),
-  :func:`encode_update`, :func:`encode_delta`, :func:`decode_delta` (DESIGN section 3).
+  :func:`encode_update`, :func:`encode_delta`, :func:`decode_delta` (docs/formats.md).
 * **Epoch order** -- :class:`EpochAligner` (pure): how the records of several
   partitions (and topics) become one deterministic stream, see below.
 * **Broker-bound** -- :class:`KafkaUpdateSource`, :class:`KafkaDeltaSink` (the

@@ -1,4 +1,4 @@
-"""The JSON records of DESIGN section 3: update records in (:func:`decode_update`,
+"""The JSON records of docs/formats.md: update records in (:func:`decode_update`,
 with an :class:`InputError` naming topic, partition and offset), delta records out.
 
     >>> encode_delta(7, -1, (1, 2), ("src", "dst"))
@@ -59,7 +59,7 @@ def decode_update(
     partition: int = -1,
     offset: int = -1,
 ) -> Record:
-    """Decode one JSON update record (DESIGN section 3).
+    """Decode one JSON update record (docs/formats.md).
 
     ``source`` names the record in errors and ``Update.source``; by default it is
     :func:`record_source` of ``topic``, ``partition`` and ``offset``.  ``relation`` is the relation of a per-relation topic (the record may then omit its

@@ -11,7 +11,7 @@ per partition. A checkpoint barrier passes between two ticks, so a restored job 
 from the position of its checkpoint: nothing is read twice, and memory does not grow
 with the input (no spool).
 
-* A file is bounded (DESIGN section 4): its last line is read even without a newline,
+* A file is bounded (docs/semantics.md): its last line is read even without a newline,
   the last epoch closes at its end, and the job ends after it. The tick count is
   bounded by its line count (every tick before the end consumes a bundle of lines).
 * A directory is a growing stream of ``*.csv`` files in name order: only complete lines

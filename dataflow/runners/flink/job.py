@@ -1,6 +1,6 @@
 """The PyFlink runner (in-process mini-cluster by default).
 
-Job shape (DESIGN section 6): a tick source (``NumberSequenceSource``, parallelism 1)
+Job shape (docs/runners.md): a tick source (``NumberSequenceSource``, parallelism 1)
 -> the reader, a keyed process function that reads the next records of the update file
 or directory (:mod:`dataflow.runners.flink.files`) or Kafka topic
 (:mod:`dataflow.runners.flink.kafka`) from the position in its keyed state, numbers and

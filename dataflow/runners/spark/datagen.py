@@ -1,5 +1,5 @@
 """The data generator on Spark: edge lists -> FIFO sliding-window update streams in the
-update-CSV contract (DESIGN section 3), with filters, shuffles and epoch markers.
+update-CSV contract (docs/formats.md), with filters, shuffles and epoch markers.
 
 An edge list (a ``src,dst`` CSV, ``#`` comments allowed, or a generated skewed graph)
 is deduplicated, optionally filtered and shuffled, numbered with ``zipWithIndex``, and

@@ -9,7 +9,7 @@ row) over partitions and writes each closed epoch atomically, skipping epochs th
 already committed (a replayed batch after a crash): Kafka topics from that executor
 task, files on the driver (:mod:`dataflow.runners.spark.output`).
 
-State (DESIGN section 6): per entry, one MapState per named map of the State protocol
+State (docs/runners.md): per entry, one MapState per named map of the State protocol
 under the partition key, on the RocksDB state store with changelog checkpointing; the
 engine works on a cache kept by the Python worker between batches, and each batch
 writes back only the entries it changed (:mod:`dataflow.runners.spark.state`). No

@@ -1,6 +1,6 @@
 """A partition's engine state in Spark's state store, one entry per map entry.
 
-Binding (DESIGN section 6): every named map of the State protocol is one
+Binding (docs/runners.md): every named map of the State protocol is one
 ``transformWithStateInPandas`` MapState under the partition key (RocksDB provider),
 whose user key is :func:`~operators.state.encode_key` of the entry's key and whose value
 is the pickled ``(key, value)`` pair. The engine works on a
