@@ -1,5 +1,5 @@
-"""The heavy/light routers of IVM-epsilon (notes ivm-eps-triangles.md, sections 2.1,
-2.2, 2.3 and 2.11): relations split into parts by the class (heavy or light) of their
+"""The heavy/light routers of IVM-epsilon (docs/algorithms.md,
+partitions and the router): relations split into parts by the class (heavy or light) of their
 values on one partition column (parts ``H`` and ``L``) or on two (parts ``HH``, ``HL``,
 ``LH``, ``LL``, one letter per partition column in the order given), degree counters
 over the whole relation, the class of every value, the threshold base N with
@@ -7,7 +7,7 @@ over the whole relation, the class of every value, the threshold base N with
 router; :class:`HeavyLightRouter` is its one-column case. :class:`PrefixRouter` routes
 the keys of hierarchical view trees.
 
-Routing follows the corrected AffectedPart of the notes' erratum 7.1: an update goes to
+Routing follows the corrected AffectedPart (docs/algorithms.md, corrections): an update goes to
 the part named by the current class of each of its partition values (an unseen value is
 light, everything is heavy at eps = 0), never blindly to ``LL``.
 
@@ -456,11 +456,11 @@ MoveFn = Callable[[PrefixSpec, tuple[Any, ...], bool], None]
 
 
 class PrefixRouter(ThresholdRouter):
-    """The heavy/light router of hierarchical view trees (notes part B.8): one partition
+    """The heavy/light router of hierarchical view trees (docs/algorithms.md): one partition
     per split variable X, on the key anc(X) + X, over every atom below X. A key is light
     while its largest degree among those atoms stays below 3/2 theta, heavy while it
     stays at or above theta/2 (the loose band), strict at theta after a major rebalance;
-    new keys start light (pre-update membership, notes B.12.1), except at eps = 0 where
+    new keys start light (pre-update membership, docs/algorithms.md), except at eps = 0 where
     every key is heavy. |D| and the threshold base N are :class:`ThresholdRouter`'s.
 
     The router keeps degrees and classes only; the view trees own the tuples and views.

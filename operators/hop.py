@@ -1,4 +1,4 @@
-"""Enumeration primitives of IVM-epsilon (notes ivm-eps-triangles.md, section 2.9, after
+"""Enumeration primitives of IVM-epsilon (docs/algorithms.md, after
 P0 Fig. 3-5): UnionNext over possibly overlapping duplicate-free iterators, the hop
 iterator (a collection with excluded elements skipped through ``skip_to`` /
 ``skipped_from`` pointers, merged so that no chains form), and the union of buckets

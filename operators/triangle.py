@@ -1,5 +1,5 @@
 """IVM-epsilon for the triangle queries over R(A,B), S(B,C), T(C,A) with integer
-multiplicities (notes ivm-eps-triangles.md, sections 2.4 and 2.6): the count (the
+multiplicities (docs/algorithms.md): the count (the
 nullary query) and the full listing (the ternary query), single partitioning (R on A,
 S on B, T on C), with the heavy/light router of :mod:`operators.heavylight`.
 
@@ -7,7 +7,7 @@ The update rules are written once, for an update of relation ``i`` in the cyclic
 order R -> S -> T -> R, in the *local* coordinates of that rotation: the updated tuple
 is ``(x, y)`` of relation ``i``, relation ``i+1`` joins on ``(y, z)`` and relation
 ``i+2`` on ``(z, x)``. For ``i = 0`` this is the papers' delta R rule; ``i = 1, 2`` are
-the DERIVED rotations of the notes. Deltas are computed on the pre-update state (the
+its rotations, derived here (docs/algorithms.md). Deltas are computed on the pre-update state (the
 router writes the relation part after the rules ran).
 
 A self-join (the triangle over one edge table) keeps three copies: each base update is
@@ -94,7 +94,7 @@ class TriangleIVM:
 
 class TriangleCount(TriangleIVM):
     """The count: views V[0] = V_RS(a,c), V[1] = V_ST(b,a), V[2] = V_TR(c,b), where
-    V[i](x, z) = sum_y rel_i^H(x,y) * rel_{i+1}^L(y,z) (notes section 2.4)."""
+    V[i](x, z) = sum_y rel_i^H(x,y) * rel_{i+1}^L(y,z) (docs/algorithms.md, the count)."""
 
     def __init__(self, state: State, eps: float, name: str = "tri") -> None:
         self.views: list[MutableMapping[tuple[Any, Any], int]] = [
@@ -191,7 +191,7 @@ class TriangleCount(TriangleIVM):
 
 
 class TriangleListing(TriangleIVM):
-    """The full listing (notes section 2.6): five disjoint skew-aware views, HHH and
+    """The full listing (docs/algorithms.md): five disjoint skew-aware views, HHH and
     LLL as listings, and one view tree per rotation ``i`` (i = 0: HL-, 1: -HL, 2: L-H):
 
     - ``tree[i]``: (x, z) -> {y: rel_i^H(x,y) * rel_{i+1}^L(y,z)} (the view V with its

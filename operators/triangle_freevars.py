@@ -1,6 +1,6 @@
 """IVM-epsilon for the triangle queries with one and two free variables and for the
-count with double partitioning (notes ivm-eps-triangles.md, sections 2.5, 2.7, 2.8 and
-2.9), over R(A,B), S(B,C), T(C,A) with integer multiplicities:
+count with double partitioning (docs/algorithms.md;
+P0 and P1 there), over R(A,B), S(B,C), T(C,A) with integer multiplicities:
 
 - :class:`TriangleBinary`: Delta2(a,b) = sum_c R(a,b) S(b,c) T(c,a); R single on A, S
   and T double; seven skew-aware views, two of them enumerated through hop iterators
@@ -13,7 +13,7 @@ count with double partitioning (notes ivm-eps-triangles.md, sections 2.5, 2.7, 2
   O(N^max(1, min(1+eps, 2-2eps))), linear for eps >= 1/2).
 
 Parts come from :class:`operators.heavylight.DoubleRouter` (routing by value class, the
-notes' corrected AffectedPart). Every rule is an exact delta of its view on the
+corrected AffectedPart of docs/algorithms.md). Every rule is an exact delta of its view on the
 pre-update state (the router writes the part last), so the results are right whatever
 the partition; the partition invariants only bound the cost. Changes of the query
 result are collected per update (``take_delta``) in time proportional to the rules
@@ -150,7 +150,7 @@ class _PartitionedTriangle:
 
 
 class TriangleBinary(_PartitionedTriangle):
-    """Delta2(a,b) (notes section 2.7). Views, keyed by (a,b) unless said:
+    """Delta2(a,b) (docs/algorithms.md, P0 section 5). Views, keyed by (a,b) unless said:
 
     - ``hhh`` R^H S^{H-} T^{H-}, ``lll`` R^L S^{L-} T^{L-}, ``hll`` R^H S^LL T,
       ``lhh`` R^L S T^HH (materialized);
@@ -351,7 +351,7 @@ class TriangleBinary(_PartitionedTriangle):
 
 
 class TriangleUnary(_PartitionedTriangle):
-    """Delta1(a) (notes section 2.8). Views keyed by a unless said:
+    """Delta1(a) (docs/algorithms.md, P0 section 6). Views keyed by a unless said:
 
     - ``hhh`` R^{H-} S^H T^{H-}, ``lll`` R^{L-} S^L T^{L-}, ``llh`` R^LL S T^{H-},
       ``lhhh`` R^LH S T^HH (materialized);
@@ -537,7 +537,7 @@ class TriangleUnary(_PartitionedTriangle):
 
 
 class TriangleCountDouble(_PartitionedTriangle):
-    """The count with double partitioning (notes section 2.5, P0's disjoint four-way
+    """The count with double partitioning (docs/algorithms.md, P0's disjoint four-way
     split, corrected routing). ``views[i]`` (x,z) = sum_y rel_i^HL(x,y) rel_{i+1}^LH(y,z)
     (V_RS, V_ST, V_TR); rules in the local coordinates of rotation ``i`` as in
     :class:`operators.triangle.TriangleCount`."""

@@ -1,4 +1,4 @@
-"""The view trees of a hierarchical query with the update/delay knob eps (notes part B):
+"""The view trees of a hierarchical query with the update/delay knob eps (docs/algorithms.md):
 count views, heavy/light split of every bound variable above a free one, light
 listing views, delta and full enumeration.
 

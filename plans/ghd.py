@@ -1,5 +1,5 @@
-"""Cyclic queries through a generalized hypertree decomposition (CROWN section 7, notes
-crown.md 2.9): the atoms are grouped into *bags* so that the query over the bags is
+"""Cyclic queries through a generalized hypertree decomposition (CROWN section 7;
+docs/algorithms.md): the atoms are grouped into *bags* so that the query over the bags is
 acyclic; each bag is maintained inside (IVM-epsilon when it is a triangle, a delta join
 otherwise, a pass-through for a single atom) and CROWN's join-free plan runs across the
 bags, fed with the bags' deltas.

@@ -1,5 +1,5 @@
 """Hierarchical queries with the update/delay knob eps (Kara, Nikolic, Olteanu, Zhang,
-"Trade-offs in static and dynamic evaluation of hierarchical queries"; notes part B).
+"Trade-offs in static and dynamic evaluation of hierarchical queries"; docs/algorithms.md).
 
 A query is hierarchical when any two variables' atom sets are disjoint or nested. The
 planner builds its **canonical variable order** (a variable's ancestors are the variables

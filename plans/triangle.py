@@ -1,4 +1,4 @@
-"""Recognise triangle queries and plan them for IVM-epsilon (notes ivm-eps-triangles.md).
+"""Recognise triangle queries and plan them for IVM-epsilon (docs/algorithms.md).
 
 A triangle query has three binary atoms over three variables forming a 3-cycle (any
 aliases, self-joins over one edge table, per-atom filters). The atoms are oriented as
@@ -118,7 +118,7 @@ def recognise_triangle(
     The count and the listing take R = the first FROM item (A, B its variables in
     order); two free variables take R = the item over both (A, B in output order);
     one free variable A takes R = the first item over A. ``partitioning`` = ``double``
-    chooses the double-partitioned count (notes section 2.5)."""
+    chooses the double-partitioned count (docs/algorithms.md)."""
     if not _is_triangle_shape(cq):
         return None
     atoms = cq.atoms
@@ -177,8 +177,8 @@ def _fmt(x: float) -> str:
 
 
 def predicted_costs(tp: TrianglePlan, eps: float) -> list[str]:
-    """Update time, space and delay as exponents of N for ``eps`` (notes sections 0 and
-    3.2)."""
+    """Update time, space and delay as exponents of N for ``eps`` (docs/algorithms.md,
+    costs)."""
     hi = max(eps, 1.0 - eps)
     lo = 1.0 - hi
     lines = [
@@ -215,7 +215,7 @@ _QUERY_TEXT = {
     "unary": "unary triangle query Delta1(A) = sum_B,C R*S*T",
 }
 
-# Partition columns per relation (R, S, T) and query (notes section 2.3).
+# Partition columns per relation (R, S, T) and query (docs/algorithms.md).
 _PARTITIONS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("count", "single"): ("A", "B", "C"),
     ("count", "double"): ("A,B", "B,C", "C,A"),
