@@ -1,7 +1,7 @@
 """What a distributed runner writes back: state entries changed per update, per map.
 
 The Flink and Spark runners keep a partition's engine state per entry and write back,
-per epoch or micro-batch, only the entries the epoch changed (DESIGN section 6); each
+per epoch or micro-batch, only the entries the epoch changed (docs/runners.md); each
 write is a call through PyFlink's or PySpark's state API, so the number of changed
 entries per update is the runners' main per-update cost. It is deterministic (it does
 not depend on the machine), so two commits can be compared exactly.

@@ -1,4 +1,4 @@
-"""DuckDB as the reference answer for property tests (DESIGN section 9).
+"""DuckDB as the reference answer for property tests (docs/contributing.md).
 
 The oracle keeps the database as a Python bag per relation (the truth, so deletes of
 ``m`` copies of an exact row are exact, NULLs included), mirrors the changed tables into

@@ -2,7 +2,7 @@
 
 Every random decision goes through a :class:`Chooser`, so the same generators serve
 hypothesis (``cases(...)``, shrinkable) and plain seeded ``random`` (reproducible streams
-for the named queries). Query families (DESIGN section 9):
+for the named queries). Query families (docs/contributing.md):
 
 - ``path``: ``k`` = 2..5 binary atoms chained end to end, either self-joins of one edge
   table ``G(src, dst)`` or distinct tables ``R1(a, b), R2(b, c), ...``;

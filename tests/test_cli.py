@@ -3,7 +3,7 @@
 Every CLI test runs twice: against a tiny naive 2-hop engine injected as
 ``dataflow.api`` (tests the CLI mechanics on their own) and against the real
 ``dataflow.api`` (skipped while it does not exist).  Bad-input tests cover every error
-class of DESIGN section 7: malformed op, unknown relation, wrong arity, unparsable value,
+class of docs/formats.md: malformed op, unknown relation, wrong arity, unparsable value,
 non-positive multiplicity and invalid delete.
 """
 
@@ -252,7 +252,7 @@ def test_parallelism_and_eps_reach_the_engine(run: Run, engine: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Bad input (DESIGN section 7)
+# Bad input (docs/formats.md)
 
 GOOD_EPOCH = "+,G,1,2\n+,G,2,3\n*\n+,G,3,4\n"  # the bad record goes on line 5
 BAD_RECORDS = {

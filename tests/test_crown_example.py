@@ -1,4 +1,4 @@
-"""CROWN's running example (notes section 2.4, Figure 3, states (a) to (d)) as
+"""CROWN's running example (the CROWN paper's Figure 3, states (a) to (d); docs/algorithms.md) as
 known-answer tests of the semi-join counters, projections, live views and deltas."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""File connectors: the update CSV reader (every bad-input class of DESIGN section 7), the
+"""File connectors: the update CSV reader (every bad-input class of docs/formats.md), the
 atomic CSV sinks (commit records, resume), the dead-letter sink and the generators."""
 
 from __future__ import annotations

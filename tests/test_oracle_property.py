@@ -1,4 +1,4 @@
-"""Property tests: ivmflow's local engine against DuckDB (DESIGN section 9).
+"""Property tests: ivmflow's local engine against DuckDB (docs/contributing.md).
 
 For random acyclic queries of every family (paths, stars, combs, snowflakes; full,
 free-connex and non-free-connex projections, DISTINCT, GROUP BY, aggregates), random

@@ -214,7 +214,7 @@ def test_forced_rebalancing_self_join_three_quarters() -> None:
 
 @pytest.mark.parametrize("eps", [0.0, 1.0])
 def test_eps_extremes_are_classical_ivm(eps: float) -> None:
-    """eps = 0: every tuple heavy; eps = 1: every tuple light (notes section 5)."""
+    """eps = 0: every tuple heavy; eps = 1: every tuple light (docs/algorithms.md)."""
     rng = random.Random(7)
     view = check_stream("listing", random_stream(rng, ["R", "S", "T"], 150, 6, 10), eps)
     router = view.engines[0].router  # type: ignore[union-attr]

@@ -141,7 +141,7 @@ def test_forced_minor_and_major_rebalancing(name: str, eps: float) -> None:
 @pytest.mark.parametrize("name", ["binary", "unary", "count_double"])
 def test_eps_extremes_are_classical_ivm(name: str, eps: float) -> None:
     """eps = 0: every tuple in the all-heavy part; eps = 1: in the all-light part, so
-    only the HHH (LLL) view is ever non-empty (notes section 5)."""
+    only the HHH (LLL) view is ever non-empty (docs/algorithms.md)."""
     view = check_stream(name, random_stream(random.Random(3), ["R", "S", "T"], 120, 5, 10), eps)
     router = view.engines[0].router  # type: ignore[union-attr]
     letter = "H" if eps == 0.0 else "L"
