@@ -214,7 +214,7 @@ PAPER = {
 
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_widths_of_the_papers_examples(name: str) -> None:
-    """bf, w and delta as the paper (Examples 4, 5, 14, 18) and the notes give them."""
+    """bf, w and delta as the paper (Examples 4, 5, 14, 18) gives them (docs/algorithms.md)."""
     sql, bf, w, delta = PAPER[name]
     hp = plan_hierarchical(parse_query(sql))
     assert (hp.bf, hp.w, hp.delta) == (bf, w, delta)
