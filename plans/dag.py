@@ -15,7 +15,11 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from core.graph import Dataflow, Edge, Op
+from plans.cq import Atom, ConjunctiveQuery
 from plans.plan import NodeSpec, Plan
 
 
@@ -33,31 +37,46 @@ def finalize_mode(plan: Plan) -> str:
     return "bag"
 
 
-def compile_dataflow(plan: Plan) -> Dataflow:
-    cq = plan.cq
-    ops: list[Op] = []
-    edges: list[Edge] = []
+def dataflow_prelude(
+    cq: ConjunctiveQuery,
+    into: Op | str,
+    column: Callable[[Atom], tuple[str, Any]],
+) -> tuple[list[Op], list[Edge]]:
+    """The start every operator DAG shares: ``source -> validate`` (base multiplicities)
+    -> one ``input_<alias>`` per FROM item (its atom, relation, ``column(atom)`` and
+    filters) -> the operator ``into``. Given as an :class:`Op`, ``into`` is placed
+    before the inputs (it renders first among equals); given as an id, the caller adds
+    that operator after them."""
     relations = tuple(sorted({a.relation.name for a in cq.atoms}))
-    ops.append(Op("source", "source", (("relations", relations),)))
-    ops.append(Op("validate", "validate", (("state", "base multiplicities"),)))
-    edges.append(Edge("source", "validate", "updates"))
-    ops.append(Op("partition", "partition", (("join_vars", tuple(sorted(cq.join_vars))),)))
+    ops = [
+        Op("source", "source", (("relations", relations),)),
+        Op("validate", "validate", (("state", "base multiplicities"),)),
+    ]
+    edges = [Edge("source", "validate", "updates")]
+    if isinstance(into, Op):
+        ops.append(into)
+        into = into.id
     for atom in cq.atoms:
         filters = tuple(f.render(atom.alias) for f in atom.filters)
-        ops.append(
-            Op(
-                f"input_{atom.alias}",
-                "input",
-                (
-                    ("atom", atom.index),
-                    ("relation", atom.relation.name),
-                    ("vars", atom.vars),
-                    ("filters", filters),
-                ),
-            )
-        )
+        ops.append(Op(f"input_{atom.alias}", "input", (
+            ("atom", atom.index), ("relation", atom.relation.name), column(atom),
+            ("filters", filters),
+        )))
         edges.append(Edge("validate", f"input_{atom.alias}", atom.relation.name))
-        edges.append(Edge(f"input_{atom.alias}", "partition", atom.alias))
+        edges.append(Edge(f"input_{atom.alias}", into, atom.alias))
+    return ops, edges
+
+
+def partition_prelude(cq: ConjunctiveQuery) -> tuple[list[Op], list[Edge]]:
+    """:func:`dataflow_prelude` into the HyperCube ``partition`` operator over the
+    join variables, each input showing its atom's variables (CROWN and GHD DAGs)."""
+    hub = Op("partition", "partition", (("join_vars", tuple(sorted(cq.join_vars))),))
+    return dataflow_prelude(cq, hub, lambda atom: ("vars", atom.vars))
+
+
+def compile_dataflow(plan: Plan) -> Dataflow:
+    cq = plan.cq
+    ops, edges = partition_prelude(cq)
     payload = {"set": "support counts", "bag": "multiplicities", "ring": "aggregate payloads"}
     for n in plan.nodes:
         nid = _node_id(n)

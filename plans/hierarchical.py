@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from core.errors import UnsupportedQueryError
 from core.graph import Dataflow, Edge, Op
 from plans.cq import ConjunctiveQuery
+from plans.dag import dataflow_prelude
 from plans.jointree import is_hierarchical
 from plans.plan import Mode, Plan, classify
 from plans.triangle import output_shape
@@ -285,20 +286,7 @@ def explain_hierarchical(hp: HierarchicalPlan, dataflow: Dataflow, eps: float,
 def compile_hierarchical_dataflow(hp: HierarchicalPlan) -> Dataflow:
     """The operator DAG of a hierarchical plan (for explain and the runners)."""
     cq = hp.cq
-    ops: list[Op] = []
-    edges: list[Edge] = []
-    relations = tuple(sorted({x.relation.name for x in cq.atoms}))
-    ops.append(Op("source", "source", (("relations", relations),)))
-    ops.append(Op("validate", "validate", (("state", "base multiplicities"),)))
-    edges.append(Edge("source", "validate", "updates"))
-    for atom in cq.atoms:
-        filters = tuple(f.render(atom.alias) for f in atom.filters)
-        ops.append(Op(f"input_{atom.alias}", "input", (
-            ("atom", atom.index), ("relation", atom.relation.name),
-            ("key", hp.atom_paths[atom.index]), ("filters", filters),
-        )))
-        edges.append(Edge("validate", f"input_{atom.alias}", atom.relation.name))
-        edges.append(Edge(f"input_{atom.alias}", "counts", atom.alias))
+    ops, edges = dataflow_prelude(cq, "counts", lambda atom: ("key", hp.atom_paths[atom.index]))
     ops.append(Op("counts", "count-views", (
         ("views", tuple(f"C_{n.var}" for n in hp.nodes)),
         ("update", "O(1) per variable on the path"),

@@ -27,6 +27,7 @@ from typing import Literal
 from core.errors import UnsupportedQueryError
 from core.graph import Dataflow, Edge, Op
 from plans.cq import ConjunctiveQuery
+from plans.dag import dataflow_prelude
 from plans.plan import Mode, Plan
 
 TriangleKind = Literal["count", "listing", "binary", "unary"]
@@ -290,26 +291,15 @@ def describe(tp: TrianglePlan, eps: float) -> list[str]:
 def compile_triangle_dataflow(tp: TrianglePlan) -> Dataflow:
     """The operator DAG of a triangle plan (for explain and the runners)."""
     cq = tp.cq
-    ops: list[Op] = []
-    edges: list[Edge] = []
-    relations = tuple(sorted({x.relation.name for x in cq.atoms}))
-    ops.append(Op("source", "source", (("relations", relations),)))
-    ops.append(Op("validate", "validate", (("state", "base multiplicities"),)))
-    edges.append(Edge("source", "validate", "updates"))
     parts = tuple(
         f"{ROLE_NAMES[tp.roles[k]]}:{cq.atoms[k].alias}" for k in range(3)
     )
     cols = _PARTITIONS[(tp.kind, tp.partitioning)]
     partition = tuple(f"{ROLE_NAMES[r]} on {cols[r]}" for r in range(3))
-    ops.append(Op("router", "heavylight", (("partition", partition), ("relations", parts))))
-    for atom in cq.atoms:
-        filters = tuple(f.render(atom.alias) for f in atom.filters)
-        ops.append(Op(f"input_{atom.alias}", "input", (
-            ("atom", atom.index), ("relation", atom.relation.name),
-            ("role", ROLE_NAMES[tp.roles[atom.index]]), ("filters", filters),
-        )))
-        edges.append(Edge("validate", f"input_{atom.alias}", atom.relation.name))
-        edges.append(Edge(f"input_{atom.alias}", "router", atom.alias))
+    router = Op("router", "heavylight", (("partition", partition), ("relations", parts)))
+    ops, edges = dataflow_prelude(
+        cq, router, lambda atom: ("role", ROLE_NAMES[tp.roles[atom.index]])
+    )
     views = {
         "count": ("V_RS", "V_ST", "V_TR", "count"),
         "listing": ("HHH", "LLL", "tree_RS", "tree_ST", "tree_TR"),

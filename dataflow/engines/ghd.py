@@ -31,7 +31,7 @@ from dataflow.engines.crown import Engine
 from dataflow.engines.triangle import TriangleEngine
 from operators.deltajoin import DeltaJoin
 from operators.state import DictState, State
-from plans.dag import compile_dataflow, finalize_mode
+from plans.dag import compile_dataflow, finalize_mode, partition_prelude
 from plans.ghd import Bag, GhdPlan
 
 
@@ -200,22 +200,8 @@ def compile_ghd_dataflow(gp: GhdPlan) -> Dataflow:
     """The operator DAG: inputs -> bag operators -> CROWN over the bags -> finalizer."""
     cq = gp.cq
     inner = compile_dataflow(gp.bag_plan)
-    ops: list[Op] = []
-    edges: list[Edge] = []
-    relations = tuple(sorted({a.relation.name for a in cq.atoms}))
-    ops.append(Op("source", "source", (("relations", relations),)))
-    ops.append(Op("validate", "validate", (("state", "base multiplicities"),)))
-    edges.append(Edge("source", "validate", "updates"))
-    ops.append(Op("partition", "partition", (("join_vars", tuple(sorted(cq.join_vars))),)))
+    ops, edges = partition_prelude(cq)
     names = [a.alias for a in cq.atoms]
-    for atom in cq.atoms:
-        filters = tuple(f.render(atom.alias) for f in atom.filters)
-        ops.append(Op(f"input_{atom.alias}", "input", (
-            ("atom", atom.index), ("relation", atom.relation.name), ("vars", atom.vars),
-            ("filters", filters),
-        )))
-        edges.append(Edge("validate", f"input_{atom.alias}", atom.relation.name))
-        edges.append(Edge(f"input_{atom.alias}", "partition", atom.alias))
     for bag in gp.bags:
         ops.append(_bag_op(bag, names))
         for a in bag.atoms:
