@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import sqlglot
 from sqlglot import exp
 
-from core.records import EpochDelta, Update
+from core.records import EpochDelta, EpochEnd, Record, Update
+
+if TYPE_CHECKING:
+    from dataflow.api import View
 
 Row = tuple[Any, ...]
 
@@ -257,3 +260,43 @@ class DuckDBOracle:
 
     def database_size(self) -> int:
         return sum(sum(b.values()) for b in self.bags.values())
+
+
+# -- checking a maintained view ---------------------------------------------------------
+def check_stream(
+    view: View,
+    sql_text: str,
+    records: Iterable[Record],
+    *,
+    check: Callable[[View], None] | None = None,
+    check_updates: bool = False,
+    label: Any = None,
+) -> View:
+    """Apply ``records`` to ``view`` (maintaining the query ``sql_text``) and to a
+    :class:`DuckDBOracle`: after every epoch the accumulated deltas equal the oracle's
+    answer, and at the end so does the snapshot. ``check(view)`` (invariants) runs at
+    every epoch close, and after every update too with ``check_updates``; ``label``
+    names the case in failures. Returns the view."""
+    oracle = DuckDBOracle(sql_text)
+    acc: Counter[Row] = Counter()
+
+    def close() -> None:
+        accumulate(acc, view.end_epoch())
+        expected = oracle.result()
+        assert acc == expected, (label, diff_counters(acc, expected))
+        if check is not None:
+            check(view)
+
+    for rec in records:
+        if isinstance(rec, EpochEnd):
+            close()
+            continue
+        assert isinstance(rec, Update)
+        view.apply(rec)
+        oracle.apply(rec)
+        if check is not None and check_updates:
+            check(view)
+    close()
+    assert normalise_rows(view.snapshot()) == oracle.result(), label
+    oracle.close()
+    return view

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, NamedTuple, TypeVar
@@ -633,6 +633,56 @@ def build_query(c: Chooser, family: str, shape: str | None = None) -> QuerySpec:
 
 
 # -- update streams --------------------------------------------------------------------
+def random_stream(
+    rng: random.Random,
+    relations: Mapping[str, int] | Sequence[str],
+    n: int,
+    dom: int,
+    epoch: int | float,
+    *,
+    hot: float = 0.35,
+    deletes: float = 0.3,
+    mults: Sequence[int] = (1, 1, 1, 2),
+) -> list[Record]:
+    """``n`` random inserts and valid deletes (of present copies) of integer rows over
+    ``range(dom)``, each column the hot value 0 with probability ``hot`` (so degrees
+    cross the heavy/light thresholds). ``relations``: name -> arity, or names of binary
+    relations. Epoch markers after every ``epoch`` updates (an int), or after an update
+    with probability ``epoch`` (a float: epochs of random length, empty ones too).
+
+    >>> stream = random_stream(random.Random(1), ["G"], 3, 4, 2)
+    >>> [type(r).__name__ for r in stream]
+    ['Update', 'Update', 'EpochEnd', 'Update']
+    """
+    arities = relations if isinstance(relations, Mapping) else dict.fromkeys(relations, 2)
+    live: dict[str, Counter[tuple[int, ...]]] = {r: Counter() for r in arities}
+    names = sorted(arities)
+    out: list[Record] = []
+    for k in range(n):
+        rel = rng.choice(names)
+        cur = live[rel]
+        if cur and rng.random() < deletes:
+            t = rng.choice(sorted(cur))
+            m = rng.randint(1, cur[t])
+            cur[t] -= m
+            if not cur[t]:
+                del cur[t]
+            out.append(Update("-", rel, t, m))
+        else:
+            t = tuple(0 if rng.random() < hot else rng.randrange(dom)
+                      for _ in range(arities[rel]))
+            m = rng.choice(mults)
+            cur[t] += m
+            out.append(Update("+", rel, t, m))
+        if isinstance(epoch, int):
+            if (k + 1) % epoch == 0:
+                out.append(EPOCH_END)
+        else:
+            while rng.random() < epoch:
+                out.append(EPOCH_END)
+    return out
+
+
 TableCols = Sequence[tuple[str, Sequence[tuple[str, str]]]]
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 import random
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import DuckDBOracle, Row, accumulate, diff_counters, normalise_rows
+from oracle import check_stream
+from strategies import random_stream
 
 from core.errors import UnsupportedQueryError
 from core.records import EpochEnd, Record, Update
@@ -63,65 +63,21 @@ QUERIES: dict[str, tuple[str, dict[str, int]]] = {
 }
 
 
-def random_stream(rng: random.Random, arities: dict[str, int], n: int, dom: int,
-                  epoch: int) -> list[Record]:
-    """Random inserts and valid deletes over a small domain with a hot value 0 (so keys
-    cross the thresholds), epoch markers every ``epoch`` updates."""
-    live: dict[str, Counter[tuple[int, ...]]] = {r: Counter() for r in arities}
-    out: list[Record] = []
-    names = sorted(arities)
-    for k in range(n):
-        rel = rng.choice(names)
-        cur = live[rel]
-        if cur and rng.random() < 0.3:
-            t = rng.choice(sorted(cur))
-            m = rng.randint(1, cur[t])
-            cur[t] -= m
-            if not cur[t]:
-                del cur[t]
-            out.append(Update("-", rel, t, m))
-        else:
-            t = tuple(0 if rng.random() < 0.35 else rng.randrange(dom)
-                      for _ in range(arities[rel]))
-            m = rng.choice((1, 1, 1, 2))
-            cur[t] += m
-            out.append(Update("+", rel, t, m))
-        if (k + 1) % epoch == 0:
-            out.append(EPOCH_END)
-    return out
+def view_tree_invariants(view: View) -> None:
+    for engine in view.engines:
+        assert isinstance(engine, HierarchicalEngine)
+        engine.views.check_invariants()
 
 
-def check_stream(name: str, records: Sequence[Record], eps: float, parallelism: int = 1,
-                 invariants: bool = True) -> View:
-    """After every epoch the accumulated deltas equal DuckDB's answer; at the end so
-    does the snapshot (enumerated from the view trees)."""
+def check_query(name: str, records: Sequence[Record], eps: float, parallelism: int = 1,
+                invariants: bool = True) -> View:
+    """The view trees of query ``name`` against DuckDB (:func:`oracle.check_stream`), the
+    view trees' invariants at every epoch close."""
     sql, _ = QUERIES[name]
     query = compile_query(sql, eps=eps, view_trees=True)
     assert query.kind.name == "hierarchical"
-    view = query.maintain(parallelism)
-    oracle = DuckDBOracle(sql)
-    acc: Counter[Row] = Counter()
-
-    def close() -> None:
-        accumulate(acc, view.end_epoch())
-        expected = oracle.result()
-        assert acc == expected, (name, eps, diff_counters(acc, expected))
-        if invariants:
-            for engine in view.engines:
-                assert isinstance(engine, HierarchicalEngine)
-                engine.views.check_invariants()
-
-    for rec in records:
-        if isinstance(rec, EpochEnd):
-            close()
-            continue
-        assert isinstance(rec, Update)
-        view.apply(rec)
-        oracle.apply(rec)
-    close()
-    assert normalise_rows(view.snapshot()) == oracle.result(), name
-    oracle.close()
-    return view
+    return check_stream(query.maintain(parallelism), sql, records, label=(name, eps),
+                        check=view_tree_invariants if invariants else None)
 
 
 # -- DuckDB agreement ----------------------------------------------------------------
@@ -131,7 +87,7 @@ def check_stream(name: str, records: Sequence[Record], eps: float, parallelism: 
 def test_view_trees_agree_with_duckdb(eps: float, seed: int, dom: int, epoch: int) -> None:
     rng = random.Random(seed)
     for name, (_, arities) in QUERIES.items():
-        check_stream(name, random_stream(rng, arities, 70, dom, epoch), eps)
+        check_query(name, random_stream(rng, arities, 70, dom, epoch), eps)
 
 
 def hot_stream(arities: dict[str, int], rounds: int, partners: int = 40) -> Iterator[Record]:
@@ -162,7 +118,7 @@ def hot_stream(arities: dict[str, int], rounds: int, partners: int = 40) -> Iter
 @pytest.mark.parametrize("name", ["ex4", "ex5_distinct", "ex18", "two_hop_group"])
 def test_forced_minor_and_major_rebalancing(name: str, eps: float) -> None:
     _, arities = QUERIES[name]
-    view = check_stream(name, list(hot_stream(arities, rounds=2 * len(arities))), eps)
+    view = check_query(name, list(hot_stream(arities, rounds=2 * len(arities))), eps)
     stats = view.engines[0].views.stats  # type: ignore[attr-defined]
     assert stats["major"] >= 5, stats
     if eps in (0.0, 1.0):
@@ -177,8 +133,8 @@ def test_eps_extremes(name: str) -> None:
     eps = 0: every key heavy and the light views empty (lazy: linear state)."""
     _, arities = QUERIES[name]
     stream = random_stream(random.Random(7), arities, 300, 6, 50)
-    eager = check_stream(name, stream, 1.0).engines[0].views  # type: ignore[attr-defined]
-    lazy = check_stream(name, stream, 0.0).engines[0].views  # type: ignore[attr-defined]
+    eager = check_query(name, stream, 1.0).engines[0].views  # type: ignore[attr-defined]
+    lazy = check_query(name, stream, 0.0).engines[0].views  # type: ignore[attr-defined]
     assert all(not h.m for h in eager.heavy.values())
     assert eager.light_rows() > 0 and lazy.light_rows() == 0
     for x in lazy.splits:
@@ -191,7 +147,7 @@ def test_eps_extremes(name: str) -> None:
 def test_parallelism_agrees_with_duckdb(name: str, parallelism: int) -> None:
     _, arities = QUERIES[name]
     stream = random_stream(random.Random(parallelism), arities, 150, 6, 13)
-    view = check_stream(name, stream, 0.5, parallelism)
+    view = check_query(name, stream, 0.5, parallelism)
     assert len(view.engines) == parallelism
 
 
@@ -295,7 +251,7 @@ def test_enumeration_emits_each_row_once_with_its_multiplicity(name: str, eps: f
     """UNION over the light view and the heavy buckets, PRODUCT over the children:
     distinct rows whose multiplicities sum to the result (equal to ``full()``)."""
     _, arities = QUERIES[name]
-    view = check_stream(name, random_stream(random.Random(11), arities, 250, 5, 60), eps)
+    view = check_query(name, random_stream(random.Random(11), arities, 250, 5, 60), eps)
     for engine in view.engines:
         views = engine.views  # type: ignore[attr-defined]
         rows = list(views.enumerate())

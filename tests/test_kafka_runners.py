@@ -26,7 +26,7 @@ from test_runners import (
     SCHEMA,
     _ivmflow,
     _run_and_kill,
-    random_stream,
+    g_stream,
     read_parts,
     write_stream,
 )
@@ -64,7 +64,7 @@ def setup_stream(bootstrap: str, tmp: Path, seed: int, n: int,
     (``closed``: ending with a marker, so that an unbounded run releases every epoch)."""
     sql_path = tmp / "q.sql"
     sql_path.write_text(QUERY)
-    records = random_stream(seed, n=n) + ([EPOCH_END] if closed else [])
+    records = g_stream(seed, n=n) + ([EPOCH_END] if closed else [])
     updates = tmp / "u.csv"
     write_stream(updates, records)
     topic = unique_name("updates")
@@ -197,7 +197,7 @@ def test_spark_writes_kafka_deltas_from_an_executor_not_through_the_driver(
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(QUERY)
     updates = tmp_path / "u.csv"
-    write_stream(updates, random_stream(21, n=80))
+    write_stream(updates, g_stream(21, n=80))
     expected = local_epochs(sql_path, updates, tmp_path)
     snapshots_file = tmp_path / "local-snapshots.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--deltas",

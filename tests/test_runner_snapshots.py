@@ -15,7 +15,7 @@ from test_runners import (
     SCHEMA,
     Parts,
     _ivmflow,
-    random_stream,
+    g_stream,
     read_parts,
     write_stream,
 )
@@ -44,7 +44,7 @@ def test_snapshots_and_deltas_equal_the_local_runners(runner: str, parallelism: 
     sql = tmp_path / "q.sql"
     sql.write_text(QUERY)
     updates = tmp_path / "u.csv"
-    write_stream(updates, random_stream(31, n=90))
+    write_stream(updates, g_stream(31, n=90))
     deltas, snaps = run_cli(tmp_path, "local", 1, sql, updates)
     assert len(snaps) >= 3 and any(snaps.values()), "the stream should ask for snapshots"
     got_deltas, got_snaps = run_cli(tmp_path, runner, parallelism, sql, updates)

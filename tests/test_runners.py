@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from strategies import random_stream
 
 from connectors.files import CollectingSink, read_updates
 from core.records import EPOCH_END, Record, Update, format_update
@@ -45,26 +46,11 @@ EPS = {"view_trees_hop2": 0.25}
 """Queries run with ``--eps`` (the hierarchical view trees); the reference is CROWN."""
 
 
-def random_stream(seed: int, n: int = 60) -> list[Record]:
-    rnd = random.Random(seed)
-    live: dict[tuple[int, int], int] = {}
-    out: list[Record] = []
-    for _ in range(n):
-        if rnd.random() < 0.08:
-            out.append(EPOCH_END)
-        elif live and rnd.random() < 0.35:
-            row = rnd.choice(sorted(live))
-            m = rnd.randint(1, live[row])
-            live[row] -= m
-            if not live[row]:
-                del live[row]
-            out.append(Update("-", "G", row, m))
-        else:
-            row = (rnd.randint(0, 4), rnd.randint(0, 4))
-            m = rnd.randint(1, 2)
-            live[row] = live.get(row, 0) + m
-            out.append(Update("+", "G", row, m))
-    return out
+def g_stream(seed: int, n: int = 60) -> list[Record]:
+    """``n`` random updates of G over 0..4 (multiplicities 1, 2; deletes of present
+    copies), epochs of random length, empty ones too."""
+    return random_stream(random.Random(seed), ["G"], n, 5, 0.08, hot=0.0, deletes=0.35,
+                         mults=(1, 2))
 
 
 def write_stream(path: Path, records: list[Record]) -> None:
@@ -163,7 +149,7 @@ RUNNERS = [
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_runner_matches_local_reference(runner: str, name: str, tmp_path: Path) -> None:
     seed = sorted(QUERIES).index(name)
-    records = random_stream(seed)
+    records = g_stream(seed)
     path = tmp_path / "updates.csv"
     write_stream(path, records)
     epoch = [None, 5, 3, 11][seed % 4]
@@ -225,7 +211,7 @@ def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(SCHEMA + QUERIES["hop3_filter"] + ";\n")
     updates = tmp_path / "u.csv"
-    write_stream(updates, random_stream(7, n=120))
+    write_stream(updates, g_stream(7, n=120))
     local = tmp_path / "local.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "4",
                             "--deltas", str(local)), cwd=ROOT, check=True)
@@ -255,7 +241,7 @@ def test_spark_reads_a_growing_directory(tmp_path: Path) -> None:
     from dataflow.runners.spark.job import SparkJob
 
     sql = SCHEMA + QUERIES["hop3_filter"]
-    records = random_stream(11, n=80)
+    records = g_stream(11, n=80)
     cut = len(records) // 2
     first, second = records[:cut] + [EPOCH_END], records[cut:] + [EPOCH_END]
     whole = tmp_path / "whole.csv"
@@ -301,7 +287,7 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     updates = tmp_path / "u.csv"
     # Long enough to be killed mid-run: the per-entry job gets through 4000 updates
     # before its first checkpoint.
-    write_stream(updates, random_stream(9, n=40_000))
+    write_stream(updates, g_stream(9, n=40_000))
     local = tmp_path / "local.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5",
                             "--deltas", str(local)), cwd=ROOT, check=True)

@@ -7,16 +7,16 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Any
 
-import duckdb
 import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle import check_stream
+from strategies import random_stream
 
 from core.errors import UnsupportedQueryError
-from core.records import EPOCH_END, EpochEnd, Record, Update
+from core.records import EPOCH_END, Record, Update
 from dataflow.api import View, compile_query
 from operators.state import DictState
 from operators.triangle import TriangleCount, TriangleListing
@@ -48,93 +48,23 @@ QUERIES: dict[str, tuple[str, str]] = {
 }
 
 
-# -- oracle --------------------------------------------------------------------------
-class DuckOracle:
-    """The query on the current database (multiplicities expanded) in DuckDB."""
-
-    def __init__(self, ddl: str, select: str) -> None:
-        self.con = duckdb.connect()
-        self.con.execute(ddl)
-        self.select = select
-
-    def answer(self, base: dict[str, Counter[tuple[int, ...]]]) -> Counter[Any]:
-        for name, rows in base.items():
-            self.con.execute(f"DELETE FROM {name}")
-            values = ", ".join(f"({', '.join(map(str, t))})" for t, m in rows.items()
-                               for _ in range(m))
-            if values:
-                self.con.execute(f"INSERT INTO {name} VALUES {values}")
-        return Counter(tuple(r) for r in self.con.execute(self.select).fetchall())
+def router_invariants(view: View) -> None:
+    for engine in view.engines:
+        engine.router.check_invariants()  # type: ignore[union-attr]
 
 
-def relations_of(ddl: str) -> list[str]:
-    return ["G"] if ddl == G else ["R", "S", "T"]
-
-
-def check_stream(
+def check_query(
     kind: str, records: Sequence[Record], eps: float, invariants: bool = True
 ) -> View:
-    """Apply the stream; after every epoch the accumulated deltas equal DuckDB's answer,
-    and at the end so does the snapshot."""
+    """Query ``kind`` against DuckDB (:func:`oracle.check_stream`), the router's
+    invariants after every update."""
     ddl, select = QUERIES[kind]
     view = compile_query(ddl + select, eps=eps).maintain()
-    base: dict[str, Counter[tuple[int, ...]]] = {n: Counter() for n in relations_of(ddl)}
-    acc: Counter[Any] = Counter()
-    router = view.engines[0].router  # type: ignore[union-attr]
-    oracle = DuckOracle(ddl, select)
-
-    def close() -> None:
-        for m, row in view.end_epoch().rows:
-            acc[row] += m
-        for row in [r for r, m in acc.items() if m == 0]:
-            del acc[row]
-        assert dict(acc) == dict(oracle.answer(base)), (kind, eps)
-
-    for rec in records:
-        if isinstance(rec, EpochEnd):
-            close()
-            continue
-        assert isinstance(rec, Update)
-        view.apply(rec)
-        base[rec.relation][rec.row] += rec.mult if rec.op == "+" else -rec.mult
-        if invariants:
-            router.check_invariants()
-    close()
-    snap = Counter({row: m for m, row in view.snapshot()})
-    assert snap == oracle.answer(base)
-    oracle.con.close()
-    return view
+    return check_stream(view, ddl + select, records, label=(kind, eps), check_updates=True,
+                        check=router_invariants if invariants else None)
 
 
 # -- streams -------------------------------------------------------------------------
-def random_stream(
-    rng: random.Random, relations: Sequence[str], n: int, dom: int, epoch: int
-) -> list[Record]:
-    """Random inserts and valid deletes over a small domain, value 0 hot, epoch markers
-    every ``epoch`` updates."""
-    live: dict[str, Counter[tuple[int, int]]] = {r: Counter() for r in relations}
-    out: list[Record] = []
-    for k in range(n):
-        rel = rng.choice(relations)
-        cur = live[rel]
-        if cur and rng.random() < 0.35:
-            t = rng.choice(sorted(cur))
-            m = rng.randint(1, cur[t])
-            cur[t] -= m
-            if not cur[t]:
-                del cur[t]
-            out.append(Update("-", rel, t, m))
-        else:
-            hot = 0 if rng.random() < 0.4 else rng.randrange(dom)
-            t = (hot, rng.randrange(dom)) if rng.random() < 0.5 else (rng.randrange(dom), hot)
-            m = rng.choice((1, 1, 1, 2, 3))
-            cur[t] += m
-            out.append(Update("+", rel, t, m))
-        if (k + 1) % epoch == 0:
-            out.append(EPOCH_END)
-    return out
-
-
 def flip_stream(
     relations: Sequence[str], rounds: int, partners: int = 60, filler: int = 0
 ) -> Iterator[Record]:
@@ -174,7 +104,7 @@ def flip_stream(
 def test_count_and_listing_agree_with_duckdb(eps: float, seed: int, dom: int, epoch: int) -> None:
     rng = random.Random(seed)
     for kind in ("count", "listing", "listing_reordered", "distinct"):
-        check_stream(kind, random_stream(rng, ["R", "S", "T"], 80, dom, epoch), eps)
+        check_query(kind, random_stream(rng, ["R", "S", "T"], 80, dom, epoch), eps)
 
 
 @pytest.mark.parametrize("eps", EPS)
@@ -183,14 +113,14 @@ def test_count_and_listing_agree_with_duckdb(eps: float, seed: int, dom: int, ep
 def test_self_join_agrees_with_duckdb(eps: float, seed: int, dom: int, epoch: int) -> None:
     rng = random.Random(seed)
     for kind in ("self_count", "self_listing"):
-        check_stream(kind, random_stream(rng, ["G"], 70, dom, epoch), eps)
+        check_query(kind, random_stream(rng, ["G"], 70, dom, epoch), eps)
 
 
 @pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("kind", ["count", "listing", "self_count"])
 def test_forced_minor_and_major_rebalancing(kind: str, eps: float) -> None:
     relations = ["G"] if kind.startswith("self") else ["R", "S", "T"]
-    view = check_stream(kind, list(flip_stream(relations, rounds=4)), eps)
+    view = check_query(kind, list(flip_stream(relations, rounds=4)), eps)
     stats = view.engines[0].router.stats  # type: ignore[union-attr]
     assert stats["major"] >= 6, stats  # N doubled from 1 to 128 (or 256)
     if eps in (0.0, 1.0):
@@ -205,7 +135,7 @@ def test_forced_rebalancing_self_join_three_quarters() -> None:
     """The self-join at eps = 3/4 needs N = 2048 for a flip: 187 background edges (|D| =
     561 >= N/4 in three copies) and 460 partners (1.5 * 2048^0.75 = 456.6)."""
     stream = list(flip_stream(["G"], rounds=2, partners=460, filler=165))
-    view = check_stream("self_count", stream, 0.75, invariants=False)
+    view = check_query("self_count", stream, 0.75, invariants=False)
     router = view.engines[0].router  # type: ignore[union-attr]
     router.check_invariants()
     assert router.base == 2048
@@ -216,7 +146,7 @@ def test_forced_rebalancing_self_join_three_quarters() -> None:
 def test_eps_extremes_are_classical_ivm(eps: float) -> None:
     """eps = 0: every tuple heavy; eps = 1: every tuple light (docs/algorithms.md)."""
     rng = random.Random(7)
-    view = check_stream("listing", random_stream(rng, ["R", "S", "T"], 150, 6, 10), eps)
+    view = check_query("listing", random_stream(rng, ["R", "S", "T"], 150, 6, 10), eps)
     router = view.engines[0].router  # type: ignore[union-attr]
     empty = "L" if eps == 0.0 else "H"
     assert all(len(router.part(r, empty)) == 0 for r in "RST")

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import DuckDBOracle, Row, accumulate, diff_counters, normalise_rows
-from test_triangles import flip_stream, random_stream
+from oracle import DuckDBOracle, Row, accumulate, check_stream, normalise_rows
+from strategies import random_stream
+from test_triangles import flip_stream, router_invariants
 
 from core.errors import UnsupportedQueryError
-from core.records import EpochEnd, Record, Update
+from core.records import Record, Update
 from dataflow.api import View, compile_query
 from dataflow.cli import main
 from operators.hop import EOF, Hop, HopUnion, SetIter, Union, drain
@@ -70,36 +71,16 @@ def _query(name: str) -> tuple[str, str]:
     return G + sql, part
 
 
-def check_stream(
+def check_query(
     name: str, records: Sequence[Record], eps: float, parallelism: int = 1,
     invariants: bool = True,
 ) -> View:
-    """After every epoch the accumulated deltas equal DuckDB's answer, and at the end
-    so does the snapshot (full enumeration from the views)."""
+    """Query ``name`` against DuckDB (:func:`oracle.check_stream`), the routers'
+    invariants after every update."""
     sql, part = _query(name)
     view = compile_query(sql, eps=eps, triangle_partitioning=part).maintain(parallelism)
-    oracle = DuckDBOracle(sql)
-    acc: Counter[Row] = Counter()
-
-    def close() -> None:
-        accumulate(acc, view.end_epoch())
-        expected = oracle.result()
-        assert acc == expected, (name, eps, diff_counters(acc, expected))
-
-    for rec in records:
-        if isinstance(rec, EpochEnd):
-            close()
-            continue
-        assert isinstance(rec, Update)
-        view.apply(rec)
-        oracle.apply(rec)
-        if invariants:
-            for engine in view.engines:
-                engine.router.check_invariants()  # type: ignore[union-attr]
-    close()
-    assert normalise_rows(view.snapshot()) == oracle.result(), name
-    oracle.close()
-    return view
+    return check_stream(view, sql, records, label=(name, eps), check_updates=True,
+                        check=router_invariants if invariants else None)
 
 
 # -- DuckDB agreement ----------------------------------------------------------------
@@ -109,7 +90,7 @@ def check_stream(
 def test_rst_variants_agree_with_duckdb(eps: float, seed: int, dom: int, epoch: int) -> None:
     rng = random.Random(seed)
     for name in RST_QUERIES:
-        check_stream(name, random_stream(rng, ["R", "S", "T"], 70, dom, epoch), eps)
+        check_query(name, random_stream(rng, ["R", "S", "T"], 70, dom, epoch), eps)
 
 
 @pytest.mark.parametrize("eps", EPS)
@@ -118,7 +99,7 @@ def test_rst_variants_agree_with_duckdb(eps: float, seed: int, dom: int, epoch: 
 def test_self_join_variants_agree_with_duckdb(eps: float, seed: int, dom: int, epoch: int) -> None:
     rng = random.Random(seed)
     for name in G_QUERIES:
-        check_stream(name, random_stream(rng, ["G"], 60, dom, epoch), eps)
+        check_query(name, random_stream(rng, ["G"], 60, dom, epoch), eps)
 
 
 @pytest.mark.parametrize("eps", EPS)
@@ -128,7 +109,7 @@ def test_forced_minor_and_major_rebalancing(name: str, eps: float) -> None:
     """Value 0 crosses the thresholds again and again (in both columns for the
     self-join's copies, so both letters of the double partitions flip)."""
     relations = ["G"] if name.startswith("self") else ["R", "S", "T"]
-    view = check_stream(name, list(flip_stream(relations, rounds=4)), eps)
+    view = check_query(name, list(flip_stream(relations, rounds=4)), eps)
     stats = view.engines[0].router.stats  # type: ignore[union-attr]
     assert stats["major"] >= 6, stats  # N doubled from 1 to 128 (or 256)
     if eps in (0.0, 1.0):
@@ -142,7 +123,7 @@ def test_forced_minor_and_major_rebalancing(name: str, eps: float) -> None:
 def test_eps_extremes_are_classical_ivm(name: str, eps: float) -> None:
     """eps = 0: every tuple in the all-heavy part; eps = 1: in the all-light part, so
     only the HHH (LLL) view is ever non-empty (docs/algorithms.md)."""
-    view = check_stream(name, random_stream(random.Random(3), ["R", "S", "T"], 120, 5, 10), eps)
+    view = check_query(name, random_stream(random.Random(3), ["R", "S", "T"], 120, 5, 10), eps)
     router = view.engines[0].router  # type: ignore[union-attr]
     letter = "H" if eps == 0.0 else "L"
     for rel, parts in router.parts.items():
@@ -157,7 +138,7 @@ def test_eps_extremes_are_classical_ivm(name: str, eps: float) -> None:
 def test_parallelism_agrees_with_duckdb(name: str, parallelism: int) -> None:
     relations = ["G"] if name.startswith("self") else ["R", "S", "T"]
     stream = random_stream(random.Random(parallelism), relations, 120, 6, 13)
-    view = check_stream(name, stream, 0.5, parallelism, invariants=False)
+    view = check_query(name, stream, 0.5, parallelism, invariants=False)
     assert len(view.engines) > 1
 
 
