@@ -5,10 +5,10 @@ Regenerate after an intended change with
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from golden import assert_matches_golden
 
 from dataflow.api import compile_query
 
@@ -19,10 +19,7 @@ CASES = sorted(FIXTURES.glob("*.sql"))
 @pytest.mark.parametrize("sql_file", CASES, ids=[c.stem for c in CASES])
 def test_explain_matches_golden(sql_file: Path) -> None:
     text = compile_query(sql_file.read_text(), source_name=sql_file.name).explain(parallelism=4)
-    golden = sql_file.with_suffix(".txt")
-    if os.environ.get("IVMFLOW_UPDATE_GOLDEN") or not golden.exists():
-        golden.write_text(text + "\n")
-    assert text + "\n" == golden.read_text()
+    assert_matches_golden(text + "\n", sql_file.with_suffix(".txt"))
 
 
 def test_explain_is_deterministic_across_compiles() -> None:

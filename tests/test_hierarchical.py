@@ -5,12 +5,12 @@ knob, parallelism, the CLI and explain (golden files)."""
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from golden import assert_matches_golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import check_stream
@@ -215,10 +215,7 @@ def test_explain_matches_golden(sql_file: Path, capsys: pytest.CaptureFixture[st
     IVMFLOW_UPDATE_GOLDEN=1 and review the diff)."""
     assert main(["explain", str(sql_file), "--eps", "0.5"]) == 0
     text = capsys.readouterr().out
-    golden = sql_file.with_suffix(".txt")
-    if os.environ.get("IVMFLOW_UPDATE_GOLDEN") or not golden.exists():
-        golden.write_text(text)
-    assert text == golden.read_text()
+    assert_matches_golden(text, sql_file.with_suffix(".txt"))
     assert "variable order (canonical)" in text and "widths: w =" in text
 
 
