@@ -87,8 +87,11 @@ def cmd_explain(
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """``ivmflow generate graph|social``."""
-    if args.kind == "social":
+    """``ivmflow generate graph|social|tpch``."""
+    if args.kind == "tpch":
+        report = generate.tpch(args.out, args.sf, refresh_pairs=args.refresh_pairs,
+                               seed=args.seed, other_updates=args.other_updates)
+    elif args.kind == "social":
         report = generate.social(args.out, args.persons, args.knows, args.messages,
                                  window=args.window, seed=args.seed,
                                  epoch_every=args.epoch_every)
@@ -168,6 +171,28 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         msg = f"expected a positive integer, found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        msg = f"expected a count (0 or more), found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _scale_factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value <= 100.0:
+        msg = f"expected a scale factor in (0, 100], found {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
 
@@ -303,6 +328,24 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--min-dst", type=int, default=None, metavar="T",
                        help="spark: keep only edges with dst >= T")
     graph.add_argument("--quiet", "-q", action="store_true")
+    tpch = gen_sub.add_parser(
+        "tpch", help="TPC-H tables (DuckDB's dbgen), refresh epochs and the 22 queries",
+        description="Write DIR/schema.sql, DIR/updates.csv (the initial load, then per "
+                    "refresh pair an RF1 epoch inserting SF*1500 orders with their "
+                    "lineitems, an RF2 epoch deleting SF*1500 orders with theirs, and an "
+                    "UPD epoch changing customer, supplier and partsupp rows), "
+                    "DIR/queries/q01.sql ... q22.sql and DIR/manifest.json. Needs the "
+                    "tpch extra (duckdb-extension-tpch).")
+    tpch.add_argument("--sf", type=_scale_factor, required=True, help="scale factor")
+    tpch.add_argument("--out", required=True, metavar="DIR")
+    tpch.add_argument("--refresh-pairs", type=_count, default=2, metavar="K",
+                      help="RF1/RF2 pairs after the initial load (default 2)")
+    tpch.add_argument("--seed", type=int, default=0)
+    tpch.add_argument("--other-updates", type=_count, default=None, metavar="N",
+                      help="customers (and partsupp rows; a tenth as many suppliers) "
+                           "changed per UPD epoch (default max(3, SF*300); 0: no UPD "
+                           "epochs)")
+    tpch.add_argument("--quiet", "-q", action="store_true")
     return parser
 
 

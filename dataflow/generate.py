@@ -1,6 +1,7 @@
 """``ivmflow generate``: synthetic update streams for examples and benchmarks, built in
-process (:mod:`connectors.generators`) or with PySpark (the data generator,
-:mod:`dataflow.runners.spark.datagen`).
+process (:mod:`connectors.generators`), with PySpark (the data generator,
+:mod:`dataflow.runners.spark.datagen`), or from DuckDB's TPC-H dbgen
+(:mod:`connectors.tpch`).
 
 Each function writes the stream and returns a one-line report for the user.
 
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from connectors import generators
 from core.errors import UnavailableError, UsageError
 
-__all__ = ["GraphSpec", "graph", "social"]
+__all__ = ["GraphSpec", "graph", "social", "tpch"]
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,19 @@ def _graph_on_spark(spec: GraphSpec, out: str, edge_list: str | None,
                         min_dst=min_dst, epoch_every=spec.epoch_every)
     n = write_lines(df, out)
     return f"wrote {n} updates of {spec.relation} to {out} (spark)"
+
+
+def tpch(out_dir: str, sf: float, *, refresh_pairs: int = 2, seed: int = 0,
+         other_updates: int | None = None) -> str:
+    """TPC-H at scale factor ``sf`` into ``out_dir``: ``schema.sql``, ``updates.csv``
+    (the initial load, then ``refresh_pairs`` x RF1, RF2 and UPD epochs),
+    ``queries/q01.sql`` ... ``q22.sql``, ``manifest.json`` (:mod:`connectors.tpch`)."""
+    from connectors import tpch as tpch_data
+
+    spec = tpch_data.TpchSpec(sf, refresh_pairs, seed, other_updates)
+    manifest = tpch_data.write_tpch(spec, out_dir)
+    load = sum(manifest["epochs"][0]["inserts"].values())
+    rest = manifest["lines"] - load - len(manifest["epochs"])
+    return (f"wrote TPC-H SF {sf} to {out_dir}: {load} rows in the initial load, "
+            f"{rest} updates in {len(manifest['epochs']) - 1} refresh epochs, 22 queries "
+            f"({manifest['seconds']['total']:.1f} s)")

@@ -87,3 +87,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
         for note in b.notes:
             terminalreporter.write_line(f"  kafka broker note: {note}")
+
+
+# --- TPC-H: one generated SF 0.01 stream per test session (see tests/tpch_oracle.py) ----
+
+
+@pytest.fixture(scope="session")
+def tpch_sf001(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``ivmflow generate tpch --sf 0.01 --refresh-pairs 2 --seed 0``'s directory
+    (schema.sql, updates.csv, queries/qNN.sql, manifest.json), made once a session;
+    skips when the ``tpch`` extra is not installed."""
+    import tpch_oracle
+
+    return tpch_oracle.generate(tmp_path_factory.mktemp("tpch_sf001"), sf=0.01,
+                                refresh_pairs=2, seed=0)
