@@ -74,6 +74,16 @@ def partition_prelude(cq: ConjunctiveQuery) -> tuple[list[Op], list[Edge]]:
     return dataflow_prelude(cq, hub, lambda atom: ("vars", atom.vars))
 
 
+def dataflow_epilogue(plan: Plan, ops: list[Op], edges: list[Edge]) -> None:
+    """The end every operator DAG shares, appended to ``ops`` and ``edges``:
+    ``enumerate -> finalize`` (the output mode and columns) ``-> sink``."""
+    mode = finalize_mode(plan)
+    ops.append(Op("finalize", "finalize", (("mode", mode), ("columns", plan.cq.output_names))))
+    edges.append(Edge("enumerate", "finalize", "row deltas"))
+    ops.append(Op("sink", "sink", ()))
+    edges.append(Edge("finalize", "sink", "epoch deltas"))
+
+
 def compile_dataflow(plan: Plan) -> Dataflow:
     cq = plan.cq
     ops, edges = partition_prelude(cq)
@@ -122,15 +132,6 @@ def compile_dataflow(plan: Plan) -> Dataflow:
     for n in plan.nodes:
         if n.top:
             edges.append(Edge(f"sj_{_node_id(n)}", "enumerate", "witness"))
-    ops.append(
-        Op(
-            "finalize",
-            "finalize",
-            (("mode", finalize_mode(plan)), ("columns", cq.output_names)),
-        )
-    )
-    edges.append(Edge("enumerate", "finalize", "row deltas"))
-    ops.append(Op("sink", "sink", ()))
-    edges.append(Edge("finalize", "sink", "epoch deltas"))
+    dataflow_epilogue(plan, ops, edges)
     name = "_".join(a.alias for a in cq.atoms)
     return Dataflow(name, tuple(ops), tuple(edges))

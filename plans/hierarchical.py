@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from core.errors import UnsupportedQueryError
 from core.graph import Dataflow, Edge, Op
 from plans.cq import ConjunctiveQuery
-from plans.dag import dataflow_prelude
+from plans.dag import dataflow_epilogue, dataflow_prelude
 from plans.jointree import is_hierarchical
 from plans.plan import Mode, Plan, classify
 from plans.triangle import output_shape
@@ -306,11 +306,7 @@ def compile_hierarchical_dataflow(hp: HierarchicalPlan) -> Dataflow:
     )))
     edges.append(Edge("light", "enumerate", "light views"))
     edges.append(Edge("counts", "enumerate", "count views"))
-    mode = "aggregate" if cq.is_aggregate else ("distinct" if cq.distinct else "bag")
-    ops.append(Op("finalize", "finalize", (("mode", mode), ("columns", cq.output_names))))
-    edges.append(Edge("enumerate", "finalize", "row deltas"))
-    ops.append(Op("sink", "sink", ()))
-    edges.append(Edge("finalize", "sink", "epoch deltas"))
+    dataflow_epilogue(hp.plan, ops, edges)
     return Dataflow("hierarchical_" + "_".join(x.alias for x in cq.atoms), tuple(ops),
                     tuple(edges))
 

@@ -27,7 +27,7 @@ from typing import Literal
 from core.errors import UnsupportedQueryError
 from core.graph import Dataflow, Edge, Op
 from plans.cq import ConjunctiveQuery
-from plans.dag import dataflow_prelude
+from plans.dag import dataflow_epilogue, dataflow_prelude
 from plans.plan import Mode, Plan
 
 TriangleKind = Literal["count", "listing", "binary", "unary"]
@@ -317,11 +317,7 @@ def compile_triangle_dataflow(tp: TrianglePlan) -> Dataflow:
              "unary": "N^(2 min(eps,1-eps)) (union, hop iterator)"}.get(tp.kind, "constant")
     ops.append(Op("enumerate", "enumerate", (("delay", delay), ("modes", ("delta", "full")))))
     edges.append(Edge("ivmeps", "enumerate", "views"))
-    mode = "aggregate" if cq.is_aggregate else ("distinct" if cq.distinct else "bag")
-    ops.append(Op("finalize", "finalize", (("mode", mode), ("columns", cq.output_names))))
-    edges.append(Edge("enumerate", "finalize", "row deltas"))
-    ops.append(Op("sink", "sink", ()))
-    edges.append(Edge("finalize", "sink", "epoch deltas"))
+    dataflow_epilogue(tp.plan, ops, edges)
     name = "triangle_" + "_".join(x.alias for x in cq.atoms)
     return Dataflow(name, tuple(ops), tuple(edges))
 
