@@ -10,9 +10,11 @@ Example:
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Literal
 
 from core.schema import Row, Value
@@ -92,8 +94,10 @@ def format_value(value: Value) -> str:
     """Render one value for a CSV line: NULL is empty, floats round-trip, bools are
     ``true``/``false``.
 
-    >>> [format_value(v) for v in (None, True, 0.1, 7, "a")]
-    ['', 'true', '0.1', '7', 'a']
+    >>> [format_value(v) for v in (None, True, 0.1, 7, "a", Decimal("-0.00"))]
+    ['', 'true', '0.1', '7', 'a', '0.00']
+    >>> format_value(datetime.datetime(1998, 9, 2)), format_value(datetime.date(1998, 9, 2))
+    ('1998-09-02 00:00:00', '1998-09-02')
     """
     if value is None:
         return ""
@@ -103,6 +107,11 @@ def format_value(value: Value) -> str:
         return "false"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, Decimal):
+        # (a sum that cancels to zero can be -0.00; DuckDB writes 0.00)
+        return str(value.copy_abs() if value.is_zero() else value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
     return str(value)
 
 

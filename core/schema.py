@@ -11,24 +11,31 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import functools
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Literal
 
-ColumnType = Literal["INT", "FLOAT", "TEXT", "BOOL"]
-"""Value domains ivmflow understands; SQL type names are mapped onto these."""
+ColumnType = Literal["INT", "FLOAT", "TEXT", "BOOL", "DECIMAL", "DATE", "TIMESTAMP"]
+"""Value domains ivmflow understands; SQL type names are mapped onto these. DECIMAL
+values are :class:`decimal.Decimal` quantized to the column's scale (exact fixed point:
+sums under inserts and deletes never drift), DATE :class:`datetime.date`, TIMESTAMP
+:class:`datetime.datetime`."""
 
 SQL_TYPE_NAMES: dict[str, ColumnType] = {
     "INT": "INT", "INTEGER": "INT", "BIGINT": "INT", "SMALLINT": "INT", "TINYINT": "INT",
     "UBIGINT": "INT", "HUGEINT": "INT",
-    "FLOAT": "FLOAT", "DOUBLE": "FLOAT", "REAL": "FLOAT", "DECIMAL": "FLOAT",
-    "NUMERIC": "FLOAT",
+    "FLOAT": "FLOAT", "DOUBLE": "FLOAT", "REAL": "FLOAT", "FLOAT4": "FLOAT",
+    "FLOAT8": "FLOAT", "DECIMAL": "DECIMAL", "NUMERIC": "DECIMAL",
+    "DATE": "DATE", "TIMESTAMP": "TIMESTAMP", "DATETIME": "TIMESTAMP",
+    "TIMESTAMPNTZ": "TIMESTAMP",
     "TEXT": "TEXT", "VARCHAR": "TEXT", "CHAR": "TEXT", "STRING": "TEXT", "NCHAR": "TEXT",
     "NVARCHAR": "TEXT",
     "BOOL": "BOOL", "BOOLEAN": "BOOL",
 }
 
-Value = int | float | str | bool | None
+Value = int | float | str | bool | Decimal | datetime.date | datetime.datetime | None
 """One field of a row; ``None`` is SQL NULL."""
 
 Row = tuple[Value, ...]
@@ -48,6 +55,20 @@ class Column:
 
     name: str
     type: ColumnType
+    scale: int = 0
+    """Digits after the point of a DECIMAL column (DECIMAL(p, s): s; DuckDB's default
+    DECIMAL is (18, 3))."""
+
+    @property
+    def quantum(self) -> Decimal:
+        return Decimal(1).scaleb(-self.scale)
+
+    def _decimal(self, value: object) -> Decimal:
+        d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)  # type: ignore[arg-type]
+        if not d.is_finite():
+            raise ValueError(value)
+        # (round half away from zero, as DuckDB casts)
+        return d.quantize(self.quantum, rounding="ROUND_HALF_UP")
 
     def parse(self, text: str) -> Value:
         """Parse a CSV field; the empty field is NULL.
@@ -62,6 +83,12 @@ class Column:
                 return int(text)
             if self.type == "FLOAT":
                 return float(text)
+            if self.type == "DECIMAL":
+                return self._decimal(text.strip())
+            if self.type == "DATE":
+                return datetime.date.fromisoformat(text.strip())
+            if self.type == "TIMESTAMP":
+                return datetime.datetime.fromisoformat(text.strip())
             if self.type == "BOOL":
                 low = text.strip().lower()
                 if low in _TRUE:
@@ -70,8 +97,8 @@ class Column:
                     return False
                 raise ValueError(text)
             return text
-        except ValueError:
-            msg = f"column {self.name!r} expects {self.type}, found {text!r}"
+        except (ValueError, InvalidOperation):
+            msg = f"column {self.name!r} expects {self.type_text}, found {text!r}"
             raise ValueParseError(msg) from None
 
     def coerce(self, value: object) -> Value:
@@ -88,12 +115,33 @@ class Column:
             return float(value)
         if self.type == "TEXT" and isinstance(value, str):
             return value
+        if self.type == "DECIMAL" and isinstance(value, (int, float, Decimal)) and not \
+                isinstance(value, bool):
+            try:
+                return self._decimal(value)
+            except (ValueError, InvalidOperation):
+                pass
+        if self.type == "DATE" and type(value) is datetime.date:
+            return value
+        if self.type == "TIMESTAMP" and isinstance(value, datetime.datetime):
+            return value
         if self.type == "BOOL" and isinstance(value, bool):
             return value
         if isinstance(value, str):
             return self.parse(value)
-        msg = f"column {self.name!r} expects {self.type}, found {value!r}"
+        msg = f"column {self.name!r} expects {self.type_text}, found {value!r}"
         raise ValueParseError(msg)
+
+    @property
+    def type_text(self) -> str:
+        """The type as a message names it (``DECIMAL(s=2)``, ``DATE``)."""
+        if self.type == "DECIMAL":
+            return f"DECIMAL with scale {self.scale}"
+        if self.type == "DATE":
+            return "DATE (YYYY-MM-DD)"
+        if self.type == "TIMESTAMP":
+            return "TIMESTAMP (YYYY-MM-DD HH:MM:SS)"
+        return self.type
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -39,6 +41,7 @@ from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Relation, Row, Schema
 from dataflow.engines import PartitionEngine
 from dataflow.engines.crown import aggregate_layout, make_ring
+from dataflow.hypercube import Partitioner
 from dataflow.kinds import (
     CrownKind,
     GhdKind,
@@ -47,7 +50,6 @@ from dataflow.kinds import (
     TriangleKind,
     estimate_rates,
 )
-from dataflow.hypercube import Partitioner
 from operators.finalize import OutputFinalizer
 from operators.input import BaseValidator, RelationInput
 from operators.state import DictState
@@ -61,7 +63,9 @@ from plans.triangle import recognise_triangle
 
 __all__ = ["CompiledQuery", "View", "compile_query", "make_finalizer"]
 
-_PY_TYPES = {"INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,)}
+_PY_TYPES = {"INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,),
+             "DECIMAL": (Decimal,), "DATE": (datetime.date,),
+             "TIMESTAMP": (datetime.datetime,)}
 
 
 @dataclass
@@ -198,9 +202,9 @@ def make_finalizer(plan: Plan, count_supports: bool,
     for c in cq.columns if cq.is_aggregate else ():
         if c.var is not None:
             columns.append(("key", group.index(c.var)))
-        else:
-            assert c.aggregate is not None
+        elif c.aggregate is not None:
             columns.append(("agg", c.aggregate))
+        # (else a column computed after the aggregate: cq.post builds the row)
     finalizer = OutputFinalizer(
         finalize_mode(plan),
         make_ring(plan),
@@ -210,6 +214,8 @@ def make_finalizer(plan: Plan, count_supports: bool,
         count_supports=count_supports,
         grouped=cq.group_by is not None,
         current=reader() if callable(reader) else None,
+        post=cq.post,
+        order_by=cq.order_by,
     )
     if callable(output_state):
         if finalizer.keeps_state:

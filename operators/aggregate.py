@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -61,7 +62,7 @@ class AggregateLayout:
                 continue
             out[n_slot] = mult
             if s_slot is not None:
-                out[s_slot] = mult * (Fraction(v) if isinstance(v, float) else v)
+                out[s_slot] = mult * (Fraction(v) if isinstance(v, float) else v)  # type: ignore[operator]
         return tuple(out)
 
     def values(self, payload: Sequence[Any]) -> tuple[Value, ...]:
@@ -83,7 +84,10 @@ class AggregateLayout:
             assert s_slot is not None
             s = payload[s_slot]
             if func == "sum":
-                out.append(float(s) if rtype == "FLOAT" else int(s))
+                if rtype == "DECIMAL":
+                    out.append(Decimal(s))
+                else:
+                    out.append(float(s) if rtype == "FLOAT" else int(s))
             else:
                 out.append(float(Fraction(s) / n))
         return tuple(out)

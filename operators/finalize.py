@@ -21,6 +21,21 @@ from core.schema import Row
 from operators.aggregate import AggregateLayout
 
 
+def order_rows(rows: list[tuple[int, Row]], order_by: Sequence[tuple[int, bool, bool]]) -> None:
+    """Sort ``(mult, row)`` pairs by ORDER BY's (column, descending, nulls first) keys
+    (stable: ties keep their order).
+
+    >>> rows = [(1, ("a", 2)), (1, ("b", None)), (1, ("c", 5))]
+    >>> order_rows(rows, [(1, True, False)]); [r[0] for _, r in rows]
+    ['c', 'a', 'b']
+    """
+    for col, desc, nulls_first in reversed(order_by):
+        present = [r for r in rows if r[1][col] is not None]
+        nulls = [r for r in rows if r[1][col] is None]
+        present.sort(key=lambda r: r[1][col], reverse=desc)  # type: ignore[arg-type, return-value]
+        rows[:] = nulls + present if nulls_first else present + nulls
+
+
 class OutputFinalizer:
     """``mode`` is ``bag``, ``distinct`` or ``aggregate``. ``columns`` describes the output
     row of an aggregate query: ("key", i) takes group variable i, ("agg", j) aggregate j.
@@ -51,6 +66,8 @@ class OutputFinalizer:
         count_supports: bool = False,
         grouped: bool = True,
         current: Callable[[Any], Any] | None = None,
+        post: Any = None,
+        order_by: Sequence[tuple[int, bool, bool]] = (),
     ) -> None:
         self.mode = mode
         self.ring = ring
@@ -63,6 +80,10 @@ class OutputFinalizer:
         # is kept in state (it exists even when no group does).
         self.current = current if mode == "aggregate" and grouped else None
         self.emitted_once = False
+        self.post = post
+        """The stage after the aggregate (:class:`plans.cq.PostMap`): computed output
+        columns and HAVING; a group HAVING drops has no row (None)."""
+        self.order_by = tuple(order_by)
         # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
         self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
         self.keeps_state = not self.plain and self.current is None
@@ -81,9 +102,14 @@ class OutputFinalizer:
             head = "    v = (int(payload),)"
         else:
             head = "    v = values(payload)"
-        text = "\n".join(["def agg_row(key, payload):", head,
-                          "    return (" + "".join(c + ", " for c in cols) + ")"])
         env: dict[str, Any] = {"values": None if self.layout is None else self.layout.values}
+        lines = ["def agg_row(key, payload):", head]
+        if self.post is not None:
+            env.update(self.post.env)
+            cols = list(self.post.exprs)
+            if self.post.having is not None:
+                lines += [f"    if not {self.post.having}:", "        return None"]
+        text = "\n".join([*lines, "    return (" + "".join(c + ", " for c in cols) + ")"])
         define(text, "<aggregate row>", env)
         fn: Callable[[Row, Any], Row] = env["agg_row"]
         return fn
@@ -180,9 +206,14 @@ class OutputFinalizer:
             for key, payload in raw.items():
                 if self.ring.count(payload):
                     row = self._agg_row(key, payload)
-                    counts[row] = counts.get(row, 0) + 1
+                    if row is not None:
+                        counts[row] = counts.get(row, 0) + 1
             out = [(m, row) for row, m in counts.items()]
-            if not self.grouped and not out:
-                out.append((1, self._agg_row((), self.ring.zero)))
+            if not self.grouped and not any(self.ring.count(p) for p in raw.values()):
+                row = self._agg_row((), self.ring.zero)
+                if row is not None:
+                    out.append((1, row))
         sort_rows(out)
+        if self.order_by:
+            order_rows(out, self.order_by)
         return out

@@ -47,13 +47,17 @@ class RelationInput:
         self._equal_pairs = equal_pairs
         # Rows of any type here: every NULL test kept, the predicates called.
         test, env = self.typed_test(frozenset(), "")
-        self.positions = tuple(first[v] for v in atom.vars)
-        if self.positions == tuple(range(atom.relation.arity)):
+        # A derived variable is the compiled expression of a per-relation map.
+        derived = {d.var: d.src for d in atom.derived}
+        parts = [f"row[{first[v]}]" if v in first else derived[v] for v in atom.vars]
+        if parts == [f"row[{i}]" for i in range(atom.relation.arity)]:
             result = "row"
         else:
-            result = "(" + "".join(f"row[{i}], " for i in self.positions) + ")"
+            result = "(" + "".join(f"{p}, " for p in parts) + ")"
         self.result_expr = result
-        self.takes_whole_rows = (result == "row" and not atom.filters and not equal_pairs)
+        """The atom tuple as Python source over ``row`` (names bound by :meth:`typed_test`)."""
+        self.takes_whole_rows = (result == "row" and not atom.filters and not equal_pairs
+                                 and not atom.predicates)
         """Whether :attr:`project` passes a row unchanged or not at all (None only for a
         NULL in a join column): its node keeps every row it takes, whole."""
         lines = ["def project(row):"]
@@ -97,6 +101,10 @@ class RelationInput:
                 env[f"p{n}{tag}"] = f.predicate()
                 tests.append(f"not p{n}{tag}(row[{col}])")
         tests.extend(f"row[{i}] != row[{j}]" for i, j in self._equal_pairs)
+        # Conditions compiled from SQL expressions (their constants have query-unique
+        # names, bound once here for the predicates and the derived variables).
+        env.update(self.atom.env)
+        tests.extend(f"not {p.src}" for p in self.atom.predicates)
         return " or ".join(tests), env
 
 

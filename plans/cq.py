@@ -14,8 +14,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from core.schema import Column, Relation, Schema, Value
 
@@ -65,6 +65,27 @@ class Filter:
 
 
 @dataclass(frozen=True)
+class DerivedVar:
+    """A variable an atom computes from its row (a per-relation map): ``src`` is Python
+    source over ``row`` (names bound in the atom's ``env``), ``sql`` what the user
+    wrote."""
+
+    var: str
+    src: str
+    column: Column
+    sql: str
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A condition over one atom's row that is not a plain column filter: ``src`` is
+    Python source over ``row``, true exactly when the SQL condition is TRUE."""
+
+    src: str
+    sql: str
+
+
+@dataclass(frozen=True)
 class Atom:
     """One occurrence of a relation in FROM (self-joins give several atoms).
 
@@ -79,10 +100,20 @@ class Atom:
     column_vars: tuple[str, ...]
     filters: tuple[Filter, ...]
     vars: tuple[str, ...]
+    derived: tuple[DerivedVar, ...] = ()
+    predicates: tuple[Predicate, ...] = ()
+    env: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """Constants and helpers the generated code of ``derived`` and ``predicates`` reads."""
 
     @property
     def name(self) -> str:
         return self.alias
+
+    def render_conditions(self) -> tuple[str, ...]:
+        """Filters and predicates as explain shows them."""
+        return tuple(f.render(self.alias) for f in self.filters) + tuple(
+            p.sql for p in self.predicates) + tuple(
+            f"{d.var} := {d.sql}" for d in self.derived)
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,8 @@ class Aggregate:
     func: AggFunc
     var: str | None
     result_type: str
+    scale: int = 0
+    """Digits after the point of a DECIMAL SUM."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +134,19 @@ class OutputColumn:
     name: str
     var: str | None = None
     aggregate: int | None = None
+    expr: str | None = None
+    """SQL text of a column computed after the aggregate (its code is in ``PostMap``)."""
+
+
+@dataclass(frozen=True)
+class PostMap:
+    """The stage after the aggregate: output row and HAVING over a group's key
+    (``key[i]``) and aggregate values (``v[j]``), as Python source; ``having`` is None
+    when every group is kept."""
+
+    exprs: tuple[str, ...]
+    having: str | None
+    env: dict[str, Any] = field(compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -117,6 +163,9 @@ class ConjunctiveQuery:
     group_by: tuple[str, ...] | None
     distinct: bool
     sql: str
+    post: PostMap | None = None
+    order_by: tuple[tuple[int, bool, bool], ...] = ()
+    """ORDER BY as (output column, descending, nulls first): the order of snapshots."""
 
     @property
     def is_aggregate(self) -> bool:
@@ -136,5 +185,8 @@ def column_type_of(cq: ConjunctiveQuery, var: str) -> Column:
         for i, v in enumerate(atom.column_vars):
             if v == var:
                 return atom.relation.columns[i]
+        for d in atom.derived:
+            if d.var == var:
+                return d.column
     msg = f"variable {var!r} does not occur in the query"
     raise KeyError(msg)

@@ -15,22 +15,28 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import OptimizeError, ParseError
 
 from core.errors import QueryError
 from core.schema import SQL_TYPE_NAMES, Column, Relation, Schema, Value
 from plans.cq import (
-    AggFunc,
     Aggregate,
     Atom,
     CompareOp,
     ConjunctiveQuery,
+    DerivedVar,
     Filter,
     OutputColumn,
+    PostMap,
+    Predicate,
 )
+from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
+from plans.sqlcheck import check_supported, describe
 
 _COMPARISONS: dict[type[exp.Expr], CompareOp] = {
     exp.EQ: "=",
@@ -140,9 +146,17 @@ def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
         type_name = kind.this.name if kind is not None else "TEXT"
         mapped = SQL_TYPE_NAMES.get(type_name.upper())
         if mapped is None:
-            known = "INT, BIGINT, FLOAT, DOUBLE, DECIMAL, TEXT, VARCHAR, BOOLEAN"
+            known = ("INT, BIGINT, DOUBLE, REAL, DECIMAL(p,s), NUMERIC, VARCHAR, CHAR, TEXT, "
+                     "DATE, TIMESTAMP, BOOLEAN")
             raise reject(coldef, f"column type {type_name}", f"supported types: {known}")
-        cols.append(Column(coldef.name, mapped))
+        scale = 0
+        if mapped == "DECIMAL":
+            assert kind is not None
+            params = [p.this.name for p in kind.expressions
+                      if isinstance(p, exp.DataTypeParam) and isinstance(p.this, exp.Literal)]
+            # (DuckDB's DECIMAL without parameters is DECIMAL(18, 3))
+            scale = int(params[1]) if len(params) > 1 else (0 if params else 3)
+        cols.append(Column(coldef.name, mapped, scale))
     return Relation(name, tuple(cols))
 
 
@@ -150,7 +164,59 @@ def parse_query(sql: str, source: str = "<query>") -> ConjunctiveQuery:
     """Parse and validate a query file; raise :class:`QueryError` on anything outside
     the supported language."""
     schema, select = parse_schema_and_select(sql, source)
-    return _Builder(schema, select, sql, source).build()
+    check_supported(select, sql, source)
+    select = _normalize(select, schema, sql, source)
+    try:
+        return _Builder(schema, select, sql, source).build()
+    except ExprError as err:
+        offset = _offset_of(err.node)
+        raise QueryError(describe([(offset, "expression", str(err))], sql, source)) from None
+
+
+def _offset_of(node: exp.Expr) -> int | None:
+    starts = [n.meta["start"] for n in node.walk() if n.meta and "start" in n.meta]
+    return min(starts) if starts else None
+
+
+def _normalize(select: exp.Select, schema: Schema, sql: str, source: str) -> exp.Select:
+    """WITH, derived tables, NATURAL JOIN and JOIN ... USING through sqlglot's optimizer
+    (qualify: USING/NATURAL become ON equalities; merge_subqueries: mergeable derived
+    tables and CTEs inlined). What stays nested (a derived table that aggregates) is
+    refused: views over views are the next step."""
+    needs = select.args.get("with_") is not None or any(
+        isinstance(t, exp.Subquery) for t in select.find_all(exp.Subquery)) or any(
+        j.args.get("using") or (j.args.get("method") or "").upper() == "NATURAL"
+        for j in select.args.get("joins") or [])
+    if not needs:
+        return select
+    from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+    from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+    from sqlglot.optimizer.merge_subqueries import merge_subqueries
+    from sqlglot.optimizer.qualify import qualify
+
+    # Unnamed SELECT items keep the names ivmflow gives them (qualify would say _col_0).
+    select = select.copy()
+    for i, item in enumerate(select.expressions):
+        if not isinstance(item, (exp.Alias, exp.Column, exp.Star)):
+            select.expressions[i] = exp.alias_(item, item.sql(), quoted=True)
+    mapping: dict[str, object] = {rel.name: {c.name: "DOUBLE" if c.type == "FLOAT" else c.type
+                          if c.type != "BOOL" else "BOOLEAN" for c in rel.columns}
+               for rel in schema.relations.values()}
+    try:
+        out = qualify(select, schema=mapping, dialect="duckdb", quote_identifiers=False,
+                      identify=False, validate_qualify_columns=True)
+        out = merge_subqueries(eliminate_subqueries(out))
+        out = eliminate_ctes(out)
+    except (OptimizeError, ValueError) as err:
+        msg = f"{source}: {err}"
+        raise QueryError(msg) from None
+    assert isinstance(out, exp.Select)
+    left = [n for n in out.walk() if isinstance(n, (exp.Subquery, exp.With, exp.CTE))]
+    if left:
+        findings = [(_offset_of(n), "derived table or WITH with GROUP BY, DISTINCT or an "
+                     "aggregate", "views over views are not supported yet") for n in left[:1]]
+        raise QueryError(describe(findings, sql, source))
+    return out
 
 
 class _Builder:
@@ -162,6 +228,11 @@ class _Builder:
         self.aliases: list[tuple[str, Relation]] = []
         self.uf = _UnionFind()
         self.filters: dict[str, list[Filter]] = {}
+        self.predicates: dict[str, list[Predicate]] = {}
+        self.derived: dict[str, list[DerivedVar]] = {}
+        self.derived_by_sql: dict[tuple[str, str], tuple[str, SqlType]] = {}
+        self.env: dict[str, dict[str, Any]] = {}
+        self.taken_names: set[str] = set()
 
     # -- FROM ----------------------------------------------------------------------
     def _add_table(self, table: exp.Expr) -> None:
@@ -245,38 +316,34 @@ class _Builder:
             Filter(idx, rel.columns[idx].name, op, tuple(typed))
         )
 
-    def _condition(self, cond: exp.Expr) -> None:
-        supported = (
-            "conditions are column = column (joins) or column op constant with "
-            "= <> < <= > >=, IN (...), IS [NOT] NULL, combined with AND"
-        )
+    def _simple_condition(self, cond: exp.Expr) -> bool:  # noqa: C901
+        """The plain forms (joins, column op constant): True when ``cond`` was one."""
         if isinstance(cond, exp.Not) and isinstance(cond.this, exp.Is):
             inner = cond.this
-            if isinstance(inner.this, exp.Column) and isinstance(inner.expression, exp.Null):
+            if self._plain_column(inner.this) and isinstance(inner.expression, exp.Null):
                 self._add_filter(inner.this, "is not null", ())
-                return
+                return True
         if isinstance(cond, exp.Is):
             target = cond.expression
             negated = isinstance(target, exp.Not)
             if negated:
                 target = target.this
-            if isinstance(cond.this, exp.Column) and isinstance(target, exp.Null):
+            if self._plain_column(cond.this) and isinstance(target, exp.Null):
                 self._add_filter(cond.this, "is not null" if negated else "is null", ())
-                return
-        if isinstance(cond, exp.In) and isinstance(cond.this, exp.Column):
-            if cond.args.get("query") is not None or not cond.expressions:
-                raise self.reject(cond, "IN form", "use IN with a list of constants")
+                return True
+        if isinstance(cond, exp.In) and self._plain_column(cond.this):
+            if not cond.expressions or not all(self._plain_literal(v)
+                                               for v in cond.expressions):
+                return False
             values = tuple(self._literal(v) for v in cond.expressions)
             self._add_filter(cond.this, "in", values)
-            return
+            return True
         op = _COMPARISONS.get(type(cond))
         if op is not None:
             left, right = cond.this, cond.expression
             if isinstance(left, exp.Column) and isinstance(right, exp.Column):
                 if op != "=":
-                    raise self.reject(
-                        cond, "join condition", "joins are equalities between columns"
-                    )
+                    return False
                 la, li = self._resolve(left)
                 ra, ri = self._resolve(right)
                 rels = dict(self.aliases)
@@ -284,22 +351,85 @@ class _Builder:
                     self._key(la, rels[la].columns[li].name),
                     self._key(ra, rels[ra].columns[ri].name),
                 )
-                return
-            if isinstance(left, exp.Column):
+                return True
+            if self._plain_column(left) and self._plain_literal(right):
                 self._add_filter(left, op, (self._literal(right),))
-                return
-            if isinstance(right, exp.Column):
+                return True
+            if self._plain_column(right) and self._plain_literal(left):
                 self._add_filter(right, _FLIPPED[op], (self._literal(left),))
-                return
-        raise self.reject(cond, "condition", supported)
+                return True
+        return False
+
+    def _plain_column(self, node: exp.Expr) -> bool:
+        """A column whose type the plain filters compare with constants as they are."""
+        if not isinstance(node, exp.Column):
+            return False
+        alias, idx = self._resolve(node)
+        return dict(self.aliases)[alias].columns[idx].type in ("INT", "FLOAT", "TEXT", "BOOL")
+
+    @staticmethod
+    def _plain_literal(node: exp.Expr) -> bool:
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.Neg):
+            node = node.this
+            return isinstance(node, exp.Literal) and not node.is_string
+        return isinstance(node, (exp.Literal, exp.Boolean))
+
+    def _condition(self, cond: exp.Expr) -> None:
+        if self._simple_condition(cond):
+            return
+        aliases = self._aliases_in(cond)
+        if len(aliases) > 1:
+            names = ", ".join(sorted(aliases))
+            raise ExprError(cond, f"a condition over several tables ({names}) other than an "
+                                  "equality of columns is not supported yet")
+        alias = next(iter(aliases)) if aliases else self.aliases[0][0]
+        compiler = self._atom_compiler(alias)
+        src = compiler.predicate(cond)
+        self.predicates.setdefault(alias, []).append(Predicate(src, cond.sql("duckdb")))
+
+    def _aliases_in(self, node: exp.Expr) -> set[str]:
+        return {self._resolve(c)[0] for c in column_refs(node)}
+
+    def _atom_compiler(self, alias: str) -> ExprCompiler:
+        rel = dict(self.aliases)[alias]
+
+        def resolve(node: exp.Expr) -> Code | None:
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                a, idx = self._resolve(node)
+                if a != alias:
+                    raise ExprError(node, f"column {node.sql()!r} is not of {alias}")
+                return Code(f"row[{idx}]", SqlType.of_column(rel.columns[idx]), True,
+                            simple=True)
+            return None
+
+        return ExprCompiler(self.env.setdefault(alias, {}), resolve)
+
+    def _derive(self, node: exp.Expr, name: str | None = None) -> tuple[str, SqlType]:
+        """A variable computed per row of the one FROM item ``node`` reads."""
+        aliases = self._aliases_in(node)
+        if len(aliases) != 1:
+            what = "no table" if not aliases else f"several tables ({', '.join(sorted(aliases))})"
+            raise ExprError(node, f"an expression over {what} here is not supported yet "
+                                  "(only expressions over one FROM item)")
+        alias = next(iter(aliases))
+        key = (alias, node.sql("duckdb"))
+        hit = self.derived_by_sql.get(key)
+        if hit is not None:
+            return hit
+        code = self._atom_compiler(alias).compile(node)
+        var = name if name and name not in self.taken_names else f"_e{len(self.derived_by_sql)}"
+        self.taken_names.add(var)
+        column = code.type.column(var)
+        self.derived.setdefault(alias, []).append(
+            DerivedVar(var, code.src, column, node.sql("duckdb")))
+        self.derived_by_sql[key] = (var, code.type)
+        return var, code.type
 
     # -- SELECT --------------------------------------------------------------------
-    def build(self) -> ConjunctiveQuery:
+    def build(self) -> ConjunctiveQuery:  # noqa: C901
         sel = self.select
-        for key in ("with", "having", "order", "limit", "offset", "qualify", "windows"):
-            node = sel.args.get(key)
-            if node:
-                raise self.reject(node, key.upper(), "not in the supported SQL subset")
         from_ = sel.args.get("from_") or sel.args.get("from")
         if from_ is None:
             raise self.reject(sel, "SELECT without FROM", "name the tables in FROM")
@@ -308,9 +438,6 @@ class _Builder:
             self._add_table(extra)
         conditions: list[exp.Expr] = []
         for join in sel.args.get("joins") or []:
-            kind = (join.args.get("side") or "") + (join.args.get("kind") or "")
-            if kind and kind.upper() not in ("INNER", "CROSS"):
-                raise self.reject(join, f"{kind} JOIN", "only inner joins are supported")
             if join.args.get("using"):
                 raise self.reject(join, "JOIN ... USING", "write JOIN ... ON a.x = b.x")
             self._add_table(join.this)
@@ -319,8 +446,8 @@ class _Builder:
         where = sel.args.get("where")
         if where is not None:
             conditions.extend(self._conjuncts(where.this))
-        for cond in conditions:
-            self._condition(cond)
+        # Equalities first: they name the variables the other conditions read.
+        rest = [c for c in conditions if not self._simple_condition(c)]
 
         rels = dict(self.aliases)
         # Output items (before naming variables, so SELECT aliases can name them).
@@ -348,6 +475,7 @@ class _Builder:
             else:
                 name = item.sql()
             items.append((name, inner))
+        self.taken_names.update(n for n, _ in items)
 
         # Variables: equality classes, named by the first SELECT alias naming them.
         names: dict[str, str] = {}
@@ -371,44 +499,73 @@ class _Builder:
                 used_names.add(candidate)
             return names[root]
 
+        self.var_of = var_of
+        for cond in rest:
+            self._condition(cond)
+
         columns: list[OutputColumn] = []
         aggregates: list[Aggregate] = []
         group_by: tuple[str, ...] | None = None
         group = sel.args.get("group")
         used: set[str] = set()
+        # GROUP BY expressions by their SQL text -> variable
+        group_exprs: dict[str, str] = {}
+        group_types: dict[str, SqlType] = {}
         if group is not None:
             gvars: list[str] = []
+            select_names = {inner.sql("duckdb"): name for name, inner in items}
             for g in group.expressions:
-                if not isinstance(g, exp.Column):
-                    raise self.reject(g, "GROUP BY item", "group by plain columns")
-                alias, idx = self._resolve(g)
-                v = var_of(alias, idx)
+                if isinstance(g, exp.Column):
+                    alias, idx = self._resolve(g)
+                    v = var_of(alias, idx)
+                    group_types[v] = SqlType.of_column(rels[alias].columns[idx])
+                else:
+                    v, t = self._derive(g, select_names.get(g.sql("duckdb")))
+                    group_exprs[g.sql("duckdb")] = v
+                    group_types[v] = t
                 if v not in gvars:
                     gvars.append(v)
             group_by = tuple(gvars)
+
+        def is_aggregate(node: exp.Expr) -> bool:
+            return isinstance(node, (exp.Count, exp.Sum, exp.Avg))
+
+        aggregate_query = group is not None or any(
+            any(is_aggregate(n) for n in inner.walk()) for _, inner in items) or \
+            sel.args.get("having") is not None
+        post_needed = False
+        post_items: list[exp.Expr | None] = []
         for name, inner in items:
             if isinstance(inner, exp.Column):
                 alias, idx = self._resolve(inner)
                 v = var_of(alias, idx)
                 columns.append(OutputColumn(name, var=v))
                 used.add(v)
-            elif isinstance(inner, (exp.Count, exp.Sum, exp.Avg)):
+                post_items.append(None)
+            elif aggregate_query and group_exprs.get(inner.sql("duckdb")) is not None:
+                v = group_exprs[inner.sql("duckdb")]
+                columns.append(OutputColumn(name, var=v))
+                post_items.append(None)
+            elif is_aggregate(inner):
                 agg = self._aggregate(inner, var_of, rels)
                 if agg.var is not None:
                     used.add(agg.var)
                 if agg not in aggregates:
                     aggregates.append(agg)
                 columns.append(OutputColumn(name, aggregate=aggregates.index(agg)))
+                post_items.append(None)
+            elif aggregate_query:
+                columns.append(OutputColumn(name, expr=inner.sql("duckdb")))
+                post_items.append(inner)
+                post_needed = True
             else:
-                raise self.reject(
-                    inner,
-                    "SELECT item",
-                    "select columns, *, alias.*, COUNT(*), COUNT(col), SUM(col), AVG(col)",
-                )
+                v, _t = self._derive(inner, name)
+                columns.append(OutputColumn(name, var=v))
+                used.add(v)
+                post_items.append(None)
+        having = sel.args.get("having")
         distinct = sel.args.get("distinct") is not None
-        if distinct and sel.args["distinct"].args.get("on") is not None:
-            raise self.reject(sel.args["distinct"], "DISTINCT ON", "use plain DISTINCT")
-        if aggregates and group_by is None and any(c.var is not None for c in columns):
+        if aggregate_query and group_by is None and any(c.var is not None for c in columns):
             bad = next(c for c in columns if c.var is not None)
             msg = (
                 f"{self.reject.source}: column {bad.name!r} is selected next to an aggregate "
@@ -424,10 +581,21 @@ class _Builder:
                     )
                     raise QueryError(msg)
             used.update(group_by)
-        if distinct and aggregates:
+        if distinct and aggregate_query:
             raise self.reject(
                 sel.args["distinct"], "DISTINCT with aggregates", "drop DISTINCT or the aggregate"
             )
+
+        post: PostMap | None = None
+        if aggregate_query and (post_needed or having is not None):
+            post = self._post_map(columns, post_items, having, aggregates, group_by or (),
+                                  group_exprs, group_types, var_of, rels, used)
+        if post is not None and not aggregates:
+            # (only arithmetic on GROUP BY keys: the groups are an aggregate's, COUNT(*)
+            # keeps them; its value is not output)
+            aggregates.append(Aggregate("count_star", None, "INT"))
+
+        order_by = self._order_by(items, columns)
 
         # Join variables: classes with two or more column occurrences.
         occurrences: dict[str, int] = {}
@@ -444,11 +612,19 @@ class _Builder:
             for v in cv:
                 if v in keep and v not in order:
                     order.append(v)
+        for alias, _rel in self.aliases:
+            for d in self.derived.get(alias, []):
+                if d.var in keep and d.var not in order:
+                    order.append(d.var)
         atoms = []
         for i, ((alias, rel), cv) in enumerate(zip(self.aliases, atom_cols)):
-            atom_vars = tuple(v for v in order if v in cv)
+            derived = tuple(d for d in self.derived.get(alias, []) if d.var in keep)
+            dvars = {d.var for d in derived}
+            atom_vars = tuple(v for v in order if v in cv or v in dvars)
             atoms.append(
-                Atom(i, alias, rel, cv, tuple(self.filters.get(alias, [])), atom_vars)
+                Atom(i, alias, rel, cv, tuple(self.filters.get(alias, [])), atom_vars,
+                     derived, tuple(self.predicates.get(alias, [])),
+                     self.env.get(alias, {}))
             )
         if group_by is not None:
             free = group_by
@@ -465,7 +641,94 @@ class _Builder:
             group_by=group_by,
             distinct=distinct,
             sql=self.sql,
+            post=post,
+            order_by=order_by,
         )
+
+    def _post_map(self, columns: list[OutputColumn], post_items: list[exp.Expr | None],
+                  having: exp.Expr | None, aggregates: list[Aggregate],
+                  group_by: tuple[str, ...], group_exprs: dict[str, str],
+                  group_types: dict[str, SqlType], var_of: Any,
+                  rels: dict[str, Relation], used: set[str]) -> PostMap:
+        """Output row and HAVING after the aggregate, over ``key[i]`` and ``v[j]``."""
+        env: dict[str, Any] = {}
+
+        def resolve(node: exp.Expr) -> Code | None:
+            if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+                agg = self._aggregate(node, var_of, rels)
+                if agg.var is not None:
+                    used.add(agg.var)
+                if agg not in aggregates:
+                    aggregates.append(agg)
+                j = aggregates.index(agg)
+                t = {"INT": SqlType("INT"), "FLOAT": SqlType("FLOAT")}.get(
+                    agg.result_type, SqlType("DECIMAL", agg.scale))
+                if agg.func in ("count", "count_star"):
+                    return Code(f"v[{j}]", SqlType("INT"), False, simple=True)
+                if agg.func == "avg":
+                    t = SqlType("FLOAT")
+                return Code(f"v[{j}]", t, True, simple=True)
+            v = group_exprs.get(node.sql("duckdb")) if not isinstance(node, exp.Column) \
+                else None
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                alias, idx = self._resolve(node)
+                v = var_of(alias, idx)
+            if v is not None:
+                if v not in group_by:
+                    raise ExprError(node, f"{node.sql()!r} must appear in GROUP BY or inside "
+                                          "an aggregate")
+                return Code(f"key[{group_by.index(v)}]", group_types[v], True, simple=True)
+            return None
+
+        compiler = ExprCompiler(env, resolve)
+        exprs: list[str] = []
+        for col, node in zip(columns, post_items):
+            if col.var is not None:
+                exprs.append(f"key[{group_by.index(col.var)}]" if group_by else "None")
+            elif col.aggregate is not None and node is None:
+                exprs.append(f"v[{col.aggregate}]")
+            else:
+                assert node is not None
+                code = compiler.compile(node)
+                src = code.src
+                if code.type.name == "DECIMAL":
+                    quantum = f"_q{code.type.scale}"
+                    env[quantum] = Decimal(1).scaleb(-code.type.scale)
+                    src = f"_f_quantize({src}, {quantum})"
+                exprs.append(src)
+        having_src = compiler.predicate(having.this) if having is not None else None
+        return PostMap(tuple(exprs), having_src, env)
+
+    def _order_by(self, items: list[tuple[str, exp.Expr]], columns: list[OutputColumn]
+                  ) -> tuple[tuple[int, bool, bool], ...]:
+        order = self.select.args.get("order")
+        if order is None:
+            return ()
+        names = [n.lower() for n, _ in items]
+        texts = [inner.sql("duckdb") for _, inner in items]
+        out: list[tuple[int, bool, bool]] = []
+        for o in order.expressions:
+            node = o.this if isinstance(o, exp.Ordered) else o
+            idx: int | None = None
+            if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
+                idx = names.index(node.name.lower())
+            elif node.sql("duckdb") in texts:
+                idx = texts.index(node.sql("duckdb"))
+            elif isinstance(node, exp.Literal) and not node.is_string:
+                n = int(node.name)
+                idx = n - 1 if 1 <= n <= len(items) else None
+            elif isinstance(node, exp.Column):
+                alias, i = self._resolve(node)
+                var = self.var_of(alias, i)
+                idx = next((k for k, c in enumerate(columns) if c.var == var), None)
+            if idx is None:
+                raise ExprError(node, f"ORDER BY {node.sql()!r}: order by a column of the "
+                                      "output (its name, position or expression)")
+            desc = bool(o.args.get("desc")) if isinstance(o, exp.Ordered) else False
+            nulls_first = bool(o.args.get("nulls_first")) if isinstance(o, exp.Ordered) \
+                else False
+            out.append((idx, desc, nulls_first))
+        return tuple(out)
 
     @staticmethod
     def _select_alias(col: exp.Column) -> str:
@@ -475,26 +738,20 @@ class _Builder:
     def _aggregate(self, node: exp.Expr, var_of: object, rels: dict[str, Relation]) -> Aggregate:
         assert callable(var_of)
         arg = node.this
-        func: AggFunc
-        if isinstance(arg, exp.Distinct):
-            raise self.reject(
-                node, "aggregate over DISTINCT", "COUNT(DISTINCT ...) is not supported"
-            )
         if isinstance(node, exp.Count) and isinstance(arg, exp.Star):
             return Aggregate("count_star", None, "INT")
-        if not isinstance(arg, exp.Column):
-            raise self.reject(node, "aggregate argument", "aggregate a single column")
-        alias, idx = self._resolve(arg)
-        col = rels[alias].columns[idx]
-        v = var_of(alias, idx)
-        if isinstance(node, exp.Count):
-            func, rtype = "count", "INT"
-        elif isinstance(node, exp.Sum):
-            if col.type not in ("INT", "FLOAT"):
-                raise self.reject(node, f"SUM over {col.type}", "SUM needs a numeric column")
-            func, rtype = "sum", col.type
+        if isinstance(arg, exp.Column):
+            alias, idx = self._resolve(arg)
+            col = rels[alias].columns[idx]
+            v = var_of(alias, idx)
+            t = SqlType.of_column(col)
         else:
-            if col.type not in ("INT", "FLOAT"):
-                raise self.reject(node, f"AVG over {col.type}", "AVG needs a numeric column")
-            func, rtype = "avg", "FLOAT"
-        return Aggregate(func, v, rtype)
+            v, t = self._derive(arg)
+        if isinstance(node, exp.Count):
+            return Aggregate("count", v, "INT")
+        if not t.numeric:
+            name = "SUM" if isinstance(node, exp.Sum) else "AVG"
+            raise ExprError(node, f"{name} over {t.name}: {name} needs a number")
+        if isinstance(node, exp.Sum):
+            return Aggregate("sum", v, t.name if t.name != "NULL" else "INT", t.scale)
+        return Aggregate("avg", v, "FLOAT")
