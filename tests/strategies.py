@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, NamedTuple, TypeVar
@@ -681,6 +681,28 @@ def random_stream(
             while rng.random() < epoch:
                 out.append(EPOCH_END)
     return out
+
+
+def flip_rounds(
+    rng: random.Random,
+    background: Iterable[tuple[str, Row]],
+    rounds: Iterable[tuple[str, list[Row]]],
+) -> Iterator[Record]:
+    """Inserts of the ``background`` rows (relation, row), an epoch; then per round
+    (relation, hot rows) the hot rows inserted in shuffled order, an epoch, deleted
+    again, an epoch: a hot value's degree crosses the heavy/light thresholds both ways
+    while the background keeps N put."""
+    for rel, t in background:
+        yield Update("+", rel, t, 1)
+    yield EPOCH_END
+    for rel, hot in rounds:
+        rng.shuffle(hot)
+        for t in hot:
+            yield Update("+", rel, t, 1)
+        yield EPOCH_END
+        for t in hot:
+            yield Update("-", rel, t, 1)
+        yield EPOCH_END
 
 
 TableCols = Sequence[tuple[str, Sequence[tuple[str, str]]]]

@@ -14,10 +14,10 @@ from golden import assert_matches_golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import check_stream
-from strategies import random_stream
+from strategies import flip_rounds, random_stream
 
 from core.errors import UnsupportedQueryError
-from core.records import EpochEnd, Record, Update
+from core.records import EpochEnd, Record
 from dataflow.api import View, compile_query
 from dataflow.cli import main
 from dataflow.engines.hierarchical import HierarchicalEngine
@@ -94,24 +94,17 @@ def hot_stream(arities: dict[str, int], rounds: int, partners: int = 40) -> Iter
     """A background of tuples, then value 0 gains ``partners`` partners in one column
     of one relation and loses them again, round after round (so its degree crosses the
     thresholds both ways while N stays put); relations and columns take turns."""
-    rng = random.Random(1)
     names = sorted(arities)
-    for rel in names:
-        for j in range(12):
-            yield Update("+", rel, tuple((j * (c + 3)) % 5 for c in range(arities[rel])), 1)
-    yield EPOCH_END
-    for r in range(rounds):
+    background = [(rel, tuple((j * (c + 3)) % 5 for c in range(arities[rel])))
+                  for rel in names for j in range(12)]
+
+    def hot(r: int) -> tuple[str, list[tuple[int, ...]]]:
         rel = names[r % len(names)]
         col = (r // len(names)) % arities[rel]
-        hot = [tuple(100 + j if c == col else 0 for c in range(arities[rel]))
-               for j in range(partners)]
-        rng.shuffle(hot)
-        for t in hot:
-            yield Update("+", rel, t, 1)
-        yield EPOCH_END
-        for t in hot:
-            yield Update("-", rel, t, 1)
-        yield EPOCH_END
+        return rel, [tuple(100 + j if c == col else 0 for c in range(arities[rel]))
+                     for j in range(partners)]
+
+    return flip_rounds(random.Random(1), background, (hot(r) for r in range(rounds)))
 
 
 @pytest.mark.parametrize("eps", EPS)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import check_stream
-from strategies import random_stream
+from strategies import flip_rounds, random_stream
 
 from core.errors import UnsupportedQueryError
 from core.records import EPOCH_END, Record, Update
@@ -73,27 +73,20 @@ def flip_stream(
     leaves) keeps N stable while 0 gains ``partners`` partners in one column of one
     relation, then loses them all. The background closes triangles through the hot
     tuples (R(0,p) S(p,1) T(1,0) and R(p,0) S(0,1) T(1,p), and rotations)."""
-    rng = random.Random(0)
     background = [(j, (j * 3) % 7 + 1) for j in range(1, 8)] + [(8, 9), (0, 1), (1, 0)]
     background += [(200 + j, 1) for j in range(6)] + [(1, 200 + j) for j in range(6)]
     background += [(1000 + j, 1001 + j) for j in range(filler)]
-    for rel in relations:
-        for t in background:
-            yield Update("+", rel, t, 1)
-    yield EPOCH_END
-    for r in range(rounds):
-        rel = relations[r % len(relations)]
+
+    def hot(r: int) -> tuple[str, list[tuple[int, ...]]]:
         # R, S and T are partitioned on their first column; the self-join's copies on
         # either column of G (by the triangle's orientation): alternate there.
         col = 0 if len(relations) == 3 else r % 2
-        hot = [(0, 200 + j) if col == 0 else (200 + j, 0) for j in range(partners)]
-        rng.shuffle(hot)
-        for t in hot:
-            yield Update("+", rel, t, 1)
-        yield EPOCH_END
-        for t in hot:
-            yield Update("-", rel, t, 1)
-        yield EPOCH_END
+        return relations[r % len(relations)], [
+            (0, 200 + j) if col == 0 else (200 + j, 0) for j in range(partners)
+        ]
+
+    return flip_rounds(random.Random(0), [(rel, t) for rel in relations for t in background],
+                       (hot(r) for r in range(rounds)))
 
 
 # -- DuckDB agreement ----------------------------------------------------------------
@@ -226,38 +219,54 @@ def test_karate_club_triangles_match_networkx(eps: float) -> None:
 
 
 # -- operators directly --------------------------------------------------------------
-@settings(max_examples=25)
-@given(
-    eps=st.sampled_from(EPS),
-    ops=st.lists(
-        st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 4),
-                  st.integers(1, 3), st.booleans()),
-        max_size=60,
-    ),
+TRIANGLE_OPS = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 4), st.integers(1, 3),
+              st.booleans()),
+    max_size=60,
 )
+"""(relation 0..2, x, y, copies, delete?) per update of R, S or T."""
+
+Rels = list[Counter[tuple[int, int]]]
+
+
+def valid_updates(
+    ops: list[tuple[int, int, int, int, bool]],
+) -> Iterator[tuple[int, tuple[int, int], int, Rels]]:
+    """The drawn ops as valid updates ``(i, t, m, rels)`` (a delete removes at most the
+    copies present; an empty one is skipped), ``rels`` the relations after each."""
+    rels: Rels = [Counter(), Counter(), Counter()]
+    for i, x, y, m, delete in ops:
+        t = (x, y)
+        if delete:
+            m = -min(m, rels[i][t])
+            if not m:
+                continue
+        rels[i][t] += m
+        yield i, t, m, rels
+
+
+def brute_triangles(rels: Rels) -> Counter[tuple[int, int, int]]:
+    """R(a,b) S(b,c) T(c,a) by a nested loop, with multiplicities."""
+    return Counter({
+        (a, b, c): rm * sm * rels[2][(c, a)]
+        for (a, b), rm in rels[0].items() if rm
+        for (b2, c), sm in rels[1].items() if sm and b2 == b and rels[2][(c, a)]
+    })
+
+
+@settings(max_examples=25)
+@given(eps=st.sampled_from(EPS), ops=TRIANGLE_OPS)
 def test_operators_match_brute_force(
     eps: float, ops: list[tuple[int, int, int, int, bool]]
 ) -> None:
     """Every single update, every view invariant, against a brute-force join."""
     count, listing = TriangleCount(DictState(), eps), TriangleListing(DictState(), eps)
-    rels: list[Counter[tuple[int, int]]] = [Counter(), Counter(), Counter()]
     result: Counter[tuple[int, int, int]] = Counter()
-    for i, x, y, m, delete in ops:
-        t = (x, y)
-        if delete:
-            m = min(m, rels[i][t])
-            if not m:
-                continue
-            m = -m
-        rels[i][t] += m
+    for i, t, m, rels in valid_updates(ops):
         count.update(i, t, m)
         listing.update(i, t, m)
         result.update(listing.take_delta())
-        expected = Counter({
-            (a, b, c): rm * sm * rels[2][(c, a)]
-            for (a, b), rm in rels[0].items() if rm
-            for (b2, c), sm in rels[1].items() if sm and b2 == b and rels[2][(c, a)]
-        })
+        expected = brute_triangles(rels)
         assert count.count == sum(expected.values()) == count.recount()
         assert +result == expected
         assert +Counter(listing.full()) == expected
