@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 from oracle import DuckDBOracle, Row, accumulate, check_stream, normalise_rows
 from strategies import random_stream
 from test_triangles import (
+    EPS,
+    G_WHERE,
+    RST,
+    RST_WHERE,
     TRIANGLE_OPS,
+    G,
     brute_triangles,
     flip_stream,
     router_invariants,
@@ -33,15 +38,7 @@ from operators.hop import EOF, Hop, HopUnion, SetIter, Union, drain
 from operators.state import DictState
 from operators.triangle_freevars import TriangleBinary, TriangleCountDouble, TriangleUnary
 
-EPS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-RST = (
-    "CREATE TABLE R(a INT, b INT); CREATE TABLE S(b INT, c INT); "
-    "CREATE TABLE T(c INT, a INT);"
-)
-W = "FROM R, S, T WHERE R.b = S.b AND S.c = T.c AND T.a = R.a"
-G = "CREATE TABLE G(src INT, dst INT);"
-GW = "FROM G g1, G g2, G g3 WHERE g1.dst = g2.src AND g2.dst = g3.src AND g3.dst = g1.src"
+W, GW = RST_WHERE, G_WHERE
 
 # name -> (sql, partitioning)
 RST_QUERIES: dict[str, tuple[str, str]] = {
