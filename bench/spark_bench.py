@@ -34,8 +34,8 @@ from connectors.files import CollectingSink  # noqa: E402
 from core.epochs import EpochCursor  # noqa: E402
 from core.records import format_update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
-from dataflow.drive import DriveStats  # noqa: E402
 from dataflow.distributed import PartitionLayout, tag_records  # noqa: E402
+from dataflow.drive import DriveStats  # noqa: E402
 
 
 @dataclass

@@ -45,8 +45,8 @@ from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import InputError, IvmflowError
 from dataflow.engines import AtomPort, PartitionEngine
-from dataflow.kinds import VIEW_TREES
 from dataflow.hypercube import Partitioner
+from dataflow.kinds import VIEW_TREES
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
 from operators.state import DictState, State, WriteBackState

@@ -29,8 +29,8 @@ from core.errors import UnsupportedQueryError
 from core.records import EPOCH_END, EpochEnd, Record, Update
 from dataflow.api import compile_query
 from dataflow.cli import cmd_explain
-from dataflow.kinds import GhdKind
 from dataflow.distributed import PartitionLayout
+from dataflow.kinds import GhdKind
 from operators.deltajoin import DeltaJoin
 from operators.state import DictState
 from plans.ghd import build_ghd
