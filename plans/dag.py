@@ -57,7 +57,7 @@ def dataflow_prelude(
         ops.append(into)
         into = into.id
     for atom in cq.atoms:
-        filters = tuple(f.render(atom.alias) for f in atom.filters)
+        filters = atom.render_conditions()
         ops.append(Op(f"input_{atom.alias}", "input", (
             ("atom", atom.index), ("relation", atom.relation.name), column(atom),
             ("filters", filters),

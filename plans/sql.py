@@ -467,7 +467,7 @@ class _Builder:
                 for col in rels[star_alias].columns:
                     items.append((col.name, exp.column(col.name, table=star_alias)))
                 continue
-            inner = item.this if isinstance(item, exp.Alias) else item
+            inner = self._join_column(item.this if isinstance(item, exp.Alias) else item)
             if isinstance(item, exp.Alias):
                 name = item.alias
             elif isinstance(item, exp.Column):
@@ -644,6 +644,21 @@ class _Builder:
             post=post,
             order_by=order_by,
         )
+
+    def _join_column(self, node: exp.Expr) -> exp.Expr:
+        """``COALESCE(r.a, s.a)`` of columns an inner join equates (what qualify makes of
+        NATURAL JOIN and USING columns) is that column."""
+        if isinstance(node, exp.Coalesce):
+            cols = [node.this, *node.expressions]
+            if all(isinstance(c, exp.Column) for c in cols):
+                rels = dict(self.aliases)
+                roots = set()
+                for c in cols:
+                    alias, idx = self._resolve(c)
+                    roots.add(self.uf.find(self._key(alias, rels[alias].columns[idx].name)))
+                if len(roots) == 1:
+                    return cols[0]
+        return node
 
     def _post_map(self, columns: list[OutputColumn], post_items: list[exp.Expr | None],
                   having: exp.Expr | None, aggregates: list[Aggregate],
