@@ -96,8 +96,8 @@ class ExprError(QueryError):
 
 Resolver = Callable[[exp.Expr], "Code | None"]
 
-_CMP: dict[type[exp.Expr], str] = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">",
-        exp.GTE: ">="}
+_CMP: dict[type[exp.Expr], str] = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<",
+                                   exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _ARITH: dict[type[exp.Expr], str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*"}
 _HELPER_OF = {"+": "_f_add", "-": "_f_sub", "*": "_f_mul"}
 _UNITS = {"YEAR": (12, 0, 0), "YEARS": (12, 0, 0), "MONTH": (1, 0, 0),

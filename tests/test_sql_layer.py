@@ -215,9 +215,7 @@ def _random_query(rng: random.Random) -> str:
     grouped = rng.random() < 0.6
     from_ = "R, S" if join else "R"
     order = ""
-    if bad == "R.a + S.e > 2" and join:
-        conds.append(bad)
-    elif bad == "R.a IN (SELECT a FROM S)":
+    if bad == "R.a + S.e > 2" and join or bad == "R.a IN (SELECT a FROM S)":
         conds.append(bad)
     elif bad == "LEFT JOIN" and join:
         from_ = "R LEFT JOIN S ON R.a = S.a"
