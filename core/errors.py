@@ -52,3 +52,31 @@ class UsageError(IvmflowError):
 class UnavailableError(UsageError):
     """A runner or connector that this installation does not have (exit code 2); the
     message says which extra to install."""
+
+
+class JobError(IvmflowError):
+    """A runner's job (Spark, Flink) failed or could not start (exit code 1). The
+    message is one line naming the cause (the worker's Python error, or what Java was
+    found and what is needed); ``trace`` holds the full text (JVM stack, worker
+    traceback) and ``log`` the file that holds it, when one was written (the CLI prints
+    the path, or the trace itself with ``--verbose``)."""
+
+    def __init__(self, message: str, trace: str = "", log: str | None = None) -> None:
+        super().__init__(message)
+        self.trace = trace
+        self.log = log
+
+
+class JobStartError(JobError):
+    """The job could not start: no Java, a Java version the runner does not support, or
+    a JVM that died while starting."""
+
+
+class SparkJobError(JobError):
+    """The Spark job failed; the message carries the worker's Python error taken out of
+    Spark's JVM trace (``the spark job failed: ImportError: ...``)."""
+
+
+class FlinkJobError(JobError):
+    """The Flink job failed (after its bounded restarts); the message carries the
+    worker's error (``the flink job failed: ...``)."""

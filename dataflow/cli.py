@@ -8,8 +8,10 @@
 
 Exit codes: 0 success (also after SIGINT/SIGTERM, which finish the open epoch first),
 1 bad input (bad update record, missing file, sink that cannot resume, unreachable
-broker), 2 bad query or bad usage (unsupported SQL, unknown option, runner or connector
-not in this build), 130 interrupted twice, 141 stdout closed.
+broker, a Spark or Flink job that failed or could not start: one line naming the cause,
+the full trace in a log file or with ``--verbose``), 2 bad query or bad usage
+(unsupported SQL, unknown option, runner or connector not in this build), 130
+interrupted twice, 141 stdout closed.
 
 Example:
     >>> import tempfile, pathlib
@@ -29,7 +31,7 @@ import os
 import sys
 from typing import Any
 
-from core.errors import InputError, IvmflowError, QueryError, UsageError
+from core.errors import InputError, IvmflowError, JobError, QueryError, UsageError
 from dataflow import generate, runners
 from dataflow.run import (
     PROG,
@@ -57,6 +59,8 @@ def cmd_run(opts: RunOptions) -> int:
     try:
         with stop_on_signals(progress):
             ctx = run(opts, progress)
+    except JobError as exc:
+        return _job_error(exc, opts.verbose, opts.runner)
     except InputError as exc:
         code = _error(str(exc), 1)
         done = progress.stats.epochs
@@ -75,6 +79,27 @@ def cmd_run(opts: RunOptions) -> int:
         print(f"{PROG}: skipped {plural(skipped, 'bad record')}; "
               f"see {opts.dead_letter_path}", file=sys.stderr)
     return 0
+
+
+def _job_error(exc: JobError, verbose: bool, runner: str) -> int:
+    """A failed Spark or Flink job: one line naming the cause, exit 1. The full trace
+    is printed first with ``--verbose``, else it is in a log file named on that line
+    (the job's own log, or one written here)."""
+    message = str(exc)
+    if verbose:
+        if exc.trace:
+            print(exc.trace.rstrip("\n"), file=sys.stderr)
+        return _error(message, 1)
+    log = exc.log
+    if log is None and exc.trace:
+        import tempfile
+
+        fd, log = tempfile.mkstemp(prefix=f"ivmflow-{runner}-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(exc.trace)
+    if log is not None:
+        message += f"; full trace in {log} (or run with --verbose)"
+    return _error(message, 1)
 
 
 def cmd_explain(
@@ -234,13 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--updates", required=True, metavar="SOURCE",
                      help="update CSV file, directory of *.csv, '-' for stdin, "
                           "or kafka://host:port/topic")
-    run.add_argument("--runner", choices=runners.names(), default="local")
+    run.add_argument("--runner", choices=runners.names(), default="local",
+                     help="local: in this process (default); spark, flink: a Spark or "
+                          "Flink job (pip install 'ivmflow[spark]' or '[flink]', Java 17)")
     run.add_argument("--epoch", type=_positive_int, metavar="N",
                      help="end an epoch after every N updates (besides '*' lines)")
     run.add_argument("--deltas", metavar="OUT.csv", help="delta file (default: stdout)")
     run.add_argument("--snapshots", metavar="OUT.csv",
                      help="write the full result after every '*' line to this file")
-    run.add_argument("--parallelism", type=_positive_int, default=1, metavar="P")
+    run.add_argument("--parallelism", type=_positive_int, default=1, metavar="P",
+                     help="partitions of the state, each with its own engine (HyperCube "
+                          "routing, every output row from one partition; default 1); "
+                          "spark, flink: parallel tasks")
     run.add_argument("--eps", type=_unit_float, metavar="E",
                      help="IVM-epsilon heavy/light threshold exponent, 0 <= E <= 1 "
                           "(default: the engine's choice); for a hierarchical query that "
@@ -281,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "security.protocol=SASL_SSL (repeatable)")
     run.add_argument("--quiet", "-q", action="store_true",
                      help="no progress line and no summary")
+    run.add_argument("--verbose", "-v", action="store_true",
+                     help="spark, flink: show the JVM's output, and a failed job's full "
+                          "trace (default: in a log file named by the error)")
 
     explain = sub.add_parser("explain", help="print the plan of a query")
     explain.add_argument("query", metavar="QUERY.sql")
@@ -358,7 +391,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         stop_at_end=args.stop_at_end, quiet=args.quiet, resume=args.resume,
         fsync=args.fsync, checkpoint=args.checkpoint,
         checkpoint_interval=args.checkpoint_interval, batch_lines=args.batch_lines,
-        kafka_options=args.kafka_option, native=args.native,
+        kafka_options=args.kafka_option, native=args.native, verbose=args.verbose,
     )
 
 

@@ -111,6 +111,9 @@ class RunOptions:
     native: bool | None = None
     """Local runner: compile the view's hot path (``View(native=...)``; ``None``:
     ``$IVMFLOW_NATIVE``)."""
+    verbose: bool = False
+    """Spark, Flink: leave the JVM's output on the terminal and print a failed job's
+    full trace (else the trace goes to a log file whose path the error names)."""
 
     def maintain_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given)."""

@@ -420,6 +420,51 @@ def test_progress_line_is_rewritten_in_place() -> None:
     assert progress.summary().startswith("ivmflow: 600 updates, 6 epochs, 0 delta rows in ")
 
 
+def test_run_help_explains_every_option(run: Run) -> None:
+    assert run("run", "--help") == 0
+    text = " ".join(run.out.split())
+    assert "--parallelism P partitions of the state" in text, run.out
+    assert "--verbose, -v" in text
+    options = re.findall(r"^  (-[-\w]+(?:, -\w)?(?: \S+)?)(.*)$", run.out, re.M)
+    bare = [o for o, rest in options if not rest.strip()]
+    # An option whose help text went onto the next line is fine; none may have none.
+    helped = {o for o in bare if re.search(re.escape(o) + r"\n {10,}\S", run.out)}
+    assert set(bare) <= helped | {"-h, --help"}, set(bare) - helped
+
+
+def test_java_found_and_needed_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Java, or one older than the runner runs on: one line saying which Java was
+    found and what is needed (a real ``java -version`` run, of a stand-in JDK)."""
+    from core.errors import JobStartError
+    from dataflow.runners.jvm import java_major, python_error, require_java
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nojdk"))
+    with pytest.raises(JobStartError) as err:
+        require_java("spark", (17, 21))
+    assert str(err.value) == (
+        f"the spark job could not start: it needs Java 17 or 21; found no Java (JAVA_HOME="
+        f"{tmp_path / 'nojdk'} holds no bin/java) (install e.g. openjdk-17-jre-headless, "
+        f"or set JAVA_HOME)")
+    jdk = tmp_path / "jdk11"
+    (jdk / "bin").mkdir(parents=True)
+    java = jdk / "bin" / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(jdk))
+    with pytest.raises(JobStartError) as err:
+        require_java("spark", (17, 21))
+    assert "it needs Java 17 or 21; found Java 11.0.2 (" + str(java) in str(err.value)
+    assert "\n" not in str(err.value)
+    assert require_java("flink", (11, 17, 21)).major == 11
+    assert java_major('java version "1.8.0_392"') == 8
+    trace = ("org.apache.spark.SparkException: crashed\nCaused by: x.RunnerException: "
+             "failed. Cause: Traceback (most recent call last):\n  File \"w.py\", line 1\n"
+             "    import google.protobuf\nModuleNotFoundError: No module named 'x'\n"
+             " SQLSTATE: XXKST\n\tat org.apache.Foo(Foo.scala:1)\n")
+    assert python_error(trace) == "ModuleNotFoundError: No module named 'x'"
+    assert python_error("java.lang.OutOfMemoryError: heap") is None
+
+
 def test_sigterm_finishes_the_open_epoch_and_exits_0(
     run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

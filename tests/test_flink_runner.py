@@ -181,6 +181,13 @@ def test_a_failing_job_fails_loud_with_the_workers_error(tmp_path: Path) -> None
     assert "InputError" in last and "a delete of at most 0 copies" in last, last
     assert "Traceback" not in done.stderr
     assert took < 120, took  # JVM start-up plus one bounded restart, not a retry loop
+    # The whole trace is in a file named on that line (or on the terminal with --verbose).
+    log = Path(last.split("; full trace in ", 1)[1].split(" ", 1)[0])
+    try:
+        assert "InputError" in log.read_text()
+    finally:
+        log.unlink(missing_ok=True)
+
 
 
 

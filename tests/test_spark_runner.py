@@ -332,3 +332,86 @@ def test_partition_store_results_do_not_depend_on_which_worker_runs_a_batch(sql:
         worker.update(st._CACHES)
     assert store.catchups > 0 and store.rebuilds > 1
     assert merge_outputs(out) == reference
+
+
+# ---------------------------------------------------------------------------------------
+# Failing loud, and the same bytes as the local runner
+
+
+def _paths_run(cwd: Path, *extra: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dataflow", "run", str(ROOT / "examples" / "paths.sql"),
+         "--updates", str(ROOT / "examples" / "paths_updates.csv"), *extra],
+        cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.integration
+def test_a_worker_that_cannot_import_fails_in_one_line_naming_the_cause(tmp_path: Path) -> None:
+    """The issue's case, for real: Spark's transformWithState worker imports
+    ``google.protobuf.descriptor``; a ``google`` package earlier on the workers'
+    PYTHONPATH, with an empty ``protobuf`` in it, makes that import fail as a missing
+    protobuf does. The run ends within a minute with one line naming the ImportError and
+    the extra to install; the full trace is in the log file that line names."""
+    pytest.importorskip("pyspark")
+    shadow = tmp_path / "shadow" / "google" / "protobuf"
+    shadow.mkdir(parents=True)
+    (shadow.parent / "__init__.py").write_text("")
+    (shadow / "__init__.py").write_text("")
+    start = time.monotonic()
+    done = _paths_run(tmp_path, "--runner", "spark",
+                      env=_env(PYTHONPATH=os.pathsep.join([str(shadow.parent.parent), str(ROOT)])))
+    took = time.monotonic() - start
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    line = lines[0]
+    assert line.startswith("ivmflow: error: the spark job failed: ImportError: cannot import "
+                           "name 'descriptor' from 'google.protobuf'"), line
+    assert "(install ivmflow[spark]); full trace in " in line, line
+    log = Path(line.split("full trace in ", 1)[1].split(" ", 1)[0])
+    try:
+        trace = log.read_text()
+        assert "StateMessage_pb2" in trace and "Caused by" in trace  # the JVM's whole story
+    finally:
+        log.unlink(missing_ok=True)
+    assert took < 60, took
+
+
+@pytest.mark.integration
+def test_verbose_shows_the_trace_and_still_ends_in_the_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    shadow = tmp_path / "shadow" / "google" / "protobuf"
+    shadow.mkdir(parents=True)
+    (shadow.parent / "__init__.py").write_text("")
+    (shadow / "__init__.py").write_text("")
+    done = _paths_run(tmp_path, "--runner", "spark", "--verbose",
+                      env=_env(PYTHONPATH=os.pathsep.join([str(shadow.parent.parent), str(ROOT)])))
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ivmflow: error: the spark job failed: ImportError: "), last
+    assert "full trace in" not in last
+    assert "Traceback (most recent call last)" in done.stderr  # the worker's, shown
+
+
+@pytest.mark.integration
+def test_spark_stdout_is_the_local_runners_bytes(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    local = _paths_run(tmp_path, "-q")
+    spark = _paths_run(tmp_path, "-q", "--runner", "spark")
+    assert local.returncode == 0 and spark.returncode == 0, spark.stderr[-3000:]
+    assert local.stdout.startswith("epoch,mult,a,b,c\n")
+    assert spark.stdout == local.stdout
+    assert spark.stderr == ""  # the JVM's console output went to its log, then away
+
+
+def test_no_java_fails_before_the_job_in_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    done = _paths_run(tmp_path, "--runner", "spark",
+                      env=_env(JAVA_HOME=str(tmp_path / "nojdk")))
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"ivmflow: error: the spark job could not start: it needs Java 17 or 21; found no "
+        f"Java (JAVA_HOME={tmp_path / 'nojdk'} holds no bin/java) (install e.g. "
+        f"openjdk-17-jre-headless, or set JAVA_HOME)\n")

@@ -54,7 +54,7 @@ from pyflink.datastream.state import (
 
 from connectors.files import OnError
 from core.epochs import CLOSE
-from core.errors import IvmflowError, UsageError
+from core.errors import FlinkJobError, UsageError
 from core.records import EpochDelta
 from dataflow.distributed import (
     PartitionLayout,
@@ -66,6 +66,7 @@ from dataflow.distributed import (
     stamp_checkpoint_dir,
 )
 from dataflow.runners.flink.reader import PhaseLog, Profiling
+from dataflow.runners.jvm import require_java
 from operators.state import WriteBackState, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
@@ -358,22 +359,24 @@ def _interpreter_first_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
 
 
-class FlinkJobError(IvmflowError):
-    """The Flink job failed (after its bounded restarts); the message carries the
-    worker's error (exit code 1)."""
+FLINK_JAVA = (11, 17, 21)
+"""The Java versions Flink 2.x runs on."""
 
 
 def job_failure(exc: BaseException) -> FlinkJobError:
     """The cause of a failed job, from Flink's nested exception text: the Python error
-    raised in a worker if there is one, else the innermost Java cause."""
+    raised in a worker if there is one, else the innermost Java cause (the whole text
+    rides along as the error's ``trace``)."""
     text = str(exc)
     causes = [line.split("Caused by: ", 1)[1].strip()
               for line in text.splitlines() if line.startswith("Caused by: ")]
     python = [c for c in causes if c.startswith("pemja.core.PythonException")]
     cause = (python or causes or [text.strip().splitlines()[0] if text.strip() else repr(exc)])[-1]
     cause = cause.removeprefix("pemja.core.PythonException: ")
+    if cause.split(":", 1)[0].rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError"):
+        cause += " (install ivmflow[flink])"
     msg = f"the flink job failed: {cause}"
-    return FlinkJobError(msg)
+    return FlinkJobError(msg, text)
 
 
 class FlinkJob:
@@ -471,6 +474,10 @@ class FlinkJob:
 
     def _environment(self, ckpt: Path, restore: str | None) -> StreamExecutionEnvironment:
         _interpreter_first_on_path()  # before Configuration() starts the JVM
+        from pyflink.java_gateway import _gateway
+
+        if _gateway is None:  # the JVM starts below: fail here, in one line, if it cannot
+            require_java("flink", FLINK_JAVA)
         conf = Configuration()
         conf.set_string("python.execution-mode", "thread")
         # The Python workers run this interpreter, not whatever ``python`` PATH finds

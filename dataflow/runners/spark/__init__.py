@@ -56,6 +56,7 @@ def run_spark(ctx: RunContext) -> DriveStats:
             scheme(opts.updates) == "kafka" or Path(opts.updates).is_dir()
         ),
         kafka_options=opts.kafka_options,
+        verbose=opts.verbose,
     )
     job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
     return ctx.progress.stats

@@ -18,6 +18,7 @@ state reaches the driver, and no output row either when the sinks are Kafka topi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -33,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from core.epochs import CLOSE, NumberedRecord
+from core.errors import JobError, JobStartError, SparkJobError
 from core.records import EpochDelta, Update
 from dataflow.distributed import (
     PartitionLayout,
@@ -40,6 +42,15 @@ from dataflow.distributed import (
     WorkerPlan,
     stamp_checkpoint_dir,
     tag_records,
+)
+from dataflow.runners.jvm import (
+    append,
+    find_java,
+    needs,
+    new_log,
+    output_to,
+    python_error,
+    require_java,
 )
 from dataflow.runners.spark.output import (
     OUTPUT_COLUMNS,
@@ -137,8 +148,12 @@ class PartitionProcessor(StatefulProcessor):
 
 
 
-def spark_session(master: str | None = None, partitions: int = 2) -> SparkSession:
-    """A SparkSession bound to loopback, quiet, sized for ``partitions``."""
+def spark_session(master: str | None = None, partitions: int = 2,
+                  log: str | None = None) -> SparkSession:
+    """A SparkSession bound to loopback, quiet, sized for ``partitions``. A JVM started
+    here writes its console output (and its Python workers theirs) to ``log`` when
+    given (:func:`~dataflow.runners.jvm.output_to`); Java is checked first (no Java, or
+    older than Spark needs: :class:`~core.errors.JobStartError`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -160,9 +175,73 @@ def spark_session(master: str | None = None, partitions: int = 2) -> SparkSessio
     )
     for name, value in STATE_STORE_CONF.items():
         builder = builder.config(name, value)
-    spark = builder.getOrCreate()
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:  # a JVM is started here
+        require_java("spark", SPARK_JAVA)
+    try:
+        with output_to(log):
+            spark = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - the JVM did not come up: say why
+        java = find_java()
+        trace = _trace_text(exc)
+        cause = _jvm_error(log) or (str(exc).strip().splitlines() or [repr(exc)])[0]
+        msg = (f"the spark job could not start: {cause}; it needs Java "
+               f"{needs(SPARK_JAVA)}, {java.describe()}")
+        append(log, trace)
+        raise JobStartError(msg, trace, log) from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+SPARK_JAVA = (17, 21)
+"""The Java versions Spark 4.0 runs on."""
+
+
+def _jvm_error(log: str | None) -> str | None:
+    """The first error line a JVM that died while starting wrote to ``log``."""
+    if log is None:
+        return None
+    with contextlib.suppress(OSError), open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if "Error" in line or "Exception" in line:
+                return line.strip()
+    return None
+
+
+def _trace_text(exc: BaseException) -> str:
+    """The whole text of a failure (PySpark's message carries the JVM trace)."""
+    import traceback
+
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def job_failure(exc: Exception, log: str | None) -> Exception:
+    """The user's error for a failed query: a bad record found inside Spark as ivmflow's
+    own :class:`~core.errors.InputError`; anything else as a
+    :class:`~core.errors.SparkJobError` naming the worker's Python error taken out of
+    Spark's trace (else the innermost Java cause), the full trace appended to ``log``."""
+    unwrapped = _unwrap(exc)
+    if unwrapped is not exc:
+        return unwrapped
+    trace = _trace_text(exc)
+    jvm = str(getattr(exc, "_stackTrace", "") or "")  # the JVM's trace with its causes
+    if jvm and jvm not in trace:
+        trace += "\nJVM stack trace:\n" + jvm
+    logged = ""
+    if log is not None:
+        with contextlib.suppress(OSError):
+            logged = Path(log).read_text(encoding="utf-8", errors="replace")
+    append(log, trace)
+    text = f"{exc}\n{jvm}"
+    cause = python_error(text) or python_error(logged)  # a worker's, not this driver's
+    if cause is None:
+        causes = [line.split("Caused by: ", 1)[1].strip()
+                  for line in text.splitlines() if line.startswith("Caused by: ")]
+        cause = (causes or [text.strip().splitlines()[0] if text.strip() else repr(exc)])[-1]
+    if cause.split(":", 1)[0].rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError"):
+        cause += " (install ivmflow[spark])"
+    return SparkJobError(f"the spark job failed: {cause}", trace, log)
 
 
 def _kafka_sinks(outputs: Any) -> dict[str, KafkaTopicSink]:
@@ -179,6 +258,12 @@ def _kafka_sinks(outputs: Any) -> dict[str, KafkaTopicSink]:
             found[kind] = KafkaTopicSink.of(sink)
             sink.close()
     return found
+
+
+def _remove(log: str | None) -> None:
+    if log is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(log)
 
 
 def _unwrap(exc: Exception) -> Exception:
@@ -211,6 +296,7 @@ class SparkJob:
         bounded: bool = True,
         master: str | None = None,
         kafka_options: Sequence[str] = (),
+        verbose: bool = False,
     ) -> None:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
@@ -222,6 +308,9 @@ class SparkJob:
         self.checkpoint = checkpoint or tempfile.mkdtemp(prefix="ivmflow-spark-")
         self.master = master
         self.kafka_options = tuple(kafka_options)
+        self.verbose = verbose
+        """Leave the JVM's output on this process's stdout and stderr (else it goes to
+        a log file, kept and named in the error when the job fails)."""
         self.batches = 0
         self.progress: list[dict[str, Any]] = []
         """Spark's progress reports of the run's micro-batches (durations, rows)."""
@@ -320,7 +409,22 @@ class SparkJob:
         directory or a Kafka topic, until stopped: :meth:`stop`, or ``should_stop()``
         turning true, e.g. on SIGTERM), writing each closed epoch once."""
         self._stamp_checkpoint()
-        spark = spark_session(self.master, self.layout.partitions)
+        log = None if self.verbose else new_log("spark")
+        try:
+            spark = spark_session(self.master, self.layout.partitions, log)
+            self._run(spark, outputs, stats, should_stop, log)
+        except JobError as exc:
+            if log is not None and os.path.getsize(log) == 0:
+                os.unlink(log)
+                exc.log = None
+            raise
+        except BaseException:
+            _remove(log)
+            raise
+        _remove(log)  # nothing went wrong: no log to keep
+
+    def _run(self, spark: SparkSession, outputs: Any, stats: Any,
+             should_stop: Callable[[], bool] | None, log: str | None) -> None:
 
         kafka_sinks = _kafka_sinks(outputs)
         partitions = self.layout.partitions
@@ -372,7 +476,7 @@ class SparkJob:
                 while not query.awaitTermination(1) and not should_stop():
                     pass
         except Exception as exc:  # noqa: BLE001 - re-raised with the user's message
-            raise _unwrap(exc) from None
+            raise job_failure(exc, log) from None
         finally:
             self.progress = [dict(p) for p in (query.recentProgress or [])]
             if stats is not None:
