@@ -189,6 +189,23 @@ def test_a_failing_job_fails_loud_with_the_workers_error(tmp_path: Path) -> None
         log.unlink(missing_ok=True)
 
 
+@pytest.mark.integration
+def test_flink_stdout_is_the_local_runners_bytes(tmp_path: Path) -> None:
+    """Deltas to stdout: the header line, then the rows, as the local runner prints."""
+    pytest.importorskip("pyflink")
+    q = ROOT / "examples" / "paths.sql"
+    u = ROOT / "examples" / "paths_updates.csv"
+    runs = {}
+    for runner in ("local", "flink"):
+        done = subprocess.run([sys.executable, "-m", "dataflow", "run", str(q), "--updates",
+                               str(u), "--runner", runner, "-q"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[runner] = done.stdout
+    assert runs["local"].startswith("epoch,mult,a,b,c\n")
+    assert runs["flink"] == runs["local"]
+
 
 
 @pytest.mark.integration

@@ -71,8 +71,9 @@ def run_flink(ctx: RunContext) -> DriveStats:
     text = Path(deltas).read_text() if Path(deltas).exists() else ""
     body = "".join(text.splitlines(keepends=True)[1:])
     ctx.progress.stats.delta_rows = body.count("\n")
-    if not opts.deltas:
+    if not opts.deltas and body:
+        # The same bytes as the local runner's stdout: the header, then the rows.
         stream = getattr(out.deltas, "stream", sys.stdout)
-        stream.write(body)
+        stream.write(text)
         stream.flush()
     return ctx.progress.stats
