@@ -99,9 +99,12 @@ def read_updates(
     *,
     on_error: OnError = "fail",
     dead_letter: DeadLetterSink | None = None,
+    opened: Callable[[BinaryIO], object] | None = None,
 ) -> Iterator[Record]:
     """Read an update CSV file, a directory of them (``*.csv`` in name order), or stdin
     (``"-"``), yielding :class:`Update` and :class:`EpochEnd` records in file order.
+    ``opened`` is called with each file as it is opened (a progress line reads its
+    position from it).
 
     Each record's ``source`` is ``"<path>:<line>"``.  A bad record raises
     :class:`InputError`, or with ``on_error="skip"`` goes to ``dead_letter`` and reading
@@ -129,7 +132,7 @@ def read_updates(
         paths = [(p, name)]
     else:
         raise FileNotFoundError(errno.ENOENT, "update source not found", name)
-    return _read_files(paths, schema, on_error, dead_letter)
+    return _read_files(paths, schema, on_error, dead_letter, opened)
 
 
 def _read_files(
@@ -137,9 +140,12 @@ def _read_files(
     schema: Schema,
     on_error: OnError,
     dead_letter: DeadLetterSink | None,
+    opened: Callable[[BinaryIO], object] | None = None,
 ) -> Iterator[Record]:
     for p, name in paths:
         with open(p, "rb") as f:
+            if opened is not None:
+                opened(f)
             yield from read_updates_from_lines(
                 _decode_lines(f), schema, name, on_error=on_error, dead_letter=dead_letter
             )

@@ -16,14 +16,15 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from connectors.base import DeadLetterSink, Outputs, SkipCommitted
 from connectors.files import (
@@ -177,6 +178,34 @@ class Progress:
         self.counted_in_job: str | None = None
         self._last_draw = self.start
         self._width = 0
+        # A bounded file source of known size (track_files): bytes read -> percent, ETA.
+        self.total_bytes: int | None = None
+        self._file: BinaryIO | None = None
+        self._file_size = 0
+        self._done_bytes = 0
+
+    def track_files(self, paths: Sequence[Path]) -> Callable[[BinaryIO], None]:
+        """Show percent and ETA while reading ``paths`` (a bounded file source): returns
+        the callback that the reader calls with each file it opens (its position is
+        read from it at each redraw)."""
+        self.total_bytes = sum(p.stat().st_size for p in paths)
+
+        def opened(f: BinaryIO) -> None:
+            self._done_bytes += self._file_size if self._file is not None else 0
+            self._file = f
+            self._file_size = os.fstat(f.fileno()).st_size
+
+        return opened
+
+    def fraction(self) -> float | None:
+        """The part of a tracked source read so far (``None``: size unknown)."""
+        if not self.total_bytes or self._file is None:
+            return None
+        try:
+            pos = self._file.tell()
+        except (OSError, ValueError):  # closed: read to its end
+            pos = self._file_size
+        return min(1.0, (self._done_bytes + pos) / self.total_bytes)
 
     def tick(self, i: int) -> None:
         """Redraw now and then (call with a running record count)."""
@@ -196,9 +225,17 @@ class Progress:
 
     def draw(self, now: float) -> None:
         st = self.stats
-        rate = st.updates / max(now - self.start, 1e-9)
+        elapsed = max(now - self.start, 1e-9)
+        rate = st.updates / elapsed
         line = (f"{PROG}: {st.updates} updates read, {plural(st.epochs, 'epoch')}, "
                 f"{plural(st.delta_rows, 'delta row')}, {rate:.0f} updates/s")
+        part = self.fraction()
+        if part is not None:
+            # As tqdm draws it: percent, a bar, elapsed and what remains at this pace.
+            filled = int(part * 20)
+            eta = _clock(elapsed * (1 - part) / part) if part > 0 else "?"
+            line = (f"{PROG}: {part:4.0%} |{'#' * filled}{' ' * (20 - filled)}| "
+                    f"{line.removeprefix(PROG + ': ')}, {_clock(elapsed)}<{eta}")
         self.stream.write("\r" + line.ljust(self._width))
         self.stream.flush()
         self._width = len(line)
@@ -219,6 +256,18 @@ class Progress:
         return (f"{PROG}: {plural(st.updates, 'update')}, {plural(st.epochs, 'epoch')}, "
                 f"{plural(st.delta_rows, 'delta row')}{snaps} in {secs:.1f}s "
                 f"({rate:.0f} updates/s)")
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss`` (``h:mm:ss`` from an hour on), as tqdm writes times.
+
+    >>> _clock(75.4), _clock(3725)
+    ('1:15', '1:02:05')
+    """
+    s = int(seconds + 0.5)
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
 @dataclass

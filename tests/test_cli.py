@@ -420,6 +420,33 @@ def test_progress_line_is_rewritten_in_place() -> None:
     assert progress.summary().startswith("ivmflow: 600 updates, 6 epochs, 0 delta rows in ")
 
 
+def test_progress_line_of_a_file_of_known_size_shows_percent_and_eta(tmp_path: Path) -> None:
+    """Like tqdm's bar: the part of the file read, a bar, elapsed<remaining."""
+    from dataflow.run import RunOptions, run
+
+    (tmp_path / "q.sql").write_text(TWO_HOP)
+    updates = tmp_path / "u.csv"
+    updates.write_text("".join(f"+,G,{i % 50},{(i * 7) % 50}\n" for i in range(3000)))
+    buf = io.StringIO()
+    progress = Progress(buf, enabled=True, interval=0.0)
+    run(RunOptions(query=str(tmp_path / "q.sql"), updates=str(updates),
+                   deltas=str(tmp_path / "d.csv"), epoch=500), progress)
+    lines = [t for t in buf.getvalue().split("\r") if t.strip()]
+    assert lines, buf.getvalue()
+    shown = re.compile(r"ivmflow: +(\d+)% \|[# ]{20}\| \d+ updates read, .*, "
+                       r"\d+:\d\d<(\d+:\d\d|\?)")
+    parts = [shown.match(t) for t in lines]
+    assert all(parts), lines
+    percents = [int(m.group(1)) for m in parts if m]
+    assert percents == sorted(percents) and 0 < percents[-1] <= 100, percents
+    assert progress.fraction() == 1.0  # the whole file was read
+
+
+def test_progress_line_of_stdin_has_no_percent() -> None:
+    progress = Progress(io.StringIO(), enabled=True)
+    assert progress.fraction() is None
+
+
 def test_run_help_explains_every_option(run: Run) -> None:
     assert run("run", "--help") == 0
     text = " ".join(run.out.split())

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from connectors.files import read_updates
@@ -83,8 +84,19 @@ def run_local(ctx: RunContext) -> DriveStats:
                f"run with --resume (it replays the file and writes only the missing "
                f"epochs), or use --runner spark|flink")
         raise UsageError(msg)
+    opened = None
+    if ctx.progress.enabled and opts.updates != "-":
+        # A bounded file source of known size: the progress line shows percent and ETA.
+        src = Path(opts.updates)
+        if src.is_dir():
+            files = sorted(f for f in src.iterdir() if f.suffix == ".csv" and f.is_file())
+        else:
+            files = [src] if src.is_file() else []
+        if files:
+            opened = ctx.progress.track_files(files)
     records = read_updates(
-        opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter
+        opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter,
+        opened=opened,
     )
     query = ctx.query
     replanned = getattr(query, "replanned", None)
