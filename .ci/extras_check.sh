@@ -49,8 +49,9 @@ for extra in "${EXTRAS[@]}"; do
     cat "$WORK/$extra.err" >&2
     log=$(grep -o 'full trace in [^ ]*' "$WORK/$extra.err" | head -n 1 | cut -d' ' -f4 || true)
     if [ -n "$log" ] && [ -f "$log" ]; then
-      echo "---- the last lines of $log:" >&2
-      tail -n 40 "$log" >&2
+      echo "---- the worker's traceback in $log:" >&2
+      awk '/Traceback \(most recent call last\)/ {p = 1} p && /^\tat / {exit} p' "$log" |
+        head -n 40 >&2
     fi
     fail "[$extra]: 'ivmflow run $QUERY --updates $UPDATES --runner $extra' failed in a" \
          "fresh venv with only ivmflow[$extra] installed (above); pin what it needs in" \
