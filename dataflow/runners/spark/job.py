@@ -177,8 +177,8 @@ def spark_session(master: str | None = None, partitions: int = 2,
         builder = builder.config(name, value)
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is None:  # a JVM is started here
-        require_java("spark", SPARK_JAVA)
+    if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        require_java("spark", SPARK_JAVA)  # a JVM is started here (not by spark-submit)
     try:
         with output_to(log):
             spark = builder.getOrCreate()
