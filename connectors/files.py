@@ -50,6 +50,7 @@ __all__ = [
     "OnError",
     "ResumeError",
     "SnapshotCsvSink",
+    "holds_records",
     "read_updates",
     "read_updates_from_lines",
 ]
@@ -85,6 +86,31 @@ class _Undecodable(str):
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def holds_records(path: str | Path) -> bool:
+    """Whether an update file (or directory of ``*.csv``) holds any record, an update or
+    a ``*`` line, i.e. whether a run over it closes an epoch: scans to the first line
+    that is neither blank nor a ``#`` comment (stdin, ``-``: unknown, ``False``).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.csv"
+    >>> _ = p.write_text("# nothing yet\n\n")
+    >>> holds_records(p), (p.write_text("*\n") and holds_records(p))
+    (False, True)
+    """
+    p = Path(path)
+    if str(path) == "-" or not p.exists():
+        return False
+    files = sorted(f for f in p.iterdir() if f.suffix == ".csv" and f.is_file()) \
+        if p.is_dir() else [p]
+    for f in files:
+        with open(f, "rb") as fh:
+            for raw in fh:
+                line = raw.strip()
+                if line and not line.startswith(b"#"):
+                    return True
+    return False
 
 
 def _check_on_error(on_error: str) -> None:
@@ -527,6 +553,11 @@ class CsvStreamSink:
         self.stream = stream
         self.columns = tuple(columns)
         self._header: str | None = csv_line([kind, "mult", *self.columns]) + "\n"
+
+    def write_header(self) -> None:
+        """Write the header now, if it is not out yet (a runner whose job wrote no rows
+        but closed an epoch: the same bytes as a run that wrote its empty epochs)."""
+        self._write(0, ())
 
     def write_epoch(self, delta: EpochDelta) -> None:
         self._write(delta.epoch, delta.rows)

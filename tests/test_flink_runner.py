@@ -205,6 +205,16 @@ def test_flink_stdout_is_the_local_runners_bytes(tmp_path: Path) -> None:
         runs[runner] = done.stdout
     assert runs["local"].startswith("epoch,mult,a,b,c\n")
     assert runs["flink"] == runs["local"]
+    # An epoch closed without rows: the header alone; no epoch closed: nothing.
+    for text, printed in (("+,follows,1,2\n", "epoch,mult,a,b,c\n"), ("# none\n", "")):
+        (tmp_path / "u.csv").write_text(text)
+        for runner in ("local", "flink"):
+            done = subprocess.run([sys.executable, "-m", "dataflow", "run", str(q),
+                                   "--updates", "u.csv", "--runner", runner, "-q"],
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert done.stdout == printed, (runner, text)
 
 
 

@@ -406,6 +406,25 @@ def test_spark_stdout_is_the_local_runners_bytes(tmp_path: Path) -> None:
     assert spark.stderr == ""  # the JVM's console output went to its log, then away
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize(("text", "printed"), [("+,follows,1,2\n", "epoch,mult,a,b,c\n"),
+                                               ("# no records\n", "")])
+def test_spark_stdout_without_rows_is_the_local_runners_bytes(tmp_path: Path, text: str,
+                                                              printed: str) -> None:
+    """An epoch closed without rows: the header alone; no epoch closed: nothing."""
+    pytest.importorskip("pyspark")
+    u = tmp_path / "u.csv"
+    u.write_text(text)
+    outs = []
+    for runner in ("local", "spark"):
+        done = subprocess.run(_cli(str(ROOT / "examples" / "paths.sql"), "--updates", str(u),
+                                   "--runner", runner), cwd=tmp_path, env=_env(),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outs.append(done.stdout)
+    assert outs == [printed, printed]
+
+
 def test_no_java_fails_before_the_job_in_one_line(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     done = _paths_run(tmp_path, "--runner", "spark",

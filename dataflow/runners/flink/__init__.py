@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.files import holds_records
 from core.errors import UnavailableError
 from dataflow.drive import DriveStats
 from dataflow.run import scheme
@@ -71,8 +72,10 @@ def run_flink(ctx: RunContext) -> DriveStats:
     text = Path(deltas).read_text() if Path(deltas).exists() else ""
     body = "".join(text.splitlines(keepends=True)[1:])
     ctx.progress.stats.delta_rows = body.count("\n")
-    if not opts.deltas and body:
-        # The same bytes as the local runner's stdout: the header, then the rows.
+    if not opts.deltas and (body or (scheme(opts.updates) is None
+                                     and holds_records(opts.updates))):
+        # The same bytes as the local runner's stdout: the header, then the rows; the
+        # header alone when epochs closed without rows; nothing when none closed.
         stream = getattr(out.deltas, "stream", sys.stdout)
         stream.write(text)
         stream.flush()

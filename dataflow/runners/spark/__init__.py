@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.files import CsvStreamSink, holds_records
 from core.errors import UnavailableError, UsageError
 from dataflow.drive import DriveStats
 from dataflow.run import scheme
@@ -59,4 +60,9 @@ def run_spark(ctx: RunContext) -> DriveStats:
         verbose=opts.verbose,
     )
     job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
+    if isinstance(out.deltas, CsvStreamSink) and scheme(opts.updates) is None \
+            and holds_records(opts.updates):
+        # Epochs closed (the job reports only those with rows): the header is due on
+        # stdout even without rows, as the local runner prints it.
+        out.deltas.write_header()
     return ctx.progress.stats
