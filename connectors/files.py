@@ -95,8 +95,8 @@ def holds_records(path: str | Path) -> bool:
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.csv"
-    >>> _ = p.write_text("# nothing yet\n\n")
-    >>> holds_records(p), (p.write_text("*\n") and holds_records(p))
+    >>> _ = p.write_text("# nothing yet\\n\\n")
+    >>> holds_records(p), (p.write_text("*\\n") and holds_records(p))
     (False, True)
     """
     p = Path(path)
