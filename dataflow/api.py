@@ -216,6 +216,7 @@ def make_finalizer(plan: Plan, count_supports: bool,
         current=reader() if callable(reader) else None,
         post=cq.post,
         order_by=cq.order_by,
+        reagg=cq.reagg,
     )
     if callable(output_state):
         if finalizer.keeps_state:

@@ -103,6 +103,8 @@ class PartitionLayout:
         if stateful_output:
             cq = plan.cq
             restrict = set(cq.group_by or ()) if cq.is_aggregate else set(plan.out_vars)
+            if cq.reagg is not None:  # (a final group must live in one partition)
+                restrict = set((cq.group_by or ())[:cq.reagg.n_keys])
             restrict -= set(plan.extra_vars)
         self.partitioner = Partitioner(plan, parallelism, allowed=restrict)
         self.partitions = self.partitioner.partitions

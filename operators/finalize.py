@@ -19,6 +19,8 @@ from core.codegen import define
 from core.consolidate import sort_rows, sorted_changes
 from core.schema import Row
 from operators.aggregate import AggregateLayout
+from operators.reaggregate import TAG as REAGG_TAG
+from operators.reaggregate import Reaggregator
 
 
 def order_rows(rows: list[tuple[int, Row]], order_by: Sequence[tuple[int, bool, bool]]) -> None:
@@ -68,6 +70,7 @@ class OutputFinalizer:
         current: Callable[[Any], Any] | None = None,
         post: Any = None,
         order_by: Sequence[tuple[int, bool, bool]] = (),
+        reagg: Any = None,
     ) -> None:
         self.mode = mode
         self.ring = ring
@@ -79,6 +82,10 @@ class OutputFinalizer:
         # Only grouped aggregates read the engine: the one row of an ungrouped aggregate
         # is kept in state (it exists even when no group does).
         self.current = current if mode == "aggregate" and grouped else None
+        self.reagg: Reaggregator | None = (
+            Reaggregator(reagg, layout) if reagg is not None else None)
+        """Final groups over the engine's groups (expressions over several FROM items)."""
+        self.final_grouped = reagg.grouped if reagg is not None else grouped
         self.emitted_once = False
         self.post = post
         """The stage after the aggregate (:class:`plans.cq.PostMap`): computed output
@@ -86,7 +93,7 @@ class OutputFinalizer:
         self.order_by = tuple(order_by)
         # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
         self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
-        self.keeps_state = not self.plain and self.current is None
+        self.keeps_state = not self.plain and (self.current is None or reagg is not None)
         """Whether :attr:`state` is used (a DISTINCT count or aggregate payload per row)."""
         self._agg_row = self._compile_agg_row()
         self.sorted_changes: Callable[[dict[Any, Any]], list[tuple[int, Row]]] = \
@@ -103,6 +110,9 @@ class OutputFinalizer:
         else:
             head = "    v = values(payload)"
         env: dict[str, Any] = {"values": None if self.layout is None else self.layout.values}
+        if self.reagg is not None:
+            env["values"] = self.reagg.values
+            head = "    v = values(payload)"
         lines = ["def agg_row(key, payload):", head]
         if self.post is not None:
             env.update(self.post.env)
@@ -118,7 +128,7 @@ class OutputFinalizer:
     def silent_when_unchanged(self) -> bool:
         """Whether an epoch without raw changes has an empty delta: always, except the
         first epoch of an ungrouped aggregate (its one row appears then)."""
-        return self.mode != "aggregate" or self.grouped or self.emitted_once
+        return self.mode != "aggregate" or self.final_grouped or self.emitted_once
 
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
@@ -143,14 +153,22 @@ class OutputFinalizer:
                     out.append((-1, row))
         else:
             changes: dict[Row, int] = {}
-            if not self.grouped and () not in raw and not self.emitted_once:
-                raw = {**raw, (): ring.zero}
-            for key, old, new in self._group_changes(raw):
-                if self.grouped:
+            zero = ring.zero
+            if self.reagg is not None:
+                zero = self.reagg.zero
+                triples = self.reagg.fold(self._group_changes(raw), self.state)
+                if not self.final_grouped and not self.emitted_once and \
+                        not any(t[0] == () for t in triples):
+                    triples.append(((), None, self.state.get((REAGG_TAG, ()))))
+            else:
+                if not self.grouped and () not in raw and not self.emitted_once:
+                    raw = {**raw, (): ring.zero}
+                triples = list(self._group_changes(raw))
+            for key, old, new in triples:
+                if self.final_grouped:
                     old_row = None if old is None else self._agg_row(key, old)
                     new_row = None if new is None else self._agg_row(key, new)
                 else:
-                    zero = ring.zero
                     old_row = (
                         self._agg_row(key, zero if old is None else old)
                         if self.emitted_once else None
@@ -203,14 +221,19 @@ class OutputFinalizer:
             out = [(1, row) for row, m in raw.items() if m]
         else:
             counts: dict[Row, int] = {}
+            zero = self.ring.zero
+            if self.reagg is not None:
+                raw = self.reagg.groups(raw)
+                zero = self.reagg.zero
             for key, payload in raw.items():
-                if self.ring.count(payload):
+                if payload[0] if self.reagg is not None else self.ring.count(payload):
                     row = self._agg_row(key, payload)
                     if row is not None:
                         counts[row] = counts.get(row, 0) + 1
             out = [(m, row) for row, m in counts.items()]
-            if not self.grouped and not any(self.ring.count(p) for p in raw.values()):
-                row = self._agg_row((), self.ring.zero)
+            if not self.final_grouped and not any(
+                    (p[0] if self.reagg is not None else self.ring.count(p)) for p in raw.values()):
+                row = self._agg_row((), zero)
                 if row is not None:
                     out.append((1, row))
         sort_rows(out)

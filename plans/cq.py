@@ -139,6 +139,37 @@ class OutputColumn:
 
 
 @dataclass(frozen=True)
+class FinalAggregate:
+    """An aggregate of the stage after the join block's groups (:class:`Reaggregate`):
+    over an engine variable (``var``: its per-group count and sum are read from the
+    ring payload) or over ``glue``, Python source over the extended group key
+    (``key[i]``) that an expression over several FROM items became."""
+
+    func: AggFunc
+    var: str | None
+    glue: str | None
+    result_type: str
+    scale: int = 0
+
+
+@dataclass(frozen=True)
+class Reaggregate:
+    """Expressions over several FROM items, maintained as a view over the join block:
+    the engine groups by the final GROUP BY keys plus the *carried* variables (each the
+    value of a largest one-item subexpression), and this stage folds those groups'
+    changes into the final groups: ``condition`` (over ``key``) keeps or drops a whole
+    engine group, ``aggregates`` are the final ones."""
+
+    n_keys: int
+    grouped: bool
+    condition: str | None
+    aggregates: tuple[FinalAggregate, ...]
+    carried: tuple[str, ...]
+    """SQL text of each carried variable (explain)."""
+    env: dict[str, Any] = field(compare=False, hash=False)
+
+
+@dataclass(frozen=True)
 class PostMap:
     """The stage after the aggregate: output row and HAVING over a group's key
     (``key[i]``) and aggregate values (``v[j]``), as Python source; ``having`` is None
@@ -164,6 +195,7 @@ class ConjunctiveQuery:
     distinct: bool
     sql: str
     post: PostMap | None = None
+    reagg: Reaggregate | None = None
     order_by: tuple[tuple[int, bool, bool], ...] = ()
     """ORDER BY as (output column, descending, nulls first): the order of snapshots."""
 

@@ -31,9 +31,11 @@ from plans.cq import (
     ConjunctiveQuery,
     DerivedVar,
     Filter,
+    FinalAggregate,
     OutputColumn,
     PostMap,
     Predicate,
+    Reaggregate,
 )
 from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
 from plans.sqlcheck import check_supported, describe
@@ -233,6 +235,9 @@ class _Builder:
         self.derived_by_sql: dict[tuple[str, str], tuple[str, SqlType]] = {}
         self.env: dict[str, dict[str, Any]] = {}
         self.taken_names: set[str] = set()
+        self.multi_conditions: list[exp.Expr] = []
+        self.carried: list[tuple[str, SqlType, str]] = []
+        self.final_keys: tuple[str, ...] = ()
 
     # -- FROM ----------------------------------------------------------------------
     def _add_table(self, table: exp.Expr) -> None:
@@ -277,6 +282,55 @@ class _Builder:
         return matches[0]
 
     # -- WHERE ---------------------------------------------------------------------
+    def _group_connectives(self, node: exp.Expr) -> exp.Expr:
+        """AND/OR chains regrouped so that the operands over one FROM item sit
+        together (one carried boolean per item, not one per operand), and common
+        conjuncts of an OR's branches factored out (TPC-H Q19 repeats its join in each
+        branch): ``(a AND x) OR (a AND y)`` is ``a AND (x OR y)``."""
+        if isinstance(node, exp.Paren):
+            return self._group_connectives(node.this)
+        if not isinstance(node, (exp.And, exp.Or)):
+            return node
+        kind = type(node)
+        flat: list[exp.Expr] = []
+
+        def walk(n: exp.Expr) -> None:
+            while isinstance(n, exp.Paren):
+                n = n.this
+            if isinstance(n, kind):
+                walk(n.this)
+                walk(n.expression)
+            else:
+                flat.append(n)
+
+        walk(node)
+        parts = [self._group_connectives(p) for p in flat]
+        if kind is exp.Or:
+            branches = [self._conjuncts(p) for p in parts]
+            common = [c for c in branches[0]
+                      if all(any(c == d for d in b) for b in branches[1:])]
+            if common:
+                rest = [[c for c in b if not any(c == d for d in common)] for b in branches]
+                if all(rest):
+                    ors = [exp.and_(*r) if len(r) > 1 else r[0] for r in rest]
+                    return self._group_connectives(exp.and_(*common, exp.or_(*ors)))
+                return exp.and_(*common) if len(common) > 1 else common[0]
+        groups: dict[str, list[exp.Expr]] = {}
+        order: list[str] = []
+        for p in parts:
+            aliases = self._aliases_in(p)
+            key = next(iter(aliases)) if len(aliases) == 1 else f"\0{len(order)}"
+            if key not in groups:
+                groups[key] = []
+                order.append(key)
+            groups[key].append(p)
+        joined = [g[0] if len(g) == 1 else
+                  (exp.and_(*g) if kind is exp.And else exp.or_(*g))
+                  for g in (groups[k] for k in order)]
+        if len(joined) == 1:
+            return joined[0]
+        return exp.and_(*joined) if kind is exp.And else exp.or_(*joined)
+
     def _conjuncts(self, cond: exp.Expr) -> list[exp.Expr]:
         if isinstance(cond, exp.And):
             return self._conjuncts(cond.this) + self._conjuncts(cond.expression)
@@ -381,9 +435,9 @@ class _Builder:
             return
         aliases = self._aliases_in(cond)
         if len(aliases) > 1:
-            names = ", ".join(sorted(aliases))
-            raise ExprError(cond, f"a condition over several tables ({names}) other than an "
-                                  "equality of columns is not supported yet")
+            # (applied to the join block's groups: see _glue_compiler)
+            self.multi_conditions.append(cond)
+            return
         alias = next(iter(aliases)) if aliases else self.aliases[0][0]
         compiler = self._atom_compiler(alias)
         src = compiler.predicate(cond)
@@ -446,6 +500,8 @@ class _Builder:
         where = sel.args.get("where")
         if where is not None:
             conditions.extend(self._conjuncts(where.this))
+        conditions = [c for cond in conditions
+                      for c in self._conjuncts(self._group_connectives(cond))]
         # Equalities first: they name the variables the other conditions read.
         rest = [c for c in conditions if not self._simple_condition(c)]
 
@@ -535,6 +591,21 @@ class _Builder:
             sel.args.get("having") is not None
         post_needed = False
         post_items: list[exp.Expr | None] = []
+        having_node = sel.args.get("having")
+        multi_aggs = any(
+            is_aggregate(n) and not isinstance(n.this, exp.Star)
+            and len(self._aliases_in(n.this)) > 1
+            for node in [inner for _, inner in items] + ([having_node] if having_node else [])
+            for n in node.walk())
+        reagg_mode = aggregate_query and bool(self.multi_conditions or multi_aggs)
+        if self.multi_conditions and not aggregate_query:
+            cond = self.multi_conditions[0]
+            tables = ", ".join(sorted(self._aliases_in(cond)))
+            raise ExprError(cond, f"a condition over several tables ({tables}) other than an "
+                                  "equality of columns is supported with GROUP BY or "
+                                  "aggregates only, not yet in a plain SELECT")
+        self.final_keys = group_by or ()
+        final_aggs: list[FinalAggregate] = []
         for name, inner in items:
             if isinstance(inner, exp.Column):
                 alias, idx = self._resolve(inner)
@@ -546,7 +617,7 @@ class _Builder:
                 v = group_exprs[inner.sql("duckdb")]
                 columns.append(OutputColumn(name, var=v))
                 post_items.append(None)
-            elif is_aggregate(inner):
+            elif is_aggregate(inner) and not reagg_mode:
                 agg = self._aggregate(inner, var_of, rels)
                 if agg.var is not None:
                     used.add(agg.var)
@@ -587,7 +658,33 @@ class _Builder:
             )
 
         post: PostMap | None = None
-        if aggregate_query and (post_needed or having is not None):
+        reagg: Reaggregate | None = None
+        if reagg_mode:
+            env: dict[str, Any] = {}
+            glue = self._glue_compiler(env, group_types)
+
+            def register(node: exp.Expr) -> Code:
+                return self._final_aggregate(node, final_aggs, glue, used)
+
+            post = self._post_map(columns, post_items, having, aggregates, group_by or (),
+                                  group_exprs, group_types, var_of, rels, used,
+                                  register=register, env=env)
+            condition = " and ".join(glue.predicate(c) for c in self.multi_conditions) or None
+            n_keys = len(self.final_keys)
+            group_by = self.final_keys + tuple(v for v, _t, _s in self.carried)
+            used.update(group_by)
+            # The engine's aggregates: the derivation count, and per one-item variable
+            # its count and sum (read back by the reaggregation).
+            aggregates = [Aggregate("count_star", None, "INT")]
+            for fa in final_aggs:
+                if fa.var is not None:
+                    agg = Aggregate("count" if fa.func == "count" else "sum", fa.var,
+                                    fa.result_type, fa.scale)
+                    if agg not in aggregates:
+                        aggregates.append(agg)
+            reagg = Reaggregate(n_keys, group is not None, condition, tuple(final_aggs),
+                                tuple(s for _v, _t, s in self.carried), env)
+        elif aggregate_query and (post_needed or having is not None):
             post = self._post_map(columns, post_items, having, aggregates, group_by or (),
                                   group_exprs, group_types, var_of, rels, used)
         if post is not None and not aggregates:
@@ -642,6 +739,7 @@ class _Builder:
             distinct=distinct,
             sql=self.sql,
             post=post,
+            reagg=reagg,
             order_by=order_by,
         )
 
@@ -664,11 +762,15 @@ class _Builder:
                   having: exp.Expr | None, aggregates: list[Aggregate],
                   group_by: tuple[str, ...], group_exprs: dict[str, str],
                   group_types: dict[str, SqlType], var_of: Any,
-                  rels: dict[str, Relation], used: set[str]) -> PostMap:
+                  rels: dict[str, Relation], used: set[str],
+                  register: Any = None, env: dict[str, Any] | None = None) -> PostMap:
         """Output row and HAVING after the aggregate, over ``key[i]`` and ``v[j]``."""
-        env: dict[str, Any] = {}
+        env = {} if env is None else env
 
         def resolve(node: exp.Expr) -> Code | None:
+            if isinstance(node, (exp.Count, exp.Sum, exp.Avg)) and register is not None:
+                out: Code = register(node)
+                return out
             if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
                 agg = self._aggregate(node, var_of, rels)
                 if agg.var is not None:
@@ -713,6 +815,74 @@ class _Builder:
                 exprs.append(src)
         having_src = compiler.predicate(having.this) if having is not None else None
         return PostMap(tuple(exprs), having_src, env)
+
+    def _glue_compiler(self, env: dict[str, Any], group_types: dict[str, SqlType]
+                       ) -> ExprCompiler:
+        """Compiles an expression over several FROM items into Python source over the
+        extended group key: each largest subexpression over one item becomes a carried
+        variable (a GROUP BY key of the engine, read as ``key[i]``)."""
+
+        def resolve(node: exp.Expr) -> Code | None:
+            if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+                raise ExprError(node, "an aggregate inside an aggregate or condition")
+            if not column_refs(node):
+                return None
+            aliases = self._aliases_in(node)
+            if len(aliases) != 1:
+                return None
+            if isinstance(node, exp.Column):
+                alias, idx = self._resolve(node)
+                var = self.var_of(alias, idx)
+                t = SqlType.of_column(dict(self.aliases)[alias].columns[idx])
+            else:
+                var, t = self._derive(node)
+            if var in self.final_keys:
+                pos = self.final_keys.index(var)
+            else:
+                names = [v for v, _t, _s in self.carried]
+                if var not in names:
+                    self.carried.append((var, t, node.sql("duckdb")))
+                    names.append(var)
+                pos = len(self.final_keys) + names.index(var)
+            return Code(f"key[{pos}]", t, True, simple=True)
+
+        return ExprCompiler(env, resolve)
+
+    def _final_aggregate(self, node: exp.Expr, final_aggs: list[FinalAggregate],
+                         glue: ExprCompiler, used: set[str]) -> Code:
+        """A final aggregate (reaggregation mode), as the post stage reads it: ``v[j]``."""
+        arg = node.this
+        func = ("count_star" if isinstance(node, exp.Count) and isinstance(arg, exp.Star)
+                else "count" if isinstance(node, exp.Count)
+                else "sum" if isinstance(node, exp.Sum) else "avg")
+        if func == "count_star":
+            fa = FinalAggregate("count_star", None, None, "INT")
+            t = SqlType("INT")
+        elif len(self._aliases_in(arg)) <= 1:
+            if isinstance(arg, exp.Column):
+                alias, idx = self._resolve(arg)
+                var = self.var_of(alias, idx)
+                t = SqlType.of_column(dict(self.aliases)[alias].columns[idx])
+            else:
+                var, t = self._derive(arg)
+            used.add(var)
+            fa = FinalAggregate(func, var, None,  # type: ignore[arg-type]
+                                t.name if t.name != "NULL" else "INT", t.scale)
+        else:
+            code = glue.compile(arg)
+            t = code.type
+            fa = FinalAggregate(func, None, code.src,  # type: ignore[arg-type]
+                                t.name if t.name != "NULL" else "INT", t.scale)
+        if func in ("sum", "avg") and not t.numeric:
+            raise ExprError(node, f"{func.upper()} over {t.name}: it needs a number")
+        if fa not in final_aggs:
+            final_aggs.append(fa)
+        j = final_aggs.index(fa)
+        if func in ("count", "count_star"):
+            return Code(f"v[{j}]", SqlType("INT"), False, simple=True)
+        if func == "avg":
+            return Code(f"v[{j}]", SqlType("FLOAT"), True, simple=True)
+        return Code(f"v[{j}]", t, True, simple=True)
 
     def _order_by(self, items: list[tuple[str, exp.Expr]], columns: list[OutputColumn]
                   ) -> tuple[tuple[int, bool, bool], ...]:
