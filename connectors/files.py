@@ -67,6 +67,9 @@ _TYPE_WORDS: dict[ColumnType, str] = {
     "FLOAT": "a FLOAT (number)",
     "TEXT": "a TEXT value",
     "BOOL": "a BOOL (true/false)",
+    "DECIMAL": "a DECIMAL (plain decimal text, e.g. 1234.50)",
+    "DATE": "a DATE (ISO, e.g. 1995-03-15)",
+    "TIMESTAMP": "a TIMESTAMP (ISO, e.g. 1995-03-15 10:00:00)",
 }
 
 

@@ -306,3 +306,34 @@ def test_random_queries_are_refused_or_right(seed: int) -> None:
         want = _duck_result(con, sql)
         assert to.compare_answers([[r for r, m in acc.items() for _ in range(m)]],
                                   [[r for r, m in want.items() for _ in range(m)]]) == [], sql
+
+
+# -- typed input and output ------------------------------------------------------------
+
+
+def test_typed_values_in_csv_and_kafka_json(tmp_path: Path) -> None:
+    from connectors.files import read_updates
+    from connectors.kafka.codec import decode_update, encode_delta
+    from core.errors import InputError
+
+    q = compile_query("CREATE TABLE T(d DATE, x DECIMAL(15,2), t TIMESTAMP);\n"
+                      "SELECT d, SUM(x) AS s, t FROM T GROUP BY d, t")
+    path = tmp_path / "u.csv"
+    path.write_text("+,T,1995-03-15,12.5,1995-03-15 10:00:00\n+,T,1995-03-15,0.25,"
+                    "1995-03-15 10:00:00\n")
+    deltas = list(q.run(read_updates(path, q.schema)))
+    assert deltas[0].rows == ((1, (datetime.date(1995, 3, 15), Decimal("12.75"),
+                                   datetime.datetime(1995, 3, 15, 10))),)
+    record = encode_delta(1, 1, deltas[0].rows[0][1], q.cq.output_names)
+    assert record == (b'{"epoch":1,"mult":1,"row":{"d":"1995-03-15","s":"12.75",'
+                      b'"t":"1995-03-15 10:00:00"}}')
+    u = decode_update(b'{"op":"+","relation":"T","row":{"d":"1995-03-15","x":1.5,'
+                      b'"t":"1995-03-15T10:00:00"}}', q.schema, source="k")
+    assert u.row == (datetime.date(1995, 3, 15), Decimal("1.50"),
+                     datetime.datetime(1995, 3, 15, 10))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("+,T,1995-03-15,1.5,1995-03-15 10:00:00\n+,T,15/03/1995,1.5,\n")
+    with pytest.raises(InputError) as info:
+        list(q.run(read_updates(bad, q.schema)))
+    text = str(info.value)
+    assert "bad.csv" in text and ":2" in text and "DATE" in text and "15/03/1995" in text

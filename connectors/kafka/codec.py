@@ -7,12 +7,14 @@ with an :class:`InputError` naming topic, partition and offset), delta records o
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any, NoReturn
 
 from core.errors import InputError
-from core.records import EpochEnd, Record, Update
+from core.records import EpochEnd, Record, Update, format_value
 from core.schema import Row, Schema, Value, ValueParseError
 
 SKIP_HINT = "fix the record or run with --on-error skip to send it to the dead-letter topic"
@@ -160,7 +162,21 @@ def encode_update(record: Record, *, with_relation: bool = True) -> bytes:
     obj["row"] = list(record.row)
     if record.mult != 1:
         obj["mult"] = record.mult
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return json.dumps(obj, separators=(",", ":"), default=json_value).encode()
+
+
+def json_value(value: object) -> str:
+    """A value JSON has no type for, as text: a DECIMAL exactly as the CSV sinks write
+    it (a JSON number would go through a float), a DATE or TIMESTAMP in ISO form.
+
+    >>> import datetime, decimal
+    >>> encode_delta(1, 1, (decimal.Decimal("1.50"), datetime.date(1995, 3, 15)), ("p", "d"))
+    b'{"epoch":1,"mult":1,"row":{"p":"1.50","d":"1995-03-15"}}'
+    """
+    if isinstance(value, (Decimal, datetime.date)):
+        return format_value(value)
+    msg = f"no JSON form for {type(value).__name__} {value!r}"
+    raise TypeError(msg)
 
 
 def unique_columns(columns: Sequence[str]) -> tuple[str, ...]:
@@ -187,7 +203,7 @@ def encode_delta(epoch: int, mult: int, row: Row, columns: Sequence[str],
     b'{"snapshot":2,"mult":1,"row":{"s":"a","b":true}}'
     """
     obj = {key: epoch, "mult": mult, "row": dict(zip(columns, row))}
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return json.dumps(obj, separators=(",", ":"), default=json_value).encode()
 
 
 def decode_delta(value: bytes, *, key: str = "epoch") -> tuple[int, int, dict[str, Value]]:
