@@ -78,8 +78,28 @@ def dataflow_epilogue(plan: Plan, ops: list[Op], edges: list[Edge]) -> None:
     """The end every operator DAG shares, appended to ``ops`` and ``edges``:
     ``enumerate -> finalize`` (the output mode and columns) ``-> sink``."""
     mode = finalize_mode(plan)
-    ops.append(Op("finalize", "finalize", (("mode", mode), ("columns", plan.cq.output_names))))
-    edges.append(Edge("enumerate", "finalize", "row deltas"))
+    cq = plan.cq
+    into = "enumerate"
+    if cq.reagg is not None:
+        # A view over the join block's groups: expressions over several FROM items.
+        r = cq.reagg
+        aggs = tuple(
+            f"{fa.func}({fa.var})" + (" from ring payloads" if fa.func != "count_star" else "")
+            if fa.var is not None or fa.func == "count_star"
+            else f"{fa.func}(<carried expression>) at the finalizer" for fa in r.aggregates)
+        ops.append(Op("reaggregate", "reaggregate", (
+            ("final_keys", tuple((cq.group_by or ())[:r.n_keys])), ("carried", r.carried),
+            ("condition", "yes" if r.condition else "none"), ("aggregates", aggs))))
+        edges.append(Edge(into, "reaggregate", "group payload deltas"))
+        into = "reaggregate"
+    if cq.post is not None:
+        ops.append(Op("post", "map", (
+            ("having", "yes" if cq.post.having else "none"),
+            ("computed", tuple(c.expr for c in cq.columns if c.expr is not None)))))
+        edges.append(Edge(into, "post", "group deltas"))
+        into = "post"
+    ops.append(Op("finalize", "finalize", (("mode", mode), ("columns", cq.output_names))))
+    edges.append(Edge(into, "finalize", "row deltas"))
     ops.append(Op("sink", "sink", ()))
     edges.append(Edge("finalize", "sink", "epoch deltas"))
 
