@@ -26,6 +26,12 @@ every view of the same query shape after the first loads it (and gets its own
 instance). :func:`native_available` says why a build cannot run here (no Cython, no C
 compiler, no Python headers).
 
+Whether a view compiles (:func:`native_mode`): ``auto`` by default, compiled where a build
+can run and interpreted otherwise, a build that fails there falling back to the
+interpreter with a :class:`NativeFallbackWarning` (one line); ``on``
+(``native=True``, ``--native``, ``IVMFLOW_NATIVE=1``) fails with the reason instead;
+``off`` (``native=False``, ``--no-native``, ``IVMFLOW_NATIVE=0``) never compiles.
+
 Example (skipped where Cython or a compiler is missing):
     >>> from core.codegen import define
     >>> counts = {}
@@ -53,6 +59,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +67,12 @@ from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import Any
 
 from core.codegen import SOURCE_KEY
+from core.errors import IvmflowError, UsageError
 
 NATIVE_ENV = "IVMFLOW_NATIVE"
-"""Environment variable: ``1`` compiles the generated code of every engine that is
-allowed to (see :func:`native_requested`), ``0`` never does."""
+"""Environment variable read when a view is given no ``native`` flag (see
+:func:`native_mode`): ``1`` requires the compiled build, ``0`` never compiles, unset
+(or ``auto``) compiles where it can."""
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _SELF = "_ivs"
@@ -72,16 +81,59 @@ _LOCK = threading.Lock()
 _LOADED: dict[str, ModuleType] = {}
 
 
-class NativeBuildError(RuntimeError):
+class NativeBuildError(IvmflowError, RuntimeError):
     """The generated code could not be translated or compiled (the message says which
-    step and shows the compiler's output)."""
+    step and shows the compiler's output), or a required build cannot run here."""
 
 
-def native_requested(flag: bool | None) -> bool:
-    """Whether to build natively: ``flag`` if given, else ``$IVMFLOW_NATIVE == "1"``."""
+class NativeFallbackWarning(RuntimeWarning):
+    """A view in ``auto`` mode whose native build failed runs interpreted (same
+    results); the message is one line (the compiler's output goes to a log file it
+    names)."""
+
+
+_MODES = {"1": "on", "true": "on", "yes": "on", "on": "on",
+          "0": "off", "false": "off", "no": "off", "off": "off", "": "auto", "auto": "auto"}
+
+
+def native_mode(flag: bool | None) -> str:
+    """``"on"`` (``flag`` True: compiled or an error), ``"off"`` (False: interpreted) or,
+    without a flag, what ``$IVMFLOW_NATIVE`` says: ``1`` on, ``0`` off, unset or
+    ``auto``: ``"auto"`` (compiled where a build can run, else interpreted).
+
+    >>> native_mode(True), native_mode(False)
+    ('on', 'off')
+    """
     if flag is not None:
-        return flag
-    return os.environ.get(NATIVE_ENV, "") == "1"
+        return "on" if flag else "off"
+    value = os.environ.get(NATIVE_ENV, "")
+    mode = _MODES.get(value.strip().lower())
+    if mode is None:
+        msg = f"{NATIVE_ENV}={value!r}: expected 1 (compiled), 0 (interpreted) or auto"
+        raise UsageError(msg)
+    return mode
+
+
+def first_line(err: BaseException) -> str:
+    """``err``'s first line (an unexpected error's type first).
+
+    >>> first_line(NativeBuildError("cython failed on m.pyx:\\n...")), first_line(KeyError(1))
+    ('cython failed on m.pyx', 'KeyError: 1')
+    """
+    text = str(err) if isinstance(err, IvmflowError) else f"{type(err).__name__}: {err}"
+    return text.partition("\n")[0].rstrip(":")
+
+
+def one_line(err: BaseException) -> str:
+    """:func:`first_line`; when ``err`` has more lines (a compiler's output), they go
+    to a log file that the line names."""
+    text = str(err)
+    if not text.partition("\n")[2].strip():
+        return first_line(err)
+    fd, log = tempfile.mkstemp(prefix="ivmflow-native-", suffix=".log")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    return f"{first_line(err)} (full output in {log})"
 
 
 def native_available() -> str | None:
@@ -556,18 +608,41 @@ def native_sorted_changes(module: ModuleType) -> Callable[[dict[Any, Any]], Any]
 
 
 # -- building ----------------------------------------------------------------------------
-def _build(text: str) -> ModuleType:
+def _module_name(text: str) -> str:
     key = hashlib.sha256((text + sys.version + _cython_version()).encode()).hexdigest()[:20]
-    name = f"ivmflow_native_{key}"
+    return f"ivmflow_native_{key}"
+
+
+def _target(name: str) -> Path:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    return cache_dir() / f"{name}{suffix}"
+
+
+def is_built(text: str) -> bool:
+    """Whether the module of Cython source ``text`` is loaded or in the cache (a view
+    of that shape starts without compiling)."""
+    name = _module_name(text)
+    return name in _LOADED or _target(name).exists()
+
+
+def _build(text: str, on_compile: Callable[[], None] | None = None
+           ) -> tuple[ModuleType, float | None]:
+    """The module of ``text`` and, if it had to be compiled here, the seconds that took
+    (``on_compile`` is called first); ``None`` when it was loaded or cached."""
+    name = _module_name(text)
+    seconds: float | None = None
     with _LOCK:
         if name in _LOADED:
-            return _LOADED[name]
+            return _LOADED[name], None
         root = cache_dir()
         root.mkdir(parents=True, exist_ok=True)
-        suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-        target = root / f"{name}{suffix}"
+        target = _target(name)
         if not target.exists():
+            if on_compile is not None:
+                on_compile()
+            start = time.monotonic()
             _compile(text, name, root, target)
+            seconds = time.monotonic() - start
         spec = importlib.util.spec_from_file_location(name, target)
         if spec is None or spec.loader is None:
             msg = f"cannot load {target}"
@@ -575,7 +650,7 @@ def _build(text: str) -> ModuleType:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         _LOADED[name] = module
-        return module
+        return module, seconds
 
 
 def _cython_version() -> str:
@@ -641,20 +716,31 @@ class NativeBuild:
     instance: Any
     entries: list[Callable[..., Any]]
     namespaces: dict[int, NativeNamespace]
+    built_seconds: float | None = None
+    """Seconds the C build took here (first use of the query shape); None: cached."""
 
     def namespace(self, env: object) -> NativeNamespace | None:
         """The compiled stand-in of ``env``, if it was compiled."""
         return self.namespaces.get(id(env))
 
 
-def nativize(entries: Sequence[Callable[..., Any]]) -> NativeBuild:
-    """Compile the generated code reachable from ``entries`` (see the module doc).
+def native_source(entries: Sequence[Callable[..., Any]]) -> str:
+    """The Cython source that :func:`nativize` builds for ``entries`` (raises
+    :class:`NativeBuildError` when the code cannot be translated)."""
+    return _Translator(_collect(entries)).module()
+
+
+def nativize(entries: Sequence[Callable[..., Any]],
+             on_compile: Callable[[], None] | None = None) -> NativeBuild:
+    """Compile the generated code reachable from ``entries`` (see the module doc);
+    ``on_compile()`` is called before a C build starts (the module of this shape is not
+    cached yet: a few seconds).
 
     Raises :class:`NativeBuildError` when the code cannot be translated or built."""
     records = _collect(entries)
     translator = _Translator(records)
     text = translator.module()
-    module = _build(text)
+    module, seconds = _build(text, on_compile)
     instance = module.Compiled()
     instance.bind([g.value for g in translator.globals])
     compiled: list[Callable[..., Any]] = []
@@ -666,4 +752,4 @@ def nativize(entries: Sequence[Callable[..., Any]]) -> NativeBuild:
         slots = {name: slot for (index, name), slot in translator.slots.items()
                  if index == r.index}
         namespaces[id(r.env)] = NativeNamespace(instance, r.env, slots)
-    return NativeBuild(module, instance, compiled, namespaces)
+    return NativeBuild(module, instance, compiled, namespaces, seconds)

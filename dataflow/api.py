@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import datetime
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -27,15 +28,22 @@ from functools import partial
 from typing import Any
 
 from core.codegen import define
-from core.errors import InputError, UnsupportedQueryError
+from core.errors import InputError, UnsupportedQueryError, UsageError
 from core.graph import Dataflow
 from core.native import (
     NATIVE_ENV,
+    NativeBuild,
     NativeBuildError,
+    NativeFallbackWarning,
+    cache_dir,
+    first_line,
+    is_built,
     native_available,
-    native_requested,
+    native_mode,
     native_sorted_changes,
+    native_source,
     nativize,
+    one_line,
 )
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Relation, Row, Schema
@@ -107,10 +115,38 @@ class CompiledQuery:
         return self if kind is self.kind else CompiledQuery(self.cq, kind, self.source_name)
 
     def maintain(self, parallelism: int = 1, eps: float | None = None,
-                 native: bool | None = None) -> View:
+                 native: bool | None = None,
+                 on_compile: Callable[[], None] | None = None) -> View:
         """A live view; ``eps`` (triangle queries) overrides the compiled epsilon;
-        ``native`` compiles its generated code (see :class:`View`)."""
-        return View(self, parallelism, eps, native)
+        ``native`` and ``on_compile``: whether its generated code is compiled, and a
+        call before a first-use build (see :class:`View`)."""
+        return View(self, parallelism, eps, native, on_compile)
+
+    def native_status(self, parallelism: int = 1, eps: float | None = None,
+                      native: bool | None = None) -> str:
+        """What a view of this query would run, and why (``ivmflow explain``), without
+        building anything: ``compiled (...)``, ``interpreted: <reason>``, or the error
+        that ``native=True`` (or ``$IVMFLOW_NATIVE=1``) would raise."""
+        try:
+            mode = native_mode(native)
+        except UsageError as err:
+            return f"a run fails: {err}"
+        view = View(self, parallelism, eps, native=False)
+        try:
+            why = view._interpreted_because(mode, native)
+        except NativeBuildError as err:
+            return f"a run fails: {err}"
+        if why is not None:
+            return f"interpreted: {why}"
+        try:
+            text = native_source(view._native_entries())
+        except Exception as err:  # (the same fallback as View's)
+            if mode == "on":
+                return f"a run fails: {one_line(err)}"
+            return f"interpreted: the generated code does not translate ({one_line(err)})"
+        if is_built(text):
+            return f"compiled (this query shape is built, in {cache_dir()})"
+        return "compiled (the first run builds this query shape: a few seconds, then cached)"
 
     def run(
         self, records: Iterable[Record], epoch_size: int | None = None, parallelism: int = 1
@@ -242,13 +278,18 @@ class View:
 
     def __init__(
         self, query: CompiledQuery, parallelism: int = 1, eps: float | None = None,
-        native: bool | None = None,
+        native: bool | None = None, on_compile: Callable[[], None] | None = None,
     ) -> None:
-        """``native=True`` compiles the generated hot path of a single-partition view
+        """``native``: the generated hot path of a single-partition view runs compiled
         with Cython and a C compiler (:mod:`core.native`; ``pip install
-        'ivmflow[native]'``) and fails with the reason when it cannot; ``None`` does so
-        when ``$IVMFLOW_NATIVE`` is ``1``; ``False`` keeps it interpreted. Results are
-        the same either way."""
+        'ivmflow[native]'``). ``None`` (auto, unless ``$IVMFLOW_NATIVE`` is ``1`` or
+        ``0``) compiles where a build can run and else runs interpreted; a build that
+        fails falls back to the interpreter with a one-line
+        :class:`~core.native.NativeFallbackWarning`. ``True`` requires the build and
+        fails with the reason when it cannot run; ``False`` keeps it interpreted.
+        Results are the same either way; :attr:`native` and :attr:`native_note` say
+        which runs and why. ``on_compile()`` is called before a build that is not
+        cached yet (first use of the query shape: a few seconds)."""
         if parallelism < 1:
             msg = f"parallelism must be at least 1, got {parallelism}"
             raise ValueError(msg)
@@ -291,8 +332,12 @@ class View:
         self._bind_fast()
         self._bind_apply()
         self._close_env = self._bind_close()
-        self.native = native_requested(native) and self._compile_native()
+        self.native = False
         """Whether the hot path runs compiled."""
+        self.native_note = ""
+        """Which runs and why: ``compiled``, ``compiled (first use of this query shape:
+        built in 3.2s)`` or ``interpreted: <why>``."""
+        self._setup_native(native, on_compile)
 
     # -- input -----------------------------------------------------------------------
     def _check(self, update: Update) -> tuple[_RelationRoute, Row]:
@@ -417,17 +462,64 @@ class View:
             define("\n".join(lines), f"<apply {rel.name}>", env)
             self._direct[rel.name] = env["fast"]
 
-    def _compile_native(self) -> bool:
-        """Swap the generated fast paths for their compiled build (with everything
-        they reach); False where there is none to compile (several partitions)."""
+    def _interpreted_because(self, mode: str, flag: bool | None) -> str | None:
+        """Why this view runs interpreted before any build is tried (None: try one);
+        raises :class:`NativeBuildError` where ``mode`` ``on`` requires a build that
+        cannot run here."""
+        if mode == "off":
+            return ("turned off (--no-native / native=False)" if flag is False
+                    else f"turned off ({NATIVE_ENV}=0)")
         if not self._direct:
-            return False
+            return (f"{len(self.engines)} partitions (only a single-partition view "
+                    "compiles)")
         why = native_available()
-        if why is not None:
-            msg = f"native build requested, but {why}; unset {NATIVE_ENV} or pass native=False"
+        if why is not None and mode == "on":
+            how = "--native / native=True" if flag else f"{NATIVE_ENV}=1"
+            msg = (f"native build requested ({how}), but {why}; without it the hot path "
+                   "runs interpreted where no build can run (--no-native / native=False: "
+                   "always)")
             raise NativeBuildError(msg)
+        return why
+
+    def _native_entries(self) -> list[Callable[..., Any]]:
+        """The generated entry points a native build starts from: apply, end_epoch and
+        the fast path of each relation (in :attr:`_direct`'s order)."""
+        return [self.apply, self.end_epoch, *self._direct.values()]
+
+    def _setup_native(self, flag: bool | None, on_compile: Callable[[], None] | None) -> None:
+        """Compile the hot path as ``flag`` (and ``$IVMFLOW_NATIVE``) say, setting
+        :attr:`native` and :attr:`native_note`. In auto mode anything that goes wrong
+        before the compiled code is swapped in (translation, Cython, the C compiler,
+        loading) leaves the view interpreted, with a warning."""
+        mode = native_mode(flag)
+        why = self._interpreted_because(mode, flag)
+        if why is not None:
+            self.native_note = f"interpreted: {why}"
+            return
+        try:
+            build = nativize(self._native_entries(), on_compile)
+        except Exception as err:
+            if mode == "on":
+                if isinstance(err, NativeBuildError):
+                    raise
+                msg = f"the native build failed: {first_line(err)}"
+                raise NativeBuildError(msg) from err
+            warnings.warn(f"the native build failed, running interpreted (same results): "
+                          f"{one_line(err)}", NativeFallbackWarning, stacklevel=4)
+            short = first_line(err)
+            short = short if len(short) <= 80 else short[:77] + "..."
+            self.native_note = f"interpreted: the native build failed ({short})"
+            return
+        self._adopt(build)
+        self.native = True
+        secs = build.built_seconds
+        self.native_note = ("compiled" if secs is None else
+                            f"compiled (first use of this query shape: built in {secs:.1f}s)")
+
+    def _adopt(self, build: NativeBuild) -> None:
+        """Swap the generated fast paths for their compiled build (with everything
+        they reach)."""
         names = list(self._direct)
-        build = nativize([self.apply, self.end_epoch, *(self._direct[n] for n in names)])
         self.apply, self._close = build.entries[:2]  # type: ignore[method-assign]
         self.end_epoch = self._close  # type: ignore[method-assign]
         self._direct.update(zip(names, build.entries[2:]))
@@ -443,7 +535,6 @@ class View:
             if "sort" in self._close_env:
                 close["sort"] = build.module.sorted_int_changes
             close["new_delta"] = partial(build.module.new_epoch_delta, EpochDelta)
-        return True
 
     def _bind_apply(self) -> None:
         """With typed fast paths, :meth:`apply` of this view is generated code doing the

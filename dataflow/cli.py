@@ -32,6 +32,7 @@ import sys
 from typing import Any
 
 from core.errors import InputError, IvmflowError, JobError, QueryError, UsageError
+from core.native import NativeBuildError, one_line
 from dataflow import generate, runners
 from dataflow.run import (
     PROG,
@@ -103,11 +104,14 @@ def _job_error(exc: JobError, verbose: bool, runner: str) -> int:
 
 
 def cmd_explain(
-    query_path: str, eps: float | None = None, parallelism: int = 1, partitioning: str = "single"
+    query_path: str, eps: float | None = None, parallelism: int = 1, partitioning: str = "single",
+    native: bool | None = None,
 ) -> int:
-    """``ivmflow explain``: print the plan of a query file."""
+    """``ivmflow explain``: print the plan of a query file, then which hot path a local
+    run would use and why (``hot path: compiled ...`` / ``hot path: interpreted: ...``)."""
     query = compile_file(query_path, eps, partitioning=partitioning)
     print(query.explain(parallelism=parallelism, eps=eps))
+    print(f"hot path: {query.native_status(parallelism, eps, native)}")
     return 0
 
 
@@ -276,9 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: the engine's choice); for a hierarchical query that "
                           "is not q-hierarchical it also selects view trees, the knob "
                           "between update time N^(delta E) and delay N^(1-E)")
-    run.add_argument("--native", action="store_true", default=None,
-                     help="local runner: compile the hot path (Cython and a C compiler; "
-                          "same results; also IVMFLOW_NATIVE=1)")
+    _add_native_flags(run)
     run.add_argument("--partitioning", choices=("single", "double"), default="single",
                      help="triangle COUNT(*): heavy/light partition each relation on one "
                           "column (default) or on both (lower space)")
@@ -325,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="show the partitioning for P partitions")
     explain.add_argument("--partitioning", choices=("single", "double"), default="single",
                          help="triangle COUNT(*): single or double heavy/light partitioning")
+    _add_native_flags(explain)
 
     _add_kafka_commands(sub)
     gen = sub.add_parser("generate", help="write synthetic update streams")
@@ -382,6 +385,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_native_flags(parser: argparse.ArgumentParser) -> None:
+    flags = parser.add_mutually_exclusive_group()
+    flags.add_argument("--native", dest="native", action="store_const", const=True,
+                       default=None,
+                       help="local runner: require the compiled hot path (fail with the "
+                            "reason if it cannot be built). Default: compiled where Cython "
+                            "and a C compiler are present (pip install 'ivmflow[native]'), "
+                            "else interpreted; same results either way. Also "
+                            "IVMFLOW_NATIVE=1")
+    flags.add_argument("--no-native", dest="native", action="store_const", const=False,
+                       help="local runner: always interpreted (also IVMFLOW_NATIVE=0)")
+
+
 def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         query=args.query, updates=args.updates, runner=args.runner, epoch=args.epoch,
@@ -421,12 +437,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("produce", "consume"):
             return cmd_kafka(args)
         if args.command == "explain":
-            return cmd_explain(args.query, args.eps, args.parallelism, args.partitioning)
+            return cmd_explain(args.query, args.eps, args.parallelism, args.partitioning,
+                               args.native)
         return cmd_generate(args)
     except QueryError as exc:
         return _error(str(exc), 2)
     except UsageError as exc:
         return _error(str(exc), 2)
+    except NativeBuildError as exc:  # (--native: the compiler's output in a log file)
+        return _error(one_line(exc), 1)
     except IvmflowError as exc:  # InputError, ResumeError
         return _error(str(exc), 1)
     except BrokenPipeError:

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +36,14 @@ from connectors.files import (
     SnapshotCsvSink,
 )
 from core.errors import UnavailableError
+from core.native import NativeFallbackWarning
 from core.records import Record
 from dataflow import runners
 from dataflow.drive import DriveStats
 
 __all__ = [
-    "PROG", "Outputs", "Progress", "RunContext", "RunOptions", "compile_file", "open_outputs",
-    "run", "scheme", "stop_on_signals",
+    "PROG", "Outputs", "Progress", "RunContext", "RunOptions", "compile_file", "maintain_view",
+    "open_outputs", "run", "scheme", "stop_on_signals",
 ]
 
 PROG = "ivmflow"
@@ -110,8 +112,9 @@ class RunOptions:
     kafka_options: list[str] = field(default_factory=list)
     """``KEY=VALUE`` Kafka client properties for every ``kafka://`` source and sink."""
     native: bool | None = None
-    """Local runner: compile the view's hot path (``View(native=...)``; ``None``:
-    ``$IVMFLOW_NATIVE``)."""
+    """Local runner: compile the view's hot path (``View(native=...)``): ``None`` auto
+    (where Cython and a C compiler are present; ``$IVMFLOW_NATIVE`` 1 or 0 decides
+    when set), ``True`` required (``--native``), ``False`` never (``--no-native``)."""
     verbose: bool = False
     """Spark, Flink: leave the JVM's output on the terminal and print a failed job's
     full trace (else the trace goes to a log file whose path the error names)."""
@@ -183,6 +186,12 @@ class Progress:
         self._file: BinaryIO | None = None
         self._file_size = 0
         self._done_bytes = 0
+        self.native_note: str | None = None
+        """Which hot path runs and why (``compiled``, ``interpreted: <why>``; the local
+        runner sets it), shown at the end of the line and of the summary."""
+        self.compile_seconds = 0.0
+        """Time spent compiling the hot path (not counted in the rate)."""
+        self._compile_start: float | None = None
 
     def track_files(self, paths: Sequence[Path]) -> Callable[[BinaryIO], None]:
         """Show percent and ETA while reading ``paths`` (a bounded file source): returns
@@ -226,19 +235,45 @@ class Progress:
     def draw(self, now: float) -> None:
         st = self.stats
         elapsed = max(now - self.start, 1e-9)
-        rate = st.updates / elapsed
+        busy = max(elapsed - self.compile_seconds, 1e-9)  # (a compile is not the pace)
+        rate = st.updates / busy
         line = (f"{PROG}: {st.updates} updates read, {plural(st.epochs, 'epoch')}, "
                 f"{plural(st.delta_rows, 'delta row')}, {rate:.0f} updates/s")
         part = self.fraction()
         if part is not None:
             # As tqdm draws it: percent, a bar, elapsed and what remains at this pace.
             filled = int(part * 20)
-            eta = _clock(elapsed * (1 - part) / part) if part > 0 else "?"
+            eta = _clock(busy * (1 - part) / part) if part > 0 else "?"
             line = (f"{PROG}: {part:4.0%} |{'#' * filled}{' ' * (20 - filled)}| "
                     f"{line.removeprefix(PROG + ': ')}, {_clock(elapsed)}<{eta}")
+        if self.native_note:  # (its short form: "compiled", "interpreted: <why>")
+            line += f", {self.native_note.split(' (')[0]}"
+        self._write(line)
+
+    def _write(self, line: str) -> None:
         self.stream.write("\r" + line.ljust(self._width))
         self.stream.flush()
         self._width = len(line)
+
+    def compiling(self) -> None:
+        """Show that the hot path is being compiled (first use of a query shape: a few
+        seconds before the first update is applied)."""
+        self._compile_start = time.monotonic()
+        if self.enabled:
+            self._write(f"{PROG}: compiling the hot path (first use of this query shape)...")
+
+    def compiled(self) -> None:
+        """The compile that :meth:`compiling` announced is over (or failed)."""
+        if self._compile_start is not None:
+            self.compile_seconds += time.monotonic() - self._compile_start
+            self._compile_start = None
+
+    def warn(self, message: str) -> None:
+        """A one-line warning (``ivmflow: warning: ...``) on the progress stream, also
+        when the progress line is off."""
+        self.clear()
+        self.stream.write(f"{PROG}: warning: {message}\n")
+        self.stream.flush()
 
     def clear(self) -> None:
         if self._width:
@@ -251,11 +286,12 @@ class Progress:
         secs = time.monotonic() - self.start
         if self.counted_in_job is not None:
             return f"{PROG}: {self.counted_in_job} in {secs:.1f}s"
-        rate = st.updates / max(secs, 1e-9)
+        rate = st.updates / max(secs - self.compile_seconds, 1e-9)
         snaps = f", {plural(st.snapshots, 'snapshot')}" if st.snapshots else ""
+        note = f", {self.native_note}" if self.native_note else ""
         return (f"{PROG}: {plural(st.updates, 'update')}, {plural(st.epochs, 'epoch')}, "
                 f"{plural(st.delta_rows, 'delta row')}{snaps} in {secs:.1f}s "
-                f"({rate:.0f} updates/s)")
+                f"({rate:.0f} updates/s){note}")
 
 
 def _clock(seconds: float) -> str:
@@ -356,6 +392,31 @@ def compile_file(path: str, eps: float | None = None, partitioning: str = "singl
     if partitioning != "single":
         kwargs["triangle_partitioning"] = partitioning
     return compile_query(text, source_name=path, **kwargs)
+
+
+def maintain_view(ctx: RunContext, query: Any = None) -> Any:
+    """``query.maintain`` (default ``ctx.query``) with the run's options, for a runner
+    that hosts the view in this process: a first-use compile of the hot path shows on
+    the progress line, a failed build's fallback warning is one line there, and the
+    line and the summary say which hot path runs and why."""
+    progress = ctx.progress
+    query = ctx.query if query is None else query
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NativeFallbackWarning)
+        try:
+            view = query.maintain(**ctx.options.maintain_kwargs(),
+                                  on_compile=progress.compiling)
+        finally:
+            progress.compiled()
+    for w in caught:
+        if issubclass(w.category, NativeFallbackWarning):
+            progress.warn(str(w.message))
+        else:  # (someone else's: shown as it would have been)
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    progress.native_note = getattr(view, "native_note", None) or None
+    if progress.enabled:
+        progress.draw(time.monotonic())
+    return view
 
 
 def _check_available(opts: RunOptions) -> runners.Runner:

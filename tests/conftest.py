@@ -1,4 +1,5 @@
-"""Shared pytest setup: import paths and hypothesis profiles.
+"""Shared pytest setup: import paths, hypothesis profiles, interpreted views
+(``IVMFLOW_NATIVE=0`` unless set).
 
 Profiles (select with ``HYPOTHESIS_PROFILE``; default ``ci``):
 
@@ -32,6 +33,13 @@ settings.register_profile("dev", max_examples=10, **_COMMON)
 settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
 settings.register_profile("thorough", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Views run interpreted in tests (their subprocesses too): compiling every query shape
+# the suite makes would cost seconds each. tests/test_native.py compares the compiled
+# build with the interpreted one and tests auto mode (it asks with native=True or sets
+# the variable itself); IVMFLOW_NATIVE=1 (or auto) in the environment runs the whole
+# suite compiled.
+os.environ.setdefault("IVMFLOW_NATIVE", "0")
 
 
 # --- Kafka: one real broker per test session (see tests/kafka_broker.py) ---------------

@@ -1,21 +1,31 @@
 """The compiled hot path (``maintain(native=True)``, :mod:`core.native`) against the
 interpreted one: the same delta epoch by epoch and the same snapshot on seeded-random
-queries and streams of every family and shape (DuckDB checks the interpreted path in
-test_oracle_property); bad input is still refused with nothing changed; a missing
-Cython or compiler is a clear error. Skipped where Cython or a C compiler is missing
-(CI installs both: ``.ci/run``)."""
+queries and streams of every family and shape and on TPC-H queries (DuckDB checks the
+interpreted path in test_oracle_property); bad input is still refused with nothing
+changed; a missing Cython or compiler is a clear error. Auto mode (the default outside
+the tests, which run interpreted: tests/conftest.py): compiled where Cython is
+importable, interpreted with the reason where it is not (a subprocess whose ``import
+Cython`` fails), and a failed build falls back with one warning line; the run's
+summary, its progress line and ``explain`` say which ran. Tests that build are skipped
+where Cython or a C compiler is missing (CI installs both: ``.ci/run``)."""
 
 from __future__ import annotations
 
+import io
+import os
 import random
+import re
+import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 from strategies import FAMILIES, SHAPES, Case, random_case
 
+import core.native
 from core.errors import InputError
-from core.native import NativeBuildError, native_available, nativize
+from core.native import NativeBuildError, NativeFallbackWarning, native_available, nativize
 from core.records import EpochEnd, Update
 from dataflow.api import View, compile_query
 
@@ -256,3 +266,204 @@ def test_cyclic_kinds_compile_and_agree(sql: str) -> None:
             assert native.end_epoch() == plain.end_epoch()
     assert native.end_epoch() == plain.end_epoch()
     assert native.snapshot() == plain.snapshot() != []
+
+
+# -- auto mode ---------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = [str(ROOT / "examples" / "paths.sql"), "--updates",
+           str(ROOT / "examples" / "paths_updates.csv")]
+
+
+def _random_stream(seed: int, n: int = 300) -> list[Update | EpochEnd]:
+    rng = random.Random(seed)
+    live: list[tuple[int, int]] = []
+    out: list[Update | EpochEnd] = []
+    for step in range(n):
+        if live and rng.random() < 0.3:
+            out.append(Update("-", "G", live.pop(rng.randrange(len(live)))))
+        else:
+            edge = (rng.randint(0, 6), rng.randint(0, 6))
+            live.append(edge)
+            out.append(Update("+", "G", edge))
+        if step % 9 == 8:
+            out.append(EpochEnd())
+    return out
+
+
+def _deltas(view: View, stream: list[Update | EpochEnd]) -> list[object]:
+    out: list[object] = []
+    for rec in stream:
+        if isinstance(rec, EpochEnd):
+            out.append(view.end_epoch())
+        else:
+            view.apply(rec)
+    out.append(view.end_epoch())
+    out.append(view.snapshot())
+    return out
+
+
+@needs_native
+def test_auto_compiles_where_it_can(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a flag or ``$IVMFLOW_NATIVE`` a view compiles (Cython and a compiler are
+    here) and gives the interpreted deltas; ``IVMFLOW_NATIVE=0`` and ``native=False``
+    keep it interpreted, saying why; ``IVMFLOW_NATIVE=1`` compiles."""
+    monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
+    query = compile_query(SQL)
+    auto, plain = query.maintain(), query.maintain(native=False)
+    assert auto.native and auto.native_note.startswith("compiled")
+    assert not plain.native
+    assert plain.native_note == "interpreted: turned off (--no-native / native=False)"
+    stream = _random_stream(3)
+    assert _deltas(auto, stream) == _deltas(plain, stream)
+    monkeypatch.setenv("IVMFLOW_NATIVE", "0")
+    off = query.maintain()
+    assert not off.native and off.native_note == "interpreted: turned off (IVMFLOW_NATIVE=0)"
+    monkeypatch.setenv("IVMFLOW_NATIVE", "1")
+    assert query.maintain().native
+    several = query.maintain(parallelism=2, native=True)  # (nothing to compile: no error)
+    assert not several.native and "2 partitions" in several.native_note
+    monkeypatch.setenv("IVMFLOW_NATIVE", "maybe")
+    with pytest.raises(core.native.UsageError, match="IVMFLOW_NATIVE='maybe'"):
+        query.maintain()
+
+
+@pytest.mark.parametrize("failure", ["build", "translation"])
+def test_auto_falls_back_when_the_build_fails(
+    failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that fails in auto mode (a compiler error, or generated code the
+    translator does not take) leaves the view interpreted, with one warning line and the
+    same results; ``native=True`` raises instead. (Runs without Cython too: the build
+    itself is replaced.)"""
+    monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
+    monkeypatch.setenv("IVMFLOW_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("dataflow.api.native_available", lambda: None)
+    monkeypatch.setattr(core.native, "_LOADED", {})  # (no module built in this process)
+    if failure == "build":
+        def broken(text: str, name: str, root: Path, target: Path) -> None:
+            raise NativeBuildError(f"cython failed on {name}.pyx:\nline 3: bad\nline 4: worse")
+
+        monkeypatch.setattr(core.native, "_compile", broken)
+    else:
+        def odd(self: object) -> str:
+            raise KeyError("a code shape the translator does not know")
+
+        monkeypatch.setattr(core.native._Translator, "module", odd)
+    query = compile_query(SQL)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        view = query.maintain()
+    assert [w.category for w in caught] == [NativeFallbackWarning]
+    message = str(caught[0].message)
+    assert "\n" not in message and message.startswith(
+        "the native build failed, running interpreted (same results): ")
+    assert not view.native and view.native_note.startswith(
+        "interpreted: the native build failed (")
+    if failure == "build":
+        log = re.search(r"full output in (\S+)\)$", message)
+        assert log is not None and "line 4: worse" in Path(log[1]).read_text()
+    else:
+        assert "KeyError" in message
+    stream = _random_stream(5)
+    assert _deltas(view, stream) == _deltas(query.maintain(native=False), stream)
+    with pytest.raises(Exception, match="cython failed|translator"):
+        query.maintain(native=True)
+
+
+def test_auto_without_cython_runs_interpreted(tmp_path: Path) -> None:
+    """Where ``import Cython`` fails (simulated in a subprocess: a ``Cython`` package
+    on PYTHONPATH that raises ImportError), a run without flags is interpreted and
+    says why on its summary line and in ``explain``, with the deltas of an interpreted
+    run; ``--native`` fails in one line naming the cause."""
+    from dataflow.cli import main
+
+    fake = tmp_path / "no_cython"
+    (fake / "Cython").mkdir(parents=True)
+    (fake / "Cython" / "__init__.py").write_text(
+        "raise ImportError('simulated: no Cython here')\n")
+    env = {k: v for k, v in os.environ.items() if k != "IVMFLOW_NATIVE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), str(ROOT)])
+    env["IVMFLOW_NATIVE_CACHE"] = str(tmp_path / "cache")
+
+    def ivmflow(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dataflow", *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+
+    why = "interpreted: Cython is not installed (pip install 'ivmflow[native]')"
+    auto = ivmflow("run", *EXAMPLE, "--deltas", str(tmp_path / "auto.csv"))
+    assert auto.returncode == 0, auto.stderr
+    assert auto.stderr.endswith(f"updates/s), {why}\n"), auto.stderr
+    assert "warning" not in auto.stderr
+    assert main(["run", *EXAMPLE, "-q", "--no-native", "--deltas",
+                 str(tmp_path / "plain.csv")]) == 0
+    plain = (tmp_path / "plain.csv").read_text()
+    assert (tmp_path / "auto.csv").read_text() == plain and plain.count("\n") > 3
+    explain = ivmflow("explain", EXAMPLE[0])
+    assert explain.returncode == 0 and explain.stdout.endswith(f"hot path: {why}\n")
+    required = ivmflow("run", *EXAMPLE, "--native", "-q")
+    assert required.returncode == 1 and required.stdout == ""
+    assert required.stderr.count("\n") == 1 and required.stderr.startswith(
+        "ivmflow: error: native build requested (--native / native=True), but Cython is "
+        "not installed"), required.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+@needs_native
+def test_run_shows_the_first_use_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The progress line says that the hot path is compiling (first use of a query
+    shape, a fresh cache here), then which hot path runs; the summary says it was built
+    and how long that took, and a second run loads the build; ``explain`` says so."""
+    from dataflow.cli import main
+    from dataflow.run import Progress, RunOptions, run
+
+    monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
+    monkeypatch.setenv("IVMFLOW_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(core.native, "_LOADED", {})  # (none built in this process yet)
+    opts = RunOptions(EXAMPLE[0], EXAMPLE[2], deltas=str(tmp_path / "d.csv"))
+    notes = []
+    for _ in range(2):
+        buf = io.StringIO()
+        progress = Progress(buf, enabled=True, interval=0.0)
+        run(opts, progress)
+        notes.append((buf.getvalue(), progress.summary()))
+    (first, first_summary), (second, second_summary) = notes
+    assert "\rivmflow: compiling the hot path (first use of this query shape)..." in first
+    assert re.search(r"updates/s(, [\d:<]+)?, compiled\s*\r", first), first
+    assert re.search(r", compiled \(first use of this query shape: built in \d+\.\ds\)$",
+                     first_summary), first_summary
+    assert "compiling" not in second and second_summary.endswith(", compiled")
+    capsys.readouterr()
+    assert main(["explain", EXAMPLE[0]]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"hot path: compiled (this query shape is built, in {tmp_path / 'cache'})\n")
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["q01", "q05", "q06", "q12"])
+def test_tpch_queries_compile_and_agree(name: str, tpch_sf001: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TPC-H queries (generated helpers such as ``_f_mul``, lambdas bound in the
+    namespace, Decimal and date constants) compile in auto mode and give the
+    interpreted deltas epoch by epoch on the SF 0.01 refresh stream."""
+    from connectors.files import read_updates
+
+    monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
+    query = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text(),
+                          source_name=name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NativeFallbackWarning)
+        auto = query.maintain()
+    plain = query.maintain(native=False)
+    assert auto.native, auto.native_note
+    epochs = 0
+    for rec in read_updates(str(tpch_sf001 / "updates.csv"), query.schema):
+        if isinstance(rec, EpochEnd):
+            assert auto.end_epoch() == plain.end_epoch()
+            epochs += 1
+        else:
+            auto.apply(rec)
+            plain.apply(rec)
+    assert auto.end_epoch() == plain.end_epoch() and epochs >= 5
+    assert auto.snapshot() == plain.snapshot()

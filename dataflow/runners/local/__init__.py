@@ -24,7 +24,7 @@ from connectors.files import read_updates
 from core.errors import InputError, UsageError
 from core.records import Record
 from dataflow.drive import DriveStats, drive
-from dataflow.run import scheme
+from dataflow.run import maintain_view, scheme
 from dataflow.runners import register
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def run_local(ctx: RunContext) -> DriveStats:
         # sum of depth x rate). Not for stdin: buffering would hold back live input.
         prefix, records = buffer_prefix(records, PREFIX_RECORDS)
         query = replanned(prefix)
-    view = query.maintain(**opts.maintain_kwargs())
+    view = maintain_view(ctx, query)
     snapshots = out.snapshots
     # Epochs a resumed sink already holds are recomputed (the state is in memory) and
     # skipped by the sink.

@@ -96,11 +96,13 @@ def run_local_kafka(ctx: RunContext) -> DriveStats:
 
 def _drive(ctx: RunContext, source: KafkaUpdateSource,
            checkpointer: _Checkpointer | None = None) -> DriveStats:
+    from dataflow.run import maintain_view
+
     opts, out = ctx.options, ctx.outputs
     deltas, snapshots = out.deltas, out.snapshots
     if isinstance(deltas, KafkaDeltaSink):
         deltas.bind_source(source)
-    view = ctx.query.maintain(**opts.maintain_kwargs())
+    view = maintain_view(ctx)
     if checkpointer is not None:
         checkpointer.start(view, source)
 
