@@ -96,6 +96,12 @@ class OutputFinalizer:
         self.keeps_state = not self.plain and (self.current is None or reagg is not None)
         """Whether :attr:`state` is used (a DISTINCT count or aggregate payload per row)."""
         self._agg_row = self._compile_agg_row()
+        self._post_row = self._compile_post_row() if post is not None and mode != "aggregate" \
+            else None
+        if self._post_row is not None:
+            # (not plain: a view's generated close must call epoch(), which maps rows)
+            self.plain = False
+            self.keeps_state = False
         self.sorted_changes: Callable[[dict[Any, Any]], list[tuple[int, Row]]] = \
             sorted_changes
         """Turns ``row -> net change`` into sorted pairs (a compiled view swaps in a C
@@ -118,11 +124,37 @@ class OutputFinalizer:
             env.update(self.post.env)
             cols = list(self.post.exprs)
             if self.post.having is not None:
-                lines += [f"    if not {self.post.having}:", "        return None"]
+                lines += [f"    if not ({self.post.having}):", "        return None"]
         text = "\n".join([*lines, "    return (" + "".join(c + ", " for c in cols) + ")"])
         define(text, "<aggregate row>", env)
         fn: Callable[[Row, Any], Row] = env["agg_row"]
         return fn
+
+    def _compile_post_row(self) -> Callable[[Row], Row | None]:
+        """A row of a query without aggregates -> its output row, or None when the
+        conditions over several FROM items drop it."""
+        assert self.post is not None
+        env: dict[str, Any] = dict(self.post.env)
+        lines = ["def post_row(key):"]
+        if self.post.having is not None:
+            lines += [f"    if not ({self.post.having}):", "        return None"]
+        lines.append("    return (" + "".join(c + ", " for c in self.post.exprs) + ")")
+        define("\n".join(lines), "<post row>", env)
+        fn: Callable[[Row], Row | None] = env["post_row"]
+        return fn
+
+    def _mapped(self, raw: dict[Any, Any]) -> dict[Any, Any]:
+        """``raw`` (row -> change) through the post stage, consolidated."""
+        post_row = self._post_row
+        assert post_row is not None
+        out: dict[Any, Any] = {}
+        for row, m in raw.items():
+            if not m:
+                continue
+            mapped = post_row(row)
+            if mapped is not None:
+                out[mapped] = out.get(mapped, 0) + m
+        return out
 
     @property
     def silent_when_unchanged(self) -> bool:
@@ -132,6 +164,8 @@ class OutputFinalizer:
 
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
+        if self._post_row is not None:
+            return self.sorted_changes({r: m for r, m in self._mapped(raw).items() if m})
         if self.plain:
             return self.sorted_changes(raw)
         out: list[tuple[int, Row]] = []
@@ -215,6 +249,8 @@ class OutputFinalizer:
     def snapshot(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The full result from a full enumeration's row payloads."""
         out: list[tuple[int, Row]] = []
+        if self._post_row is not None:
+            raw = self._mapped(raw)
         if self.mode == "bag":
             out = [(int(m), row) for row, m in raw.items() if m]
         elif self.mode == "distinct":

@@ -178,6 +178,11 @@ class PostMap:
     exprs: tuple[str, ...]
     having: str | None
     env: dict[str, Any] = field(compare=False, hash=False)
+    names: tuple[str, ...] = ()
+    """For a query without aggregates: the output columns' names. Its rows are then the
+    engine's rows (``key``: the SELECT list's variables, then the carried ones),
+    filtered by ``having`` (the conditions over several FROM items) and mapped by
+    ``exprs``."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,8 @@ class ConjunctiveQuery:
 
     @property
     def output_names(self) -> tuple[str, ...]:
+        if self.post is not None and self.post.names:
+            return self.post.names
         return tuple(c.name for c in self.columns)
 
     def hyperedges(self) -> list[frozenset[str]]:

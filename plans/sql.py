@@ -598,12 +598,13 @@ class _Builder:
             for node in [inner for _, inner in items] + ([having_node] if having_node else [])
             for n in node.walk())
         reagg_mode = aggregate_query and bool(self.multi_conditions or multi_aggs)
-        if self.multi_conditions and not aggregate_query:
-            cond = self.multi_conditions[0]
-            tables = ", ".join(sorted(self._aliases_in(cond)))
-            raise ExprError(cond, f"a condition over several tables ({tables}) other than an "
-                                  "equality of columns is supported with GROUP BY or "
-                                  "aggregates only, not yet in a plain SELECT")
+        bag_multi = not aggregate_query and (bool(self.multi_conditions) or any(
+            not isinstance(inner, exp.Column) and len(self._aliases_in(inner)) > 1
+            for _, inner in items))
+        if bag_multi and sel.args.get("distinct") is not None:
+            node = self.multi_conditions[0] if self.multi_conditions else sel
+            raise ExprError(node, "SELECT DISTINCT with a condition or column over several "
+                                  "tables (other than column equalities) is not supported yet")
         self.final_keys = group_by or ()
         final_aggs: list[FinalAggregate] = []
         for name, inner in items:
@@ -629,6 +630,9 @@ class _Builder:
                 columns.append(OutputColumn(name, expr=inner.sql("duckdb")))
                 post_items.append(inner)
                 post_needed = True
+            elif bag_multi and len(self._aliases_in(inner)) > 1:
+                columns.append(OutputColumn(name, expr=inner.sql("duckdb")))
+                post_items.append(inner)
             else:
                 v, _t = self._derive(inner, name)
                 columns.append(OutputColumn(name, var=v))
@@ -684,10 +688,12 @@ class _Builder:
                         aggregates.append(agg)
             reagg = Reaggregate(n_keys, group is not None, condition, tuple(final_aggs),
                                 tuple(s for _v, _t, s in self.carried), env)
+        elif bag_multi:
+            post, columns = self._bag_post(columns, post_items, used)
         elif aggregate_query and (post_needed or having is not None):
             post = self._post_map(columns, post_items, having, aggregates, group_by or (),
                                   group_exprs, group_types, var_of, rels, used)
-        if post is not None and not aggregates:
+        if post is not None and aggregate_query and not aggregates:
             # (only arithmetic on GROUP BY keys: the groups are an aggregate's, COUNT(*)
             # keeps them; its value is not output)
             aggregates.append(Aggregate("count_star", None, "INT"))
@@ -847,6 +853,34 @@ class _Builder:
             return Code(f"key[{pos}]", t, True, simple=True)
 
         return ExprCompiler(env, resolve)
+
+    def _bag_post(self, columns: list[OutputColumn], post_items: list[exp.Expr | None],
+                  used: set[str]) -> tuple[PostMap, list[OutputColumn]]:
+        """A SELECT without aggregates whose conditions or columns read several FROM
+        items: the engine's rows are the SELECT list's variables plus the carried ones
+        (hidden columns), filtered and mapped per row by the post stage."""
+        env: dict[str, Any] = {}
+        visible = [c for c in columns if c.var is not None]
+        self.final_keys = tuple(c.var for c in visible if c.var is not None)
+        glue = self._glue_compiler(env, {})
+        exprs = []
+        for col, node in zip(columns, post_items):
+            if col.var is not None:
+                exprs.append(f"key[{self.final_keys.index(col.var)}]")
+            else:
+                assert node is not None
+                code = glue.compile(node)
+                src = code.src
+                if code.type.name == "DECIMAL":
+                    quantum = f"_q{code.type.scale}"
+                    env[quantum] = Decimal(1).scaleb(-code.type.scale)
+                    src = f"_f_quantize({src}, {quantum})"
+                exprs.append(src)
+        condition = " and ".join(glue.predicate(c) for c in self.multi_conditions) or None
+        hidden = [OutputColumn(f"\0{v}", var=v) for v, _t, _s in self.carried]
+        used.update(v for v, _t, _s in self.carried)
+        post = PostMap(tuple(exprs), condition, env, tuple(c.name for c in columns))
+        return post, visible + hidden
 
     def _final_aggregate(self, node: exp.Expr, final_aggs: list[FinalAggregate],
                          glue: ExprCompiler, used: set[str]) -> Code:

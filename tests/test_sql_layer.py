@@ -236,7 +236,8 @@ def _random_query(rng: random.Random) -> str:
         if bad in ("MIN(R.a)", "COUNT(DISTINCT R.a)"):
             aggs.append(bad)
         post = rng.choice(["", ", SUM(R.b) * 2 + COUNT(*) AS p", ", SUM(R.b) / COUNT(*) AS r"])
-        having = rng.choice(["", " HAVING COUNT(*) > 1", " HAVING SUM(R.b) > 2 OR k IS NULL"])
+        having = rng.choice(["", " HAVING COUNT(*) > 1", " HAVING SUM(R.b) > 2 OR k IS NULL",
+                             " HAVING SUM(R.b) > 0 AND AVG(R.a) < 2"])
         order = rng.choice(["", " ORDER BY k DESC", " ORDER BY 2, k"])
         if bad == "LIMIT 2":
             order = " ORDER BY k LIMIT 2"
@@ -244,7 +245,7 @@ def _random_query(rng: random.Random) -> str:
         return f"{select} FROM {from_}{where} GROUP BY {key}{having}{order}"
     cols = [rng.choice(_R_VALUE) for _ in range(rng.randrange(1, 3))]
     if join:
-        cols.append("S.e")
+        cols.append(rng.choice(["S.e", *_MULTI_VALUE]))
     if bad == "LIMIT 2":
         order = " ORDER BY 1 LIMIT 2"
     distinct = "DISTINCT " if rng.random() < 0.3 else ""
