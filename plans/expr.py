@@ -151,6 +151,16 @@ class ExprCompiler:
         return any(self.resolve(n) is not None for n in node.walk()
                    if isinstance(n, exp.AggFunc))
 
+    def output(self, node: exp.Expr) -> str:
+        """Source of an output column's value: a DECIMAL at its static scale (how
+        DuckDB prints it, whatever scale the operands' values carried)."""
+        code = self.compile(node)
+        if code.type.name != "DECIMAL":
+            return code.src
+        quantum = f"_q{code.type.scale}"
+        self.env[quantum] = Decimal(1).scaleb(-code.type.scale)
+        return f"_f_quantize({code.src}, {quantum})"
+
     def predicate(self, node: exp.Expr) -> str:
         """Source that is True exactly when the condition is TRUE (WHERE, HAVING)."""
         code = self.compile(node)

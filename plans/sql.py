@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import sqlglot
@@ -812,13 +811,7 @@ class _Builder:
                 exprs.append(f"v[{col.aggregate}]")
             else:
                 assert node is not None
-                code = compiler.compile(node)
-                src = code.src
-                if code.type.name == "DECIMAL":
-                    quantum = f"_q{code.type.scale}"
-                    env[quantum] = Decimal(1).scaleb(-code.type.scale)
-                    src = f"_f_quantize({src}, {quantum})"
-                exprs.append(src)
+                exprs.append(compiler.output(node))
         having_src = compiler.predicate(having.this) if having is not None else None
         return PostMap(tuple(exprs), having_src, env)
 
@@ -869,13 +862,7 @@ class _Builder:
                 exprs.append(f"key[{self.final_keys.index(col.var)}]")
             else:
                 assert node is not None
-                code = glue.compile(node)
-                src = code.src
-                if code.type.name == "DECIMAL":
-                    quantum = f"_q{code.type.scale}"
-                    env[quantum] = Decimal(1).scaleb(-code.type.scale)
-                    src = f"_f_quantize({src}, {quantum})"
-                exprs.append(src)
+                exprs.append(glue.output(node))
         condition = " and ".join(glue.predicate(c) for c in self.multi_conditions) or None
         hidden = [OutputColumn(f"\0{v}", var=v) for v, _t, _s in self.carried]
         used.update(v for v, _t, _s in self.carried)
