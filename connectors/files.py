@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import Any, BinaryIO, Literal, TextIO
 
 from connectors.base import DeadLetterSink
+from core.consolidate import order_rows
 from core.errors import InputError, IvmflowError
 from core.records import EpochDelta, EpochEnd, Op, Record, Update, csv_line, format_value
 from core.schema import ColumnType, Relation, Row, Schema, Value, ValueParseError
@@ -506,8 +507,12 @@ class SnapshotCsvSink:
         *,
         resume: bool = False,
         fsync: bool = True,
+        order_by: Sequence[tuple[int, bool, bool]] = (),
     ) -> None:
         self.columns = tuple(columns)
+        self.order_by = tuple(order_by)
+        """The query's ORDER BY (column, descending, nulls first): the order snapshot rows
+        are written in, whichever runner merged them."""
         self._file = _AtomicCsvFile(
             path, ["snapshot", "mult", *self.columns], "snapshot", resume=resume, fsync=fsync
         )
@@ -524,6 +529,9 @@ class SnapshotCsvSink:
     def write_snapshot(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
         """Append snapshot ``k`` as one committed block; an empty result writes nothing."""
         if rows:
+            if self.order_by:
+                rows = list(rows)
+                order_rows(rows, self.order_by)
             self._file.append(k, _csv_block(k, rows))
 
     def close(self) -> None:

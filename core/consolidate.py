@@ -11,7 +11,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+import functools
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from core.schema import Row, Value
@@ -102,3 +103,23 @@ def consolidate_by(changes: Iterable[tuple[K, int, Row]]) -> dict[K, list[tuple[
         if pairs:
             out[group] = pairs
     return out
+
+
+def _column_of(col: int, pair: tuple[int, Row]) -> Value:
+    return pair[1][col]
+
+
+def order_rows(rows: list[tuple[int, Row]], order_by: Sequence[tuple[int, bool, bool]]) -> None:
+    """Sort ``(mult, row)`` pairs by ORDER BY's (column, descending, nulls first) keys
+    (stable: ties keep their order).
+
+    >>> rows = [(1, ("a", 2)), (1, ("b", None)), (1, ("c", 5))]
+    >>> order_rows(rows, [(1, True, False)]); [r[0] for _, r in rows]
+    ['c', 'a', 'b']
+    """
+    for col, desc, nulls_first in reversed(order_by):
+        present = [r for r in rows if r[1][col] is not None]
+        nulls = [r for r in rows if r[1][col] is None]
+        key: Any = functools.partial(_column_of, col)  # (one column's values: comparable)
+        present.sort(key=key, reverse=desc)
+        rows[:] = nulls + present if nulls_first else present + nulls

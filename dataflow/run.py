@@ -317,7 +317,8 @@ class RunContext:
     progress: Progress = field(default_factory=lambda: Progress(sys.stderr, False))
 
 
-def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
+def open_outputs(opts: RunOptions, columns: Sequence[str],
+                 order_by: Sequence[tuple[int, bool, bool]] = ()) -> Outputs:
     """The sinks of a run, chosen by URL scheme: CSV files (or stdout), or Kafka topics
     (:func:`dataflow.kafka_io.open_outputs`) when any source or sink is ``kafka://``.
     File sinks of a resumed run skip the epochs they already hold."""
@@ -337,7 +338,8 @@ def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
             out = Outputs(CsvStreamSink(sys.stdout, columns), dead_letter=dead)
         if opts.snapshots:
             ssink = SnapshotCsvSink(
-                opts.snapshots, columns, resume=opts.resume_outputs, fsync=opts.fsync
+                opts.snapshots, columns, resume=opts.resume_outputs, fsync=opts.fsync,
+                order_by=order_by,
             )
             out.snapshots = SkipCommitted(ssink, snapshot=ssink.last_committed_snapshot)
             out.resume_snapshot = ssink.last_committed_snapshot
@@ -443,7 +445,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunContext:
     query = compile_file(opts.query, opts.eps, opts.partitioning)
     if scheme(opts.updates) is None and opts.updates != "-" and not Path(opts.updates).exists():
         raise FileNotFoundError(2, "update source not found", opts.updates)
-    outputs = open_outputs(opts, tuple(query.output_columns))
+    outputs = open_outputs(opts, tuple(query.output_columns), query.cq.order_by)
     ctx = RunContext(query, opts, outputs,
                      progress if progress is not None else Progress(sys.stderr, False))
     try:

@@ -16,26 +16,11 @@ from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from core.codegen import define
-from core.consolidate import sort_rows, sorted_changes
+from core.consolidate import order_rows, sort_rows, sorted_changes
 from core.schema import Row
 from operators.aggregate import AggregateLayout
 from operators.reaggregate import TAG as REAGG_TAG
 from operators.reaggregate import Reaggregator
-
-
-def order_rows(rows: list[tuple[int, Row]], order_by: Sequence[tuple[int, bool, bool]]) -> None:
-    """Sort ``(mult, row)`` pairs by ORDER BY's (column, descending, nulls first) keys
-    (stable: ties keep their order).
-
-    >>> rows = [(1, ("a", 2)), (1, ("b", None)), (1, ("c", 5))]
-    >>> order_rows(rows, [(1, True, False)]); [r[0] for _, r in rows]
-    ['c', 'a', 'b']
-    """
-    for col, desc, nulls_first in reversed(order_by):
-        present = [r for r in rows if r[1][col] is not None]
-        nulls = [r for r in rows if r[1][col] is None]
-        present.sort(key=lambda r: r[1][col], reverse=desc)  # type: ignore[arg-type, return-value]
-        rows[:] = nulls + present if nulls_first else present + nulls
 
 
 class OutputFinalizer:

@@ -49,3 +49,25 @@ def test_tpch_on_runner_equals_local(tpch_sf001: Path, tmp_path: Path,
     want = local_deltas[name]
     assert sum(want.values()) > 1
     assert got == want
+
+
+_ORDERED = ("CREATE TABLE R(a INT, b INT);\n"
+            "SELECT a, SUM(b) AS s FROM R GROUP BY a ORDER BY s DESC, a;\n")
+_ORDERED_UPDATES = "+,R,1,5\n+,R,2,7\n+,R,3,1\n+,R,4,7\n*\n+,R,3,10\n*\n"
+_ORDERED_SNAPSHOTS = ("snapshot,mult,a,s\n1,1,2,7\n1,1,4,7\n1,1,1,5\n1,1,3,1\n"
+                      "2,1,3,11\n2,1,2,7\n2,1,4,7\n2,1,1,5\n")
+
+
+@pytest.mark.parametrize("runner", ["local", pytest.param("flink", marks=pytest.mark.integration)])
+def test_snapshots_are_written_in_order_by_order(tmp_path: Path, runner: str) -> None:
+    """ORDER BY orders every snapshot file, also when partitions' rows were merged."""
+    if runner != "local":
+        pytest.importorskip("pyflink")
+    query, updates = tmp_path / "q.sql", tmp_path / "u.csv"
+    query.write_text(_ORDERED)
+    updates.write_text(_ORDERED_UPDATES)
+    snaps = tmp_path / "snaps.csv"
+    extra = [] if runner == "local" else ["--checkpoint", str(tmp_path / "ckpt")]
+    _deltas(query, updates, tmp_path / "d.csv", "--runner", runner, "--parallelism", "2",
+            "--snapshots", str(snaps), *extra)
+    assert snaps.read_text() == _ORDERED_SNAPSHOTS
