@@ -253,6 +253,8 @@ def make_finalizer(plan: Plan, count_supports: bool,
         post=cq.post,
         order_by=cq.order_by,
         reagg=cq.reagg,
+        limit=cq.limit,
+        offset=cq.offset,
     )
     if callable(output_state):
         if finalizer.keeps_state:

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
-from core.errors import InputError, IvmflowError
+from core.errors import InputError, IvmflowError, UnsupportedQueryError
 from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.hypercube import Partitioner
 from dataflow.kinds import VIEW_TREES
@@ -159,6 +159,13 @@ class WorkerPlan:
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:
+        cq = query.cq
+        if cq.limit is not None or cq.offset:
+            # (a window over the whole result needs one finalizer that sees every row;
+            # a distributed runner's partitions each finalize their own rows)
+            msg = ("ORDER BY ... LIMIT (top-k) runs on the local runner for now; drop "
+                   "--runner or the LIMIT")
+            raise UnsupportedQueryError(msg)
         eps, partitioning = query.kind.worker_options()
         return cls(query.cq.sql, tuple(query.plan.rates), parallelism, eps, partitioning)
 

@@ -21,6 +21,7 @@ from core.schema import Row
 from operators.aggregate import AggregateLayout
 from operators.reaggregate import TAG as REAGG_TAG
 from operators.reaggregate import Reaggregator
+from operators.topk import TopK
 
 
 class OutputFinalizer:
@@ -56,6 +57,8 @@ class OutputFinalizer:
         post: Any = None,
         order_by: Sequence[tuple[int, bool, bool]] = (),
         reagg: Any = None,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> None:
         self.mode = mode
         self.ring = ring
@@ -76,17 +79,26 @@ class OutputFinalizer:
         """The stage after the aggregate (:class:`plans.cq.PostMap`): computed output
         columns and HAVING; a group HAVING drops has no row (None)."""
         self.order_by = tuple(order_by)
+        self.topk: TopK | None = None
+        """ORDER BY ... LIMIT: the window of the result this finalizer maintains."""
         # bag rows, or DISTINCT rows whose engine already emits 0/1 supports
-        self.plain = mode == "bag" or (mode == "distinct" and not count_supports)
+        self._rows_plain = mode == "bag" or (mode == "distinct" and not count_supports)
+        self.plain = self._rows_plain
+        """Whether an epoch's delta is just its sorted raw changes (a view's generated
+        close then sorts them itself, without calling :meth:`epoch`)."""
         self.keeps_state = not self.plain and (self.current is None or reagg is not None)
         """Whether :attr:`state` is used (a DISTINCT count or aggregate payload per row)."""
+        if limit is not None or offset:
+            self.topk = TopK(self.order_by, limit, offset, self.state)
+            self.keeps_state = True
+            self.plain = False
         self._agg_row = self._compile_agg_row()
         self._post_row = self._compile_post_row() if post is not None and mode != "aggregate" \
             else None
         if self._post_row is not None:
             # (not plain: a view's generated close must call epoch(), which maps rows)
             self.plain = False
-            self.keeps_state = False
+            self.keeps_state = self.topk is not None
         self.sorted_changes: Callable[[dict[Any, Any]], list[tuple[int, Row]]] = \
             sorted_changes
         """Turns ``row -> net change`` into sorted pairs (a compiled view swaps in a C
@@ -149,9 +161,16 @@ class OutputFinalizer:
 
     def epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The consolidated delta of one epoch, sorted."""
+        if self.topk is not None:
+            self.topk.state = self.state
+            return self.topk.apply(self._result_epoch(raw))
+        return self._result_epoch(raw)
+
+    def _result_epoch(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
+        """The change of the whole result in one epoch (before a top-k window)."""
         if self._post_row is not None:
             return self.sorted_changes({r: m for r, m in self._mapped(raw).items() if m})
-        if self.plain:
+        if self._rows_plain:
             return self.sorted_changes(raw)
         out: list[tuple[int, Row]] = []
         ring = self.ring
@@ -258,6 +277,8 @@ class OutputFinalizer:
                 if row is not None:
                     out.append((1, row))
         sort_rows(out)
+        if self.topk is not None:
+            return self.topk.snapshot(out)
         if self.order_by:
             order_rows(out, self.order_by)
         return out

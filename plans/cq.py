@@ -203,6 +203,9 @@ class ConjunctiveQuery:
     reagg: Reaggregate | None = None
     order_by: tuple[tuple[int, bool, bool], ...] = ()
     """ORDER BY as (output column, descending, nulls first): the order of snapshots."""
+    limit: int | None = None
+    offset: int = 0
+    """``ORDER BY ... LIMIT k OFFSET m``: the result is the top-k window (maintained)."""
 
     @property
     def is_aggregate(self) -> bool:

@@ -746,6 +746,8 @@ class _Builder:
             post=post,
             reagg=reagg,
             order_by=order_by,
+            limit=self._count_of("limit"),
+            offset=self._count_of("offset") or 0,
         )
 
     def _join_column(self, node: exp.Expr) -> exp.Expr:
@@ -904,6 +906,10 @@ class _Builder:
         if func == "avg":
             return Code(f"v[{j}]", SqlType("FLOAT"), True, simple=True)
         return Code(f"v[{j}]", t, True, simple=True)
+
+    def _count_of(self, key: str) -> int | None:
+        clause = self.select.args.get(key)
+        return None if clause is None else int(clause.args["expression"].name)
 
     def _order_by(self, items: list[tuple[str, exp.Expr]], columns: list[OutputColumn]
                   ) -> tuple[tuple[int, bool, bool], ...]:

@@ -41,7 +41,7 @@ _CLAUSES: tuple[type[exp.Expr], ...] = (
     exp.Having, exp.Order, exp.Ordered, exp.Distinct, exp.With, exp.CTE, exp.Subquery,
 )
 _SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order",
-                "distinct", "with_", "kind"}
+                "distinct", "with_", "kind", "limit", "offset"}
 
 _WHY: dict[str, str] = {
     "limit": "top-k (ORDER BY ... LIMIT) is not supported yet; drop LIMIT",
@@ -140,6 +140,19 @@ class _Checker:
                     self.skip.add(id(value))
                 self.refuse(value if isinstance(value, exp.Expr) else node, name, why,
                             name if key in _NAMES else None)
+            for key in ("limit", "offset"):
+                clause = node.args.get(key)
+                if clause is None:
+                    continue
+                self.skip.add(id(clause))
+                value = clause.args.get("expression")
+                if not (isinstance(value, exp.Literal) and not value.is_string
+                        and value.name.isdigit()):
+                    self.refuse(clause, key.upper(), "write a whole number of rows",
+                                key.upper())
+                elif node.args.get("order") is None:
+                    self.refuse(clause, key.upper(), "top-k needs an ORDER BY (which rows "
+                                "are the first is otherwise undefined)", key.upper())
             distinct = node.args.get("distinct")
             if distinct is not None and distinct.args.get("on") is not None:
                 self.refuse(distinct, "DISTINCT ON", "use plain DISTINCT", "DISTINCT")
