@@ -152,6 +152,23 @@ def test_missing_cython_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not compile_query(SQL).maintain(native=False).native
 
 
+def test_the_c_sort_is_a_cython_file_in_the_cache_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """core/native_sort.pyx starts every built module: its text is in the module's, so
+    a change to it is a new cache key (no stale build is loaded)."""
+    from core.codegen import define
+
+    env = define("def f(x):\n    return x", "<plain>", {})
+    text = core.native.native_source([env["f"]])
+    pyx = core.native.SORT_PYX.read_text(encoding="utf-8")
+    assert pyx in text and "def sorted_int_changes(dict net):" in pyx
+    changed = tmp_path / "native_sort.pyx"
+    changed.write_text(pyx + "\n# changed\n", encoding="utf-8")
+    monkeypatch.setattr(core.native, "SORT_PYX", changed)
+    other = core.native.native_source([env["f"]])
+    assert core.native._module_name(other) != core.native._module_name(text)
+
+
 def test_untranslatable_code_is_refused() -> None:
     from core.codegen import define
 

@@ -72,6 +72,14 @@ def test_the_wheel_has_the_py_typed_markers(wheel_files: set[str]) -> None:
     assert not missing, f"py.typed markers missing from the wheel: {missing}"
 
 
+def test_the_wheel_has_the_cython_sources(wheel_files: set[str]) -> None:
+    """core/native_sort.pyx is read by the native build at run time."""
+    sources = _on_disk("*.pyx")
+    assert "core/native_sort.pyx" in sources
+    missing = sorted(sources - wheel_files)
+    assert not missing, f"Cython sources missing from the wheel (package-data): {missing}"
+
+
 def test_the_wheel_ships_nothing_but_the_packages(wheel_files: set[str]) -> None:
     """No tests/, bench/ or deploy/ at the top level of site-packages."""
     packages = {path.name for path in package_dirs()}
