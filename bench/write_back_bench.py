@@ -9,7 +9,7 @@ not depend on the machine), so two commits can be compared exactly.
 The stream is the one of ``runner_state_bench.py`` (uniform graph at W / 2 nodes, a FIFO
 window of W edges, then ``--steady-edges`` inserts each followed by the delete of the
 oldest edge), run through one :class:`~dataflow.distributed.PartitionTask` over a
-:class:`~operators.state.WriteBackState` with epochs of 1000 updates; the steady epochs'
+:class:`~operators.writeback.WriteBackState` with epochs of 1000 updates; the steady epochs'
 changed entries are counted per map.
 
     python bench/write_back_bench.py [--queries hop2_count hop4_bag ...] [--window 80000]
@@ -35,7 +35,7 @@ from connectors.files import read_updates  # noqa: E402
 from core.epochs import CLOSE, EpochCursor  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
 from dataflow.distributed import PartitionTask, WorkerPlan, tag_records  # noqa: E402
-from operators.state import WriteBackState, encode_entry, encode_key  # noqa: E402
+from operators.writeback import WriteBackState, encode_entry, encode_key  # noqa: E402
 
 DDL = "CREATE TABLE G(src INT, dst INT);\n"
 QUERIES = {

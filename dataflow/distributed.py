@@ -49,7 +49,8 @@ from dataflow.hypercube import Partitioner
 from dataflow.kinds import VIEW_TREES
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
-from operators.state import DictState, State, WriteBackState
+from operators.state import DictState, State
+from operators.writeback import WriteBackState
 from plans.dag import finalize_mode
 
 _SEQ = itemgetter(1)  # TaggedRow.seq, also of a plain tuple
@@ -202,16 +203,17 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 8
+STATE_LAYOUT = 9
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
 generalized nodes; 5: an atom node with children keeps its multiplicities in its first
 index, maps declared only where used, entries stored unframed:
-:func:`~operators.state.encode_entry`; 6: a Flink job with one partition has no epoch
+:func:`~operators.writeback.encode_entry`; 6: a Flink job with one partition has no epoch
 merger; 7: set and dict values of over 64 elements stored one entry per element, see
-:class:`~operators.state.TrackedMap`; 8: a top leaf with generated code keeps its
-multiplicities in its ``proj`` groups, tuple -> multiplicity dicts, and no ``base``), so
+:class:`~operators.writeback.TrackedMap`; 8: a top leaf with generated code keeps its
+multiplicities in its ``proj`` groups, tuple -> multiplicity dicts, and no ``base``; 9:
+the per-element tags pickle from :mod:`operators.writeback`), so
 that a checkpoint of another layout fails loud instead of being read wrongly."""
 
 
@@ -335,7 +337,7 @@ def bundle_by_partition(tagged: Iterable[tuple[Any, ...]]
 class PartitionTask:
     """One partition: its engine and output finalizer, processing its rows in stream
     order. Its state is either restored from and dumped to a blob (``blob``), or, with
-    ``state`` (a :class:`~operators.state.WriteBackState` the runner fills from its
+    ``state`` (a :class:`~operators.writeback.WriteBackState` the runner fills from its
     keyed store), kept entirely in that State - the finalizer's rows in the map
     ``finalize.output`` and its flags in ``finalize.meta`` - so that a runner can write
     back per epoch only the entries that changed."""

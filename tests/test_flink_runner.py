@@ -1,6 +1,6 @@
 """The Flink runner's state per entry, and its failure behavior.
 
-* Without Flink: a partition's state kept in a :class:`~operators.state.WriteBackState`
+* Without Flink: a partition's state kept in a :class:`~operators.writeback.WriteBackState`
   and written back per epoch as only the changed entries (what the job does with Flink
   MapState) restores to the same results as the uninterrupted run, and an epoch writes
   back entries in proportion to its changes, not to the state.
@@ -28,7 +28,7 @@ from core.epochs import EpochCursor
 from core.records import EPOCH_END, Record, Update
 from dataflow.api import compile_query
 from dataflow.distributed import PartitionLayout, PartitionTask, merge_outputs, tag_records
-from operators.state import WriteBackState, encode_key
+from operators.writeback import WriteBackState, encode_key
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_HOP = ("CREATE TABLE G(src INT, dst INT); SELECT G1.src, COUNT(*) AS n FROM G G1, G G2 "

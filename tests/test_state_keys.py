@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.state import encode_key
+from operators.writeback import encode_key
 
 
 def reference(key: Any) -> str:

@@ -1,4 +1,4 @@
-"""The write-back cache (:class:`~operators.state.WriteBackState`) misses no change.
+"""The write-back cache (:class:`~operators.writeback.WriteBackState`) misses no change.
 
 The Flink and Spark runners keep a partition's state per entry in their stores and
 write back, per epoch or batch, only the keys the cache marked. Reads do not always
@@ -27,7 +27,7 @@ from dataflow.distributed import (
     merge_outputs,
     tag_records,
 )
-from operators.state import (
+from operators.writeback import (
     BIG_CONTAINER,
     ITEM,
     MEMBER,

@@ -67,7 +67,7 @@ from dataflow.distributed import (
 )
 from dataflow.runners.flink.reader import PhaseLog, Profiling
 from dataflow.runners.jvm import require_java
-from operators.state import WriteBackState, encode_entry, encode_key
+from operators.writeback import WriteBackState, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
 
@@ -125,7 +125,7 @@ def _raw_put_all(ms: Any) -> Callable[[dict[str, bytes]], None] | None:
 class PartitionFunction(KeyedProcessFunction):
     """Hosts one partition's engine per key (the partition number).
 
-    The engine works on a :class:`~operators.state.WriteBackState` cache; every named map
+    The engine works on a :class:`~operators.writeback.WriteBackState` cache; every named map
     of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value: the
     pickled (key, value) pair), and at each epoch close only the entries touched during
     the epoch are written back (``putAll`` and removals). Rows of the open epoch are

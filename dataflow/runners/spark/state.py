@@ -2,9 +2,9 @@
 
 Binding (docs/runners.md): every named map of the State protocol is one
 ``transformWithStateInPandas`` MapState under the partition key (RocksDB provider),
-whose user key is :func:`~operators.state.encode_key` of the entry's key and whose value
+whose user key is :func:`~operators.writeback.encode_key` of the entry's key and whose value
 is the pickled ``(key, value)`` pair. The engine works on a
-:class:`~operators.state.WriteBackState` cache; at the end of each micro-batch only the
+:class:`~operators.writeback.WriteBackState` cache; at the end of each micro-batch only the
 entries it touched are written back.
 
 Two things make this affordable in PySpark 4.0, where every state call is a synchronous
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.distributed import check_layout
-from operators.state import WriteBackState, encode_entry, encode_key
+from operators.writeback import WriteBackState, encode_entry, encode_key
 
 STATE_STORE_CONF = {
     # transformWithState needs RocksDB; changelog checkpointing makes a batch's commit
