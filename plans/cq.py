@@ -20,7 +20,8 @@ from typing import Any, Literal
 from core.schema import Column, Relation, Schema, Value
 
 CompareOp = Literal["=", "<>", "<", "<=", ">", ">=", "in", "is null", "is not null"]
-AggFunc = Literal["count_star", "count", "sum", "avg"]
+AggFunc = Literal["count_star", "count", "sum", "avg", "min", "max", "count_distinct",
+                  "sum_distinct", "avg_distinct"]
 
 
 @dataclass(frozen=True)

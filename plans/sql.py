@@ -220,6 +220,16 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str) -> exp
     return out
 
 
+_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
+_MULTISET_FUNCS = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
+
+
+def _needs_values(node: exp.Expr) -> bool:
+    """MIN, MAX and DISTINCT aggregates read their argument's values per group (the
+    reaggregation stage's multisets), not a ring payload."""
+    return isinstance(node, (exp.Min, exp.Max)) or isinstance(node.this, exp.Distinct)
+
+
 class _Builder:
     def __init__(self, schema: Schema, select: exp.Select, sql: str, source: str) -> None:
         self.schema = schema
@@ -583,7 +593,7 @@ class _Builder:
             group_by = tuple(gvars)
 
         def is_aggregate(node: exp.Expr) -> bool:
-            return isinstance(node, (exp.Count, exp.Sum, exp.Avg))
+            return isinstance(node, _AGGREGATES)
 
         aggregate_query = group is not None or any(
             any(is_aggregate(n) for n in inner.walk()) for _, inner in items) or \
@@ -593,7 +603,7 @@ class _Builder:
         having_node = sel.args.get("having")
         multi_aggs = any(
             is_aggregate(n) and not isinstance(n.this, exp.Star)
-            and len(self._aliases_in(n.this)) > 1
+            and (len(self._aliases_in(n.this)) > 1 or _needs_values(n))
             for node in [inner for _, inner in items] + ([having_node] if having_node else [])
             for n in node.walk())
         reagg_mode = aggregate_query and bool(self.multi_conditions or multi_aggs)
@@ -775,7 +785,7 @@ class _Builder:
         env = {} if env is None else env
 
         def resolve(node: exp.Expr) -> Code | None:
-            if isinstance(node, (exp.Count, exp.Sum, exp.Avg)) and register is not None:
+            if isinstance(node, _AGGREGATES) and register is not None:
                 out: Code = register(node)
                 return out
             if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
@@ -824,7 +834,7 @@ class _Builder:
         variable (a GROUP BY key of the engine, read as ``key[i]``)."""
 
         def resolve(node: exp.Expr) -> Code | None:
-            if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+            if isinstance(node, _AGGREGATES):
                 raise ExprError(node, "an aggregate inside an aggregate or condition")
             if not column_refs(node):
                 return None
@@ -877,7 +887,29 @@ class _Builder:
         arg = node.this
         func = ("count_star" if isinstance(node, exp.Count) and isinstance(arg, exp.Star)
                 else "count" if isinstance(node, exp.Count)
-                else "sum" if isinstance(node, exp.Sum) else "avg")
+                else "sum" if isinstance(node, exp.Sum)
+                else "min" if isinstance(node, exp.Min)
+                else "max" if isinstance(node, exp.Max) else "avg")
+        if isinstance(arg, exp.Distinct):
+            arg = arg.expressions[0]
+            func += "_distinct"
+        if func in _MULTISET_FUNCS:
+            # (the value itself is carried: a key of the engine's groups)
+            code = glue.compile(arg)
+            t = code.type
+            if func in ("sum_distinct", "avg_distinct") and not t.numeric:
+                raise ExprError(node, f"{func.split('_')[0].upper()}(DISTINCT) over "
+                                      f"{t.name}: it needs a number")
+            fa = FinalAggregate(func, None, code.src,  # type: ignore[arg-type]
+                                t.name if t.name != "NULL" else "INT", t.scale)
+            if fa not in final_aggs:
+                final_aggs.append(fa)
+            j = final_aggs.index(fa)
+            if func == "count_distinct":
+                return Code(f"v[{j}]", SqlType("INT"), False, simple=True)
+            if func == "avg_distinct":
+                return Code(f"v[{j}]", SqlType("FLOAT"), True, simple=True)
+            return Code(f"v[{j}]", t, True, simple=True)
         if func == "count_star":
             fa = FinalAggregate("count_star", None, None, "INT")
             t = SqlType("INT")

@@ -34,7 +34,7 @@ _EXPRESSIONS: tuple[type[exp.Expr], ...] = (
     exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Case, exp.If, exp.Coalesce, exp.Nullif,
     exp.Cast, exp.DataType, exp.DataTypeParam, exp.Extract, exp.Interval, exp.Substring,
     exp.Upper, exp.Lower, exp.Length, exp.Trim, exp.Abs, exp.Round, exp.Count, exp.Sum,
-    exp.Avg, exp.Var,
+    exp.Avg, exp.Min, exp.Max, exp.Var,
 )
 _CLAUSES: tuple[type[exp.Expr], ...] = (
     exp.Select, exp.From, exp.Join, exp.Table, exp.TableAlias, exp.Where, exp.Group,
@@ -207,15 +207,17 @@ class _Checker:
             self.refuse(node, "IN (subquery)", f"subqueries are {_PART2}")
             return False
         if isinstance(node, (exp.Min, exp.Max)):
-            name = type(node).__name__.upper()
-            self.refuse(node, name, f"MIN and MAX are {_PART2}", name)
-            return False
+            return True
         if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
-            if isinstance(node.this, exp.Distinct):
-                name = type(node).__name__.upper()
-                self.refuse(node, f"{name}(DISTINCT ...)", f"DISTINCT inside aggregates is "
-                            f"{_PART2}", name)
-                return False
+            inner = node.this
+            if isinstance(inner, exp.Distinct):
+                if len(inner.expressions) != 1:
+                    name = type(node).__name__.upper()
+                    self.refuse(node, f"{name}(DISTINCT a, b)", "DISTINCT over one "
+                                "expression only", name)
+                    return False
+                self.skip.add(id(inner))
+                self.visit(inner.expressions[0], inner)
             return True
         if isinstance(node, exp.Window):
             self.refuse(node, "window function", "window functions are not supported")

@@ -234,8 +234,10 @@ def _random_query(rng: random.Random) -> str:
     if grouped:
         key = rng.choice(["R.c", "R.a", "EXTRACT(MONTH FROM R.d)"])
         values = _R_VALUE + (_MULTI_VALUE if join else [])
-        aggs = [f"{rng.choice(['SUM', 'COUNT', 'AVG'])}({rng.choice(values)})",
-                "COUNT(*)"]
+        func = rng.choice(["SUM", "COUNT", "AVG", "MIN", "MAX", "COUNT(DISTINCT",
+                           "SUM(DISTINCT", "AVG(DISTINCT"])
+        arg = rng.choice(values)
+        aggs = [f"{func} {arg})" if "DISTINCT" in func else f"{func}({arg})", "COUNT(*)"]
         if bad in ("MIN(R.a)", "COUNT(DISTINCT R.a)"):
             aggs.append(bad)
         post = rng.choice(["", ", SUM(R.b) * 2 + COUNT(*) AS p", ", SUM(R.b) / COUNT(*) AS r"])

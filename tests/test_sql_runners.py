@@ -71,3 +71,24 @@ def test_snapshots_are_written_in_order_by_order(tmp_path: Path, runner: str) ->
     _deltas(query, updates, tmp_path / "d.csv", "--runner", runner, "--parallelism", "2",
             "--snapshots", str(snaps), *extra)
     assert snaps.read_text() == _ORDERED_SNAPSHOTS
+
+
+_MINMAX = ("CREATE TABLE R(a INT, b DECIMAL(6,2), c VARCHAR);\n"
+           "SELECT a, MIN(b) AS lo, MAX(c) AS hi, COUNT(DISTINCT c) AS n, "
+           "SUM(DISTINCT b) AS s FROM R GROUP BY a;\n")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("runner", ["spark", "flink"])
+def test_min_max_and_distinct_aggregates_on_runners(tmp_path: Path, runner: str) -> None:
+    """MIN/MAX (deletes of the current minimum included) and DISTINCT aggregates keep
+    their per-group multisets in the runners' keyed state: equal to the local runner."""
+    pytest.importorskip("pyspark" if runner == "spark" else "pyflink")
+    query = tmp_path / "q.sql"
+    query.write_text(_MINMAX)
+    updates = ROOT / "tests/fixtures/minmax_updates.csv"
+    want = _deltas(query, updates, tmp_path / "local.csv")
+    got = _deltas(query, updates, tmp_path / "out.csv", "--runner", runner,
+                  "--parallelism", "2", "--checkpoint", str(tmp_path / "ckpt"))
+    assert sum(want.values()) > 100
+    assert got == want
