@@ -7,6 +7,10 @@ into one compiled module, and registered with :mod:`linecache` under a filename 
 to the definition (``<ivmflow-gen:apply G#3>``), so a traceback through generated code
 shows the generated line (the entry goes when the definition's functions are collected).
 
+What a compiled build may later replace (an entry point, a value made from the built
+module, a global of a generated namespace) is registered once in a :class:`Bindings`
+with a name and a setter; :meth:`Bindings.rebind` is the only way a build swaps it in.
+
 Example:
     >>> env = define("def double(x):\\n    return 2 * x", "<example>", {})
     >>> env["double"](21)
@@ -26,8 +30,10 @@ from __future__ import annotations
 import itertools
 import linecache
 import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FunctionType
-from typing import Any
+from typing import Any, Protocol
 
 SOURCE_KEY = "__source__"
 """Where :func:`define` keeps the source text in the namespace."""
@@ -54,3 +60,90 @@ def define(source: str, filename: str, env: dict[str, Any]) -> dict[str, Any]:
             weakref.finalize(value, linecache.cache.pop, unique, None)
             break
     return env
+
+
+class Build(Protocol):
+    """What :meth:`Bindings.rebind` reads of a compiled build
+    (:class:`core.native.NativeBuild`)."""
+
+    @property
+    def entries(self) -> Sequence[Callable[..., Any]]:
+        """The compiled entries, in the order :meth:`Bindings.entries` gave them."""
+        ...
+
+    def namespace(self, env: object) -> Any:
+        """The compiled stand-in of namespace ``env`` (item assignment), or None."""
+        ...
+
+
+@dataclass
+class _Binding:
+    setter: Callable[[Any], None]
+    make: Callable[[Any], Any] | None  # build -> the value (None: a compiled entry)
+    entry: Callable[..., Any] | None = None
+
+
+class Bindings:
+    """The one interface through which generated code is (re)bound: each entry point a
+    compiled build may replace, and each value or namespace global it patches, is
+    registered once with a name and a setter; :meth:`rebind` calls every setter, in
+    the order registered, with its replacement from the build.
+
+    >>> calls = []
+    >>> b = Bindings()
+    >>> env = define("def f(x):\\n    return x", "<example>", {})
+    >>> b.entry("f", env["f"], calls.append)
+    >>> b.value("sort", calls.append, lambda build: "C sort")
+    >>> class FakeBuild:
+    ...     entries = ["compiled f"]
+    ...     def namespace(self, env): return None
+    >>> b.rebind(FakeBuild()); calls[1:]
+    ['compiled f', 'C sort']
+    """
+
+    def __init__(self) -> None:
+        self._bindings: dict[str, _Binding] = {}
+
+    def _add(self, name: str, binding: _Binding) -> None:
+        if name in self._bindings:
+            msg = f"generated binding {name!r} registered twice"
+            raise ValueError(msg)
+        self._bindings[name] = binding
+
+    def entry(self, name: str, fn: Callable[..., Any],
+              setter: Callable[[Callable[..., Any]], None]) -> None:
+        """Bind generated entry point ``fn`` now (``setter(fn)``); a build starts from it
+        (:meth:`entries`) and :meth:`rebind` sets its compiled form."""
+        self._add(name, _Binding(setter, None, fn))
+        setter(fn)
+
+    def value(self, name: str, setter: Callable[[Any], None],
+              make: Callable[[Any], Any]) -> None:
+        """On :meth:`rebind`, ``setter(make(build))`` (a value made from the build)."""
+        self._add(name, _Binding(setter, make))
+
+    def global_(self, name: str, env: dict[str, Any], key: str,
+                make: Callable[[Any], Any]) -> None:
+        """On :meth:`rebind`, global ``key`` of generated namespace ``env`` becomes
+        ``make(build)``, in the build's stand-in of ``env`` (where it compiled ``env``)."""
+
+        def setter(pair: tuple[Any, Any]) -> None:
+            namespace, value = pair
+            if namespace is not None:
+                namespace[key] = value
+
+        self._add(name, _Binding(setter, lambda build: (build.namespace(env), make(build))))
+
+    def entries(self) -> list[Callable[..., Any]]:
+        """The registered entry points, in the order registered."""
+        return [b.entry for b in self._bindings.values() if b.entry is not None]
+
+    def rebind(self, build: Build) -> None:
+        """Swap in ``build`` (made from :meth:`entries`): every setter, in order."""
+        compiled = iter(build.entries)
+        for binding in self._bindings.values():
+            if binding.entry is not None:
+                binding.setter(next(compiled))
+            else:
+                assert binding.make is not None
+                binding.setter(binding.make(build))

@@ -27,12 +27,11 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from core.codegen import define
+from core.codegen import Bindings, define
 from core.errors import InputError, UnsupportedQueryError, UsageError
 from core.graph import Dataflow
 from core.native import (
     NATIVE_ENV,
-    NativeBuild,
     NativeBuildError,
     NativeFallbackWarning,
     cache_dir,
@@ -139,7 +138,7 @@ class CompiledQuery:
         if why is not None:
             return f"interpreted: {why}"
         try:
-            text = native_source(view._native_entries())
+            text = native_source(view._bindings.entries())
         except Exception as err:  # (the same fallback as View's)
             if mode == "on":
                 return f"a run fails: {one_line(err)}"
@@ -331,9 +330,11 @@ class View:
         # closed epochs, updates in them (updates_total adds the open epoch's)
         self._counters = [0, 0]
         self._close: Callable[..., EpochDelta]  # (generated: _bind_close)
+        self._bindings = Bindings()
+        """The generated entry points and what a native build patches: bound and
+        rebound only through it (:meth:`_register`)."""
         self._bind_fast()
-        self._bind_apply()
-        self._close_env = self._bind_close()
+        self._register(self._bind_apply(), self._bind_close())
         self.native = False
         """Whether the hot path runs compiled."""
         self.native_note = ""
@@ -483,10 +484,42 @@ class View:
             raise NativeBuildError(msg)
         return why
 
-    def _native_entries(self) -> list[Callable[..., Any]]:
-        """The generated entry points a native build starts from: apply, end_epoch and
-        the fast path of each relation (in :attr:`_direct`'s order)."""
-        return [self.apply, self.end_epoch, *self._direct.values()]
+    def _register(self, apply: Callable[[Update], None] | None,
+                  close_env: dict[str, Any]) -> None:
+        """Bind the generated entry points through :attr:`_bindings`, the one interface a
+        native build rebinds them by: ``apply`` (generated where there are fast paths),
+        ``end_epoch`` (``close_env``'s), the fast path of each relation, the engines'
+        namespaces of ``acc``, the finalizer's sort and, in the epoch close, the C sort
+        and the delta made in C."""
+        bindings = self._bindings
+        if apply is not None:
+            bindings.entry("apply", apply, self._set_apply)
+        bindings.entry("end_epoch", close_env["end_epoch"], self._set_close)
+        for name, fast in self._direct.items():
+            bindings.entry(f"fast {name}", fast, partial(self._direct.__setitem__, name))
+        for n, engine in enumerate(self.engines):
+            register = getattr(engine, "register_native", None)
+            if register is not None:
+                register(bindings, f"engine {n}")
+        finalizer = self.finalizer
+        bindings.value("finalizer sort", partial(setattr, finalizer, "sorted_changes"),
+                       lambda build: native_sorted_changes(build.module))
+        # The C sort itself (its None, rows it does not take, falls back in the code)
+        # and the delta made in C.
+        if "sort" in close_env:
+            bindings.global_("end_epoch sort", close_env, "sort",
+                             lambda build: build.module.sorted_int_changes)
+        bindings.global_("end_epoch new_delta", close_env, "new_delta",
+                         lambda build: partial(build.module.new_epoch_delta, EpochDelta))
+
+    def _set_apply(self, fn: Any) -> None:
+        # (a plain assignment: vars(self)[...] would turn the instance's inline attribute
+        # values into a dict and slow every other attribute access of the view)
+        self.apply = fn  # type: ignore[method-assign]
+
+    def _set_close(self, fn: Callable[..., EpochDelta]) -> None:
+        self._close = fn
+        self.end_epoch = fn  # type: ignore[method-assign]
 
     def _setup_native(self, flag: bool | None, on_compile: Callable[[], None] | None) -> None:
         """Compile the hot path as ``flag`` (and ``$IVMFLOW_NATIVE``) say, setting
@@ -499,7 +532,7 @@ class View:
             self.native_note = f"interpreted: {why}"
             return
         try:
-            build = nativize(self._native_entries(), on_compile)
+            build = nativize(self._bindings.entries(), on_compile)
         except Exception as err:
             if mode == "on":
                 if isinstance(err, NativeBuildError):
@@ -512,39 +545,20 @@ class View:
             short = short if len(short) <= 80 else short[:77] + "..."
             self.native_note = f"interpreted: the native build failed ({short})"
             return
-        self._adopt(build)
+        self._bindings.rebind(build)
         self.native = True
         secs = build.built_seconds
         self.native_note = ("compiled" if secs is None else
                             f"compiled (first use of this query shape: built in {secs:.1f}s)")
 
-    def _adopt(self, build: NativeBuild) -> None:
-        """Swap the generated fast paths for their compiled build (with everything
-        they reach)."""
-        names = list(self._direct)
-        self.apply, self._close = build.entries[:2]  # type: ignore[method-assign]
-        self.end_epoch = self._close  # type: ignore[method-assign]
-        self._direct.update(zip(names, build.entries[2:]))
-        for engine in self.engines:
-            adopt = getattr(engine, "adopt_native", None)
-            if adopt is not None:
-                adopt(build)
-        self.finalizer.sorted_changes = native_sorted_changes(build.module)
-        close = build.namespace(self._close_env)
-        if close is not None:
-            # The C sort itself (its None, rows it does not take, falls back in the
-            # code) and the delta made in C.
-            if "sort" in self._close_env:
-                close["sort"] = build.module.sorted_int_changes
-            close["new_delta"] = partial(build.module.new_epoch_delta, EpochDelta)
-
-    def _bind_apply(self) -> None:
+    def _bind_apply(self) -> Callable[[Update], None] | None:
         """With typed fast paths, :meth:`apply` of this view is generated code doing the
         same: one comparison per relation, a direct call of its fast path, the update
-        counted in a one-slot list. It is an instance attribute shadowing the method, so
-        a call runs no Python method frame (the compiled build's is a C method)."""
+        counted in a one-slot list. Bound as an instance attribute shadowing the method
+        (:meth:`_register`), so a call runs no Python method frame (the compiled build's
+        is a C method). Returns it, None without fast paths."""
         if not self._direct:
-            return
+            return None
         env: dict[str, Any] = {"checked": self._apply_checked, "pending": self._pending}
         lines = ["def apply(update):", "    rel = update.relation"]
         for i, (name, fast) in enumerate(self._direct.items()):
@@ -554,9 +568,8 @@ class View:
                       f"        if not fast{i}(update):", "            checked(update)"]
         lines += ["    else:", "        checked(update)", "    pending[0] += 1"]
         define("\n".join(lines), "<apply>", env)
-        # (a plain assignment: vars(self)[...] would turn the instance's inline attribute
-        # values into a dict and slow every other attribute access of the view)
-        self.apply = env["apply"]  # type: ignore[method-assign]
+        fn: Callable[[Update], None] = env["apply"]
+        return fn
 
     def _bind_close(self) -> dict[str, Any]:
         """:meth:`end_epoch` of this view as generated code (an instance attribute, like
@@ -593,8 +606,6 @@ class View:
                  "    n = pending[0]", "    pending[0] = 0", "    counters[1] += n",
                  "    return new_delta(epoch, rows, n, closed_by_marker)"]
         define("\n".join(lines), "<end_epoch>", env)
-        self._close = env["end_epoch"]
-        self.end_epoch = self._close  # type: ignore[method-assign]
         return env
 
     def _take_changes(self) -> dict[Any, Any]:

@@ -17,9 +17,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from core.codegen import define
+from core.codegen import Bindings, define
 from core.graph import Dataflow
 from core.native import NativeBuild, NativeNamespace
 from operators.aggregate import AggregateLayout
@@ -185,15 +186,18 @@ class Engine:
         fn: Callable[[int, Any, Any, Any], None] = env["boundary"]
         return fn
 
-    def adopt_native(self, build: NativeBuild) -> None:
-        """Rebind ``acc`` in the compiled walks too, from now on (the build compiled the
-        walks of this engine's namespaces that it reached)."""
-        self._acc_envs = [build.namespace(env) or env for env in self._acc_envs]
+    def register_native(self, bindings: Bindings, prefix: str) -> None:
+        """Register the namespaces ``acc`` is bound in: a native build swaps each for its
+        compiled stand-in (where it compiled it), so ``acc`` is rebound in the compiled
+        walks too, from then on."""
+        for i, env in enumerate(self._acc_envs):
+            bindings.value(f"{prefix} acc {i}", partial(self._acc_envs.__setitem__, i),
+                           partial(_compiled_namespace, env))
 
     def share_acc(self, env: dict[str, Any]) -> None:
         """Bind :attr:`acc` as ``acc`` in ``env``, the globals of generated code that
         takes an epoch's changes itself (a view's epoch close), and rebind it there too
-        whenever :attr:`acc` is replaced (call before :meth:`adopt_native`)."""
+        whenever :attr:`acc` is replaced (call before :meth:`register_native`)."""
         env["acc"] = self._acc
         self._acc_envs.append(env)
 
@@ -285,3 +289,8 @@ class Engine:
     def state_entries(self) -> int:
         entries = getattr(self.state, "entries", None)
         return int(entries()) if callable(entries) else 0
+
+
+def _compiled_namespace(env: object, build: NativeBuild) -> Any:
+    """``env``'s compiled stand-in in ``build``, or ``env`` where it did not compile it."""
+    return build.namespace(env) or env
