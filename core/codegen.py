@@ -62,6 +62,45 @@ def define(source: str, filename: str, env: dict[str, Any]) -> dict[str, Any]:
     return env
 
 
+# -- emitter: source fragments the generators repeat ------------------------------------
+def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
+            on_new: Sequence[str] = ()) -> list[str]:
+    """Lines (at ``indent``) adding ``elem`` to the set ``table[key]`` through local
+    ``var``, the set made when absent; ``on_new`` (relative to the new-set branch) runs
+    only then.
+
+    >>> print("\\n".join(set_add("", "index", "k", "b", on_new=["seen(k)"])))
+    b = index.get(k)
+    if b is None:
+        index[k] = {t}
+        seen(k)
+    else:
+        b.add(t)
+    """
+    inner = indent + "    "
+    return [f"{indent}{var} = {table}.get({key})", f"{indent}if {var} is None:",
+            f"{inner}{table}[{key}] = {{{elem}}}", *(inner + ln for ln in on_new),
+            f"{indent}else:", f"{inner}{var}.add({elem})"]
+
+
+def set_discard(indent: str, table: str, key: str, var: str, elem: str = "t",
+                on_empty: Sequence[str] = ()) -> list[str]:
+    """Lines (at ``indent``) removing ``elem`` from the set ``table[key]`` (present)
+    through local ``var``, the key deleted when its set empties; ``on_empty`` (relative
+    to that branch) runs only then: the reverse of :func:`set_add`.
+
+    >>> print("\\n".join(set_discard("", "index", "k", "b")))
+    b = index[k]
+    b.discard(t)
+    if not b:
+        del index[k]
+    """
+    inner = indent + "    "
+    return [f"{indent}{var} = {table}[{key}]", f"{indent}{var}.discard({elem})",
+            f"{indent}if not {var}:", f"{inner}del {table}[{key}]",
+            *(inner + ln for ln in on_empty)]
+
+
 class Build(Protocol):
     """What :meth:`Bindings.rebind` reads of a compiled build
     (:class:`core.native.NativeBuild`)."""

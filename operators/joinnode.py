@@ -57,7 +57,7 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
-from core.codegen import define
+from core.codegen import define, set_add, set_discard
 from operators.ring import IntRing
 from operators.state import State, read_only_get
 
@@ -282,6 +282,10 @@ class JoinNode:
         # make_dead, support) are names there, resolved per call: bind_emit, bind_notify
         # and bind_walks rebind them in code already compiled.
         self._code_envs: list[dict[str, Any]] = []
+        # A top node's semi-join updates, generated code on every top node (finish():
+        # :meth:`_compile_sj` says what they do); the generic methods call them too.
+        self._sj_insert: Callable[[Any], None]
+        self._sj_delete: Callable[[Any], None]
 
     # -- wiring --------------------------------------------------------------------
     def attach_child(self, child: JoinNode, key_attrs: tuple[str, ...]) -> None:
@@ -426,8 +430,12 @@ class JoinNode:
         return f"{key} in plive"
 
     def _compile_sj(self) -> None:
-        """:meth:`_sj_insert` / :meth:`_sj_delete` specialized to this top node (key
-        inlined, parent bound). Called from finish(), after the tree is wired."""
+        """``_sj_insert(t)`` / ``_sj_delete(t)`` of this top node, generated (key inlined,
+        parent bound; the only implementation). Insert: t entered V_s, so the S-update
+        (t joins its group under its key; a new group is a support appearing at the
+        parent), then t turns live if its key is. Delete, the reverse: dead first (if
+        its key is live), then the S-update. Called from finish(), after the tree is
+        wired."""
         env: dict[str, Any] = {}
         k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
         # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is.
@@ -442,8 +450,8 @@ class JoinNode:
             dele += [f"    if {live_key}:", "        make_dead(t)"]
         dele += group_remove
         define("\n".join(ins + dele), f"<sj {self.name}>", env)
-        self._sj_insert = env["sj_insert"]  # type: ignore[method-assign]
-        self._sj_delete = env["sj_delete"]  # type: ignore[method-assign]
+        self._sj_insert = env["sj_insert"]
+        self._sj_delete = env["sj_delete"]
         self._code_envs.append(env)
 
     def _group_lines(self, env: dict[str, Any], indent: str) -> tuple[list[str], list[str]]:
@@ -453,16 +461,14 @@ class JoinNode:
         env["proj"] = self.proj
         env["make_live"] = self._make_live
         env["make_dead"] = self._make_dead
-        i = indent
-        add = [f"{i}group = proj.get(k)", f"{i}if group is None:", f"{i}    proj[k] = {{t}}"]
-        remove = [f"{i}group = proj[k]", f"{i}group.discard(t)", f"{i}if not group:",
-                  f"{i}    del proj[k]"]
+        appear: list[str] = []
+        gone: list[str] = []
         if self.parent is not None:
             env["support"] = self.parent._child_support
-            add.append(f"{i}    support({self.pos_in_parent}, k, True)")
-            remove.append(f"{i}    support({self.pos_in_parent}, k, False)")
-        add += [f"{i}else:", f"{i}    group.add(t)"]
-        return add, remove
+            appear = [f"support({self.pos_in_parent}, k, True)"]
+            gone = [f"support({self.pos_in_parent}, k, False)"]
+        return (set_add(indent, "proj", "k", "group", on_new=appear),
+                set_discard(indent, "proj", "k", "group", on_empty=gone))
 
     def walk_source(self, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
         """Python source of :meth:`_make_live`, :meth:`_make_dead` and
@@ -479,17 +485,18 @@ class JoinNode:
         for i, child in enumerate(self.children):
             env[f"L{me}_{i}"] = self.live_index[i]
             k = key_expr("t", self.attrs, self.scalar, child.key_attrs)
-            lines += [f"    k = {k}", f"    b = L{me}_{i}.get(k)", "    if b is None:",
-                      f"        L{me}_{i}[k] = {{t}}"]
-            dead_lines += [f"    k = {k}", f"    b = L{me}_{i}[k]", "    b.discard(t)",
-                           "    if not b:", f"        del L{me}_{i}[k]"]
+            walk_live: list[str] = []
+            walk_dead: list[str] = []
             if child.top:
                 # (the walks below change live indexes only, never the group they read)
                 env[f"P{me}_{i}"] = child.proj_read
-                for out, fn in ((lines, name("live", child)), (dead_lines, name("dead", child))):
-                    out += [f"        g = P{me}_{i}(k)", "        if g:",
-                            "            for u in g:", f"                {fn}(u)"]
-            lines += ["    else:", "        b.add(t)"]
+                walk_live, walk_dead = ([f"g = P{me}_{i}(k)", "if g:", "    for u in g:",
+                                         f"        {name(kind, child)}(u)"]
+                                        for kind in ("live", "dead"))
+            lines += [f"    k = {k}", *set_add("    ", f"L{me}_{i}", "k", "b",
+                                                 on_new=walk_live)]
+            dead_lines += [f"    k = {k}", *set_discard("    ", f"L{me}_{i}", "k", "b",
+                                                        on_empty=walk_dead)]
         if not self.children:
             lines.append("    pass")
             dead_lines.append("    pass")
@@ -584,16 +591,8 @@ class JoinNode:
                 "    if old == 0:",
             ]
         for i, k in enumerate(keys[1:], 1):
-            lines += [
-                f"        k = {k}",
-                f"        b = index{i}.get(k)",
-                "        if b is None:",
-                f"            index{i}[k] = {{t}}",
-                "        else:",
-                "            b.add(t)",
-                f"        if k in cproj{i}:",
-                "            c += 1",
-            ]
+            lines += [f"        k = {k}", *set_add("        ", f"index{i}", "k", "b"),
+                      f"        if k in cproj{i}:", "            c += 1"]
         if n == 1:
             # One child: the count is whether the child's projection holds the key
             # (derived, not stored: one map less to write per tuple).
@@ -633,13 +632,7 @@ class JoinNode:
             # (old > 0 here, so b0 is the bucket that holds t)
             lines += ["        del b0[t]", "        if not b0:", "            del index0[k0]"]
         for i, k in enumerate(keys[1:], 1):
-            lines += [
-                f"        k = {k}",
-                f"        b = index{i}[k]",
-                "        b.discard(t)",
-                "        if not b:",
-                f"            del index{i}[k]",
-            ]
+            lines += [f"        k = {k}", *set_discard("        ", f"index{i}", "k", "b")]
         return "\n".join(lines), env
 
     def _proj_leaf_source(self, env: dict[str, Any]) -> str:
@@ -688,8 +681,8 @@ class JoinNode:
         return "\n".join(lines)
 
     def _top_change_lines(self, env: dict[str, Any]) -> list[str]:
-        """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_sj_insert`,
-        :meth:`_sj_delete`): t is in V_s here (all children support it), so it is live
+        """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_compile_sj`):
+        t is in V_s here (all children support it), so it is live
         exactly when its key is; the key is computed and tested once."""
         live = self._live_test(env, "k")
         k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
@@ -884,32 +877,6 @@ class JoinNode:
             self.on_tuple(
                 self, t, self.ring.sub(self.base_payload(t, new), self.base_payload(t, old))
             )
-
-    def _sj_insert(self, t: Any) -> None:
-        """t entered V_s: S-update (projection), then liveness."""
-        k = self.key_of(t)
-        group = self.proj.get(k)
-        parent = self.parent
-        if group is None:
-            self.proj[k] = {t}
-            if parent is not None:
-                parent._child_support(self.pos_in_parent, k, True)
-        else:
-            group.add(t)
-        if parent is None or k in parent.live_index[self.pos_in_parent]:
-            self._make_live(t)
-
-    def _sj_delete(self, t: Any) -> None:
-        """t leaves V_s: dead first (if live), then the S-update."""
-        k = self.key_of(t)
-        if self.key_live(k):
-            self._make_dead(t)
-        group = self.proj[k]
-        group.discard(t)
-        if not group:
-            del self.proj[k]
-            if self.parent is not None:
-                self.parent._child_support(self.pos_in_parent, k, False)
 
     def _child_support(self, i: int, k: Any, appear: bool) -> None:
         """P-update on a top node: key k entered/left child i's projection."""
