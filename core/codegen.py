@@ -179,7 +179,11 @@ class Bindings:
 
     def rebind(self, build: Build) -> None:
         """Swap in ``build`` (made from :meth:`entries`): every setter, in order."""
-        compiled = iter(build.entries)
+        entries = list(build.entries)
+        if len(entries) != len(self.entries()):
+            msg = f"a build of {len(entries)} entries for {len(self.entries())} registered"
+            raise ValueError(msg)
+        compiled = iter(entries)
         for binding in self._bindings.values():
             if binding.entry is not None:
                 binding.setter(next(compiled))

@@ -1,14 +1,17 @@
 """Generated code shows in tracebacks: :func:`core.codegen.define` registers every
 generated source with :mod:`linecache` under a filename of its own, so a frame in
-generated code names the definition and shows the generated line."""
+generated code names the definition and shows the generated line. A build swaps
+generated code in only through :class:`core.codegen.Bindings` (each entry registered
+once, with its setter)."""
 
 from __future__ import annotations
 
 import traceback
+from functools import partial
 
 import pytest
 
-from core.codegen import define
+from core.codegen import Bindings, define
 from dataflow.api import compile_query
 from operators.input import RelationInput
 
@@ -34,3 +37,32 @@ def test_a_bad_value_in_a_generated_filter_shows_the_generated_line() -> None:
     assert frame.line == "if row[1] is None or not p0(row[0]):"
     text = "".join(traceback.format_exception(info.value))
     assert frame.line in text
+
+
+class _FakeBuild:
+    def __init__(self, entries: list[object], namespaces: dict[int, dict[str, object]]) -> None:
+        self.entries = entries
+        self._namespaces = namespaces
+
+    def namespace(self, env: object) -> dict[str, object] | None:
+        return self._namespaces.get(id(env))
+
+
+def test_bindings_swap_each_registered_entry_through_its_setter() -> None:
+    bound: dict[str, object] = {}
+    env = define("def f():\n    return sort()", "<f>", {"sort": sorted})
+    g = define("def g():\n    return 2", "<g>", {})["g"]
+    b = Bindings()
+    b.entry("f", env["f"], partial(bound.__setitem__, "f"))
+    b.entry("g", g, partial(bound.__setitem__, "g"))
+    assert bound == {"f": env["f"], "g": g} and b.entries() == [env["f"], g]
+    b.value("sort", partial(bound.__setitem__, "sort"), lambda build: "C sort")
+    stand_in: dict[str, object] = {}
+    b.global_("f sort", env, "sort", lambda build: "C sort")
+    with pytest.raises(ValueError, match="registered twice"):
+        b.value("sort", print, lambda build: None)
+    with pytest.raises(ValueError, match="1 entries for 2"):
+        b.rebind(_FakeBuild(["f'"], {}))
+    b.rebind(_FakeBuild(["f'", "g'"], {id(env): stand_in}))
+    assert bound == {"f": "f'", "g": "g'", "sort": "C sort"}
+    assert stand_in == {"sort": "C sort"}
