@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from core.codegen import Bindings, define
 from core.errors import InputError, UnsupportedQueryError, UsageError
@@ -67,6 +67,7 @@ from plans.hierarchical import HierarchicalPlan, plan_hierarchical
 from plans.plan import Plan, build_plan, classify
 from plans.sql import parse_query
 from plans.triangle import recognise_triangle
+from plans.views import split_views
 
 __all__ = ["CompiledQuery", "View", "compile_query", "make_finalizer"]
 
@@ -184,6 +185,15 @@ def compile_query(
     hierarchical query that is not q-hierarchical with view trees and the knob ``eps``
     (:mod:`plans.hierarchical`) instead of CROWN."""
     _check_eps(eps)
+    split = split_views(sql, source_name)
+    if split is not None:
+        # A DAG of views (subqueries, views over views): each compiled on its own.
+        from dataflow.views import compile_dag
+
+        def one(text: str, name: str) -> CompiledQuery:
+            return compile_query(text, source_name=name, eps=eps, view_trees=view_trees)
+
+        return cast(CompiledQuery, compile_dag(split, source_name, one))
     cq = parse_query(sql, source_name)
     tri = recognise_triangle(cq, triangle_partitioning)  # type: ignore[arg-type]
     if tri is None and triangle_partitioning != "single":
@@ -598,7 +608,7 @@ class View:
             finish = ["        out = finish(raw)"]
         # Small epochs mostly change nothing in the result: skip the finalizer then (an
         # ungrouped aggregate's first epoch shows its one row even so).
-        always = finalizer.mode == "aggregate" and not finalizer.grouped
+        always = finalizer.mode == "aggregate" and not finalizer.final_grouped
         test = "raw or not finalizer.silent_when_unchanged" if always else "raw"
         lines = ["def end_epoch(closed_by_marker=False):", *take, f"    if {test}:",
                  *finish, "        rows = tuple(out)", *clear, "    else:",

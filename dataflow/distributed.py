@@ -160,6 +160,12 @@ class WorkerPlan:
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:
+        if getattr(query, "inner", None):
+            # (a DAG of views closes its views in order within each epoch; the
+            # distributed runners host one view per job)
+            msg = ("a query with subqueries or views over views runs on the local runner "
+                   "for now; drop --runner")
+            raise UnsupportedQueryError(msg)
         cq = query.cq
         if cq.limit is not None or cq.offset:
             # (a window over the whole result needs one finalizer that sees every row;
@@ -358,7 +364,7 @@ class PartitionTask:
             # first epoch on): other queries declare no map for it.
             self._meta: MutableMapping[str, Any] | None = (
                 state.map(FINALIZE_META)
-                if self.finalizer.mode == "aggregate" and not self.finalizer.grouped
+                if self.finalizer.mode == "aggregate" and not self.finalizer.final_grouped
                 else None)
             if self._meta is not None:
                 self.finalizer.emitted_once = bool(self._meta.get("emitted_once", False))

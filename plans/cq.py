@@ -179,6 +179,8 @@ class PostMap:
     exprs: tuple[str, ...]
     having: str | None
     env: dict[str, Any] = field(compare=False, hash=False)
+    types: tuple[Any, ...] = ()
+    """The static type (:class:`plans.expr.SqlType`) of each of ``exprs``."""
     names: tuple[str, ...] = ()
     """For a query without aggregates: the output columns' names. Its rows are then the
     engine's rows (``key``: the SELECT list's variables, then the carried ones),
@@ -204,6 +206,9 @@ class ConjunctiveQuery:
     reagg: Reaggregate | None = None
     order_by: tuple[tuple[int, bool, bool], ...] = ()
     """ORDER BY as (output column, descending, nulls first): the order of snapshots."""
+    output_types: tuple[str, ...] = ()
+    """Each output column's SQL type, as a CREATE TABLE of a view reading this one
+    declares it (``BIGINT``, ``DECIMAL(38,2)``, ``DOUBLE``, ``VARCHAR``, ``DATE``...)."""
     limit: int | None = None
     offset: int = 0
     """``ORDER BY ... LIMIT k OFFSET m``: the result is the top-k window (maintained)."""

@@ -117,6 +117,8 @@ class ExprCompiler:
     def __init__(self, env: dict[str, Any], resolve: Resolver) -> None:
         self.env = env
         self.resolve = resolve
+        self.last_type = NULL
+        """The type of the last :meth:`output` (the column a view over this one reads)."""
         env.update(HELPERS)
         env.setdefault("_timedelta", datetime.timedelta)
 
@@ -155,6 +157,7 @@ class ExprCompiler:
         """Source of an output column's value: a DECIMAL at its static scale (how
         DuckDB prints it, whatever scale the operands' values carried)."""
         code = self.compile(node)
+        self.last_type = code.type
         if code.type.name != "DECIMAL":
             return code.src
         quantum = f"_q{code.type.scale}"
@@ -428,7 +431,11 @@ class ExprCompiler:
             b = b if b.type.name == "TIMESTAMP" else self._to_ts(b)
             return a, b
         if a.type.numeric and b.type.numeric:
-            return a, b  # (Python compares int, Decimal and float exactly)
+            if "FLOAT" in (a.type.name, b.type.name):
+                # DuckDB compares a DECIMAL or an integer with a DOUBLE as DOUBLEs
+                # (Python would compare Decimal('1.47') and 1.47 exactly: not equal)
+                return self._as(a, FLOAT), self._as(b, FLOAT)
+            return a, b  # (int and Decimal compare exactly, as DuckDB's DECIMALs do)
         if a.type.name != b.type.name and "NULL" not in (a.type.name, b.type.name):
             raise ExprError(node, f"comparison of {a.type.name} with {b.type.name} in "
                                   f"{node.sql()!r}")

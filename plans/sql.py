@@ -179,13 +179,14 @@ def _offset_of(node: exp.Expr) -> int | None:
     return min(starts) if starts else None
 
 
-def _normalize(select: exp.Select, schema: Schema, sql: str, source: str) -> exp.Select:
+def _normalize(select: exp.Select, schema: Schema, sql: str, source: str,
+               views: bool = False) -> exp.Select:
     """WITH, derived tables, NATURAL JOIN and JOIN ... USING through sqlglot's optimizer
     (qualify: USING/NATURAL become ON equalities; merge_subqueries: mergeable derived
     tables and CTEs inlined). What stays nested (a derived table that aggregates) is
     refused: views over views are the next step."""
     needs = select.args.get("with_") is not None or any(
-        isinstance(t, exp.Subquery) for t in select.find_all(exp.Subquery)) or any(
+        True for _ in select.find_all(exp.Subquery, exp.Exists)) or any(
         j.args.get("using") or (j.args.get("method") or "").upper() == "NATURAL"
         for j in select.args.get("joins") or [])
     if not needs:
@@ -194,6 +195,7 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str) -> exp
     from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
     from sqlglot.optimizer.merge_subqueries import merge_subqueries
     from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
     # Unnamed SELECT items keep the names ivmflow gives them (qualify would say _col_0).
     select = select.copy()
@@ -206,13 +208,19 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str) -> exp
     try:
         out = qualify(select, schema=mapping, dialect="duckdb", quote_identifiers=False,
                       identify=False, validate_qualify_columns=True)
+        out = _inner_joins(unnest_subqueries(out))  # type: ignore[assignment]
         out = merge_subqueries(eliminate_subqueries(out))
         out = eliminate_ctes(out)
     except (OptimizeError, ValueError) as err:
         msg = f"{source}: {err}"
         raise QueryError(msg) from None
     assert isinstance(out, exp.Select)
-    left = [n for n in out.walk() if isinstance(n, (exp.Subquery, exp.With, exp.CTE))]
+    nested = (exp.Subquery, exp.Exists) if views else (exp.Subquery, exp.With, exp.CTE,
+                                                        exp.Exists)
+    left = [n for n in out.walk() if isinstance(n, nested)]
+    if views and out.args.get("with_") is not None:
+        left += [n for cte in out.args["with_"].expressions for n in cte.this.walk()
+                 if isinstance(n, (exp.Subquery, exp.Exists))]
     if left:
         findings = [(_offset_of(n), "derived table or WITH with GROUP BY, DISTINCT or an "
                      "aggregate", "views over views are not supported yet") for n in left[:1]]
@@ -220,8 +228,59 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str) -> exp
     return out
 
 
+def _inner_joins(select: exp.Expr) -> exp.Expr:
+    """``LEFT JOIN x`` where a WHERE conjunct rejects x's NULLs is an inner join (what
+    sqlglot's unnesting makes of EXISTS, IN and correlated scalar subqueries: a grouped
+    derived table LEFT JOINed, then ``NOT x.k IS NULL`` or a comparison with x's
+    column). A LEFT JOIN that stays is an outer join, refused by the builder."""
+    for sel in select.find_all(exp.Select):
+        where = sel.args.get("where")
+        conjuncts = list(where.this.flatten()) if where is not None and isinstance(
+            where.this, exp.And) else ([where.this] if where is not None else [])
+        for join in sel.args.get("joins") or []:
+            if (join.args.get("side") or "").upper() != "LEFT":
+                continue
+            alias = join.alias_or_name
+            if any(_rejects_nulls(c, alias) for c in conjuncts):
+                join.set("side", None)
+    return select
+
+
+def _rejects_nulls(cond: exp.Expr, alias: str) -> bool:
+    """Whether ``cond`` is never TRUE when ``alias``'s columns are NULL (a strict
+    predicate over one of them, or IS NOT NULL of one)."""
+    if isinstance(cond, exp.Not) and isinstance(cond.this, exp.Is) and \
+            isinstance(cond.this.expression, exp.Null):
+        col = cond.this.this
+        return isinstance(col, exp.Column) and col.table == alias
+    strict = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Like,
+              exp.ILike, exp.In)
+    if not isinstance(cond, strict):
+        return False
+    if any(isinstance(n, (exp.Coalesce, exp.Case, exp.If, exp.Is, exp.Nullif, exp.Or,
+                          exp.Not)) for n in cond.walk()):
+        return False
+    return any(c.table == alias for c in cond.find_all(exp.Column))
+
+
 _AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _MULTISET_FUNCS = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
+
+
+def _aggregate_type(agg: Aggregate) -> SqlType:
+    if agg.func in ("count", "count_star"):
+        return SqlType("INT")
+    if agg.func == "avg":
+        return SqlType("FLOAT")
+    return SqlType(agg.result_type, agg.scale)
+
+
+def _ddl_type(t: SqlType) -> str:
+    """The SQL type a CREATE TABLE declares for values of ``t``."""
+    if t.name == "DECIMAL":
+        return f"DECIMAL(38,{t.scale})"
+    return {"INT": "BIGINT", "FLOAT": "DOUBLE", "TEXT": "VARCHAR", "BOOL": "BOOLEAN",
+            "NULL": "BIGINT", "INTERVAL": "VARCHAR"}.get(t.name, t.name)
 
 
 def _needs_values(node: exp.Expr) -> bool:
@@ -503,6 +562,12 @@ class _Builder:
         for join in sel.args.get("joins") or []:
             if join.args.get("using"):
                 raise self.reject(join, "JOIN ... USING", "write JOIN ... ON a.x = b.x")
+            side = (join.args.get("side") or "").upper()
+            if side:
+                # (an outer join the unnesting of NOT EXISTS / NOT IN, or the query
+                # itself, left: anti-joins and outer joins are not maintained yet)
+                raise ExprError(join.this, f"{side} OUTER JOIN (or NOT EXISTS / NOT IN, "
+                                           "an anti-join) is not supported yet")
             self._add_table(join.this)
             if join.args.get("on") is not None:
                 conditions.extend(self._conjuncts(join.args["on"]))
@@ -707,6 +772,9 @@ class _Builder:
             # keeps them; its value is not output)
             aggregates.append(Aggregate("count_star", None, "INT"))
 
+        if group_by is not None and not aggregates and post is None:
+            # GROUP BY without an aggregate: one row per group, as SELECT DISTINCT
+            distinct = True
         order_by = self._order_by(items, columns)
 
         # Join variables: classes with two or more column occurrences.
@@ -756,6 +824,7 @@ class _Builder:
             post=post,
             reagg=reagg,
             order_by=order_by,
+            output_types=self._output_types(columns, aggregates, post),
             limit=self._count_of("limit"),
             offset=self._count_of("offset") or 0,
         )
@@ -816,16 +885,20 @@ class _Builder:
 
         compiler = ExprCompiler(env, resolve)
         exprs: list[str] = []
+        types: list[SqlType] = []
         for col, node in zip(columns, post_items):
             if col.var is not None:
                 exprs.append(f"key[{group_by.index(col.var)}]" if group_by else "None")
+                types.append(group_types.get(col.var, SqlType("NULL")))
             elif col.aggregate is not None and node is None:
                 exprs.append(f"v[{col.aggregate}]")
+                types.append(_aggregate_type(aggregates[col.aggregate]))
             else:
                 assert node is not None
                 exprs.append(compiler.output(node))
+                types.append(compiler.last_type)
         having_src = compiler.predicate(having.this) if having is not None else None
-        return PostMap(tuple(exprs), having_src, env)
+        return PostMap(tuple(exprs), having_src, env, tuple(types))
 
     def _glue_compiler(self, env: dict[str, Any], group_types: dict[str, SqlType]
                        ) -> ExprCompiler:
@@ -869,16 +942,20 @@ class _Builder:
         self.final_keys = tuple(c.var for c in visible if c.var is not None)
         glue = self._glue_compiler(env, {})
         exprs = []
+        types: list[SqlType] = []
         for col, node in zip(columns, post_items):
             if col.var is not None:
                 exprs.append(f"key[{self.final_keys.index(col.var)}]")
+                types.append(self._var_type(col.var))
             else:
                 assert node is not None
                 exprs.append(glue.output(node))
+                types.append(glue.last_type)
         condition = " and ".join(glue.predicate(c) for c in self.multi_conditions) or None
         hidden = [OutputColumn(f"\0{v}", var=v) for v, _t, _s in self.carried]
         used.update(v for v, _t, _s in self.carried)
-        post = PostMap(tuple(exprs), condition, env, tuple(c.name for c in columns))
+        post = PostMap(tuple(exprs), condition, env, tuple(types),
+                       tuple(c.name for c in columns))
         return post, visible + hidden
 
     def _final_aggregate(self, node: exp.Expr, final_aggs: list[FinalAggregate],
@@ -938,6 +1015,27 @@ class _Builder:
         if func == "avg":
             return Code(f"v[{j}]", SqlType("FLOAT"), True, simple=True)
         return Code(f"v[{j}]", t, True, simple=True)
+
+    def _var_type(self, var: str) -> SqlType:
+        for (alias, rel) in self.aliases:
+            for i, col in enumerate(rel.columns):
+                if self.var_of(alias, i) == var:
+                    return SqlType.of_column(col)
+            for d in self.derived.get(alias, []):
+                if d.var == var:
+                    return SqlType.of_column(d.column)
+        return SqlType("NULL")
+
+    def _output_types(self, columns: list[OutputColumn], aggregates: list[Aggregate],
+                      post: PostMap | None) -> tuple[str, ...]:
+        if post is not None and post.types:
+            types = list(post.types)
+        else:
+            types = [self._var_type(c.var) if c.var is not None
+                     else _aggregate_type(aggregates[c.aggregate])
+                     if c.aggregate is not None else SqlType("NULL")
+                     for c in columns if not c.name.startswith("\0")]
+        return tuple(_ddl_type(t) for t in types)
 
     def _count_of(self, key: str) -> int | None:
         clause = self.select.args.get(key)

@@ -5,7 +5,7 @@ accepted and ignored.
 
 Example:
     >>> import sqlglot
-    >>> sql = "SELECT a FROM R USING SAMPLE 50%\\nORDER BY a LIMIT 3"
+    >>> sql = "SELECT a FROM R USING SAMPLE 50%\\nLIMIT 3"
     >>> try:
     ...     check_supported(sqlglot.parse_one(sql, read="duckdb"), sql, "q.sql")
     ... except QueryError as err:
@@ -14,9 +14,9 @@ Example:
       line 1, column 17: USING SAMPLE: a sample is not a maintained result; drop it
         SELECT a FROM R USING SAMPLE 50%
                         ^
-      line 2, column 12: LIMIT: top-k (ORDER BY ... LIMIT) is not supported yet; drop LIMIT
-        ORDER BY a LIMIT 3
-                   ^
+      line 2, column 1: LIMIT: top-k needs an ORDER BY (else which rows come first is undefined)
+        LIMIT 3
+        ^
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ _WHY: dict[str, str] = {
 }
 _NAMES: dict[str, str] = {"sample": "USING SAMPLE", "offset": "OFFSET", "limit": "LIMIT"}
 
-_PART2 = "not supported yet (subqueries, views over views, outer joins, MIN/MAX and top-k " \
-         "are the next step)"
+_PART2 = "not supported yet (outer joins and anti-joins are the next step)"
 
 
 def _span(node: exp.Expr) -> tuple[int, int] | None:
@@ -151,8 +150,8 @@ class _Checker:
                     self.refuse(clause, key.upper(), "write a whole number of rows",
                                 key.upper())
                 elif node.args.get("order") is None:
-                    self.refuse(clause, key.upper(), "top-k needs an ORDER BY (which rows "
-                                "are the first is otherwise undefined)", key.upper())
+                    self.refuse(clause, key.upper(), "top-k needs an ORDER BY (else which "
+                                "rows come first is undefined)", key.upper())
             distinct = node.args.get("distinct")
             if distinct is not None and distinct.args.get("on") is not None:
                 self.refuse(distinct, "DISTINCT ON", "use plain DISTINCT", "DISTINCT")
@@ -195,16 +194,13 @@ class _Checker:
                 return False
             return True
         if isinstance(node, exp.Subquery):
-            if not isinstance(parent, (exp.From, exp.Join)):
-                self.refuse(node, "subquery", f"subqueries in expressions are {_PART2}")
-                return False
+            # (EXISTS, IN and scalar subqueries are unnested into views over views;
+            # what cannot be is refused there, with its position)
             return True
         if isinstance(node, exp.Exists):
-            self.refuse(node, "EXISTS (subquery)", f"subqueries are {_PART2}", "EXISTS")
-            return False
-        if isinstance(node, exp.In) and (node.args.get("query") is not None
-                                         or node.args.get("unnest") is not None):
-            self.refuse(node, "IN (subquery)", f"subqueries are {_PART2}")
+            return True
+        if isinstance(node, exp.In) and node.args.get("unnest") is not None:
+            self.refuse(node, "IN UNNEST", "not supported")
             return False
         if isinstance(node, (exp.Min, exp.Max)):
             return True

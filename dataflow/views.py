@@ -1,0 +1,181 @@
+"""Running a DAG of maintained views (:mod:`plans.views`): every view is an ordinary
+compiled query with its own live :class:`~dataflow.api.View`; base updates go to the
+views that read their table, and at each epoch's end the views close in order, each
+one's consolidated delta applied to the views that read it before they close. So the
+query's epoch delta reflects every inner change of that epoch, and the sum of deltas
+1..k is Q(D_k) for the whole query.
+
+Example:
+    >>> from dataflow.api import compile_query
+    >>> from core.records import Update
+    >>> q = compile_query('''CREATE TABLE R(a INT, b INT);
+    ...     SELECT a, b FROM R WHERE b > (SELECT AVG(b) FROM R)''')
+    >>> view = q.maintain()
+    >>> for row in [(1, 10), (2, 20), (3, 30)]:
+    ...     view.apply(Update("+", "R", row))
+    >>> view.end_epoch().rows
+    ((1, (3, 30)),)
+    >>> view.apply(Update("-", "R", (3, 30)))   # the average drops to 15: (2, 20) enters
+    >>> view.end_epoch().rows
+    ((1, (2, 20)), (-1, (3, 30)))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from core.errors import UnsupportedQueryError
+from core.records import EpochDelta, EpochEnd, Record, Update
+from core.schema import Row, Schema
+from plans.views import ViewSplit
+
+
+class CompiledDag:
+    """A query compiled as a DAG of views: ``inner`` (name, compiled view) in the order
+    they close, and ``outer``, the query itself over them. It offers what a
+    :class:`~dataflow.api.CompiledQuery` offers to the local runner and the API."""
+
+    def __init__(self, inner: list[tuple[str, Any]], outer: Any, base: Schema,
+                 source_name: str) -> None:
+        self.inner = inner
+        self.outer = outer
+        self.base_schema = base
+        self.source_name = source_name
+
+    # What callers read of a compiled query: the query's own (outer) plan and output.
+    @property
+    def cq(self) -> Any:
+        return self.outer.cq
+
+    @property
+    def kind(self) -> Any:
+        return self.outer.kind
+
+    @property
+    def plan(self) -> Any:
+        return self.outer.plan
+
+    @property
+    def eps(self) -> float:
+        return float(self.outer.eps)
+
+    @property
+    def schema(self) -> Schema:
+        """The base tables (what an update may name)."""
+        return self.base_schema
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        return tuple(self.outer.output_columns)
+
+    def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
+        parts = [f"a DAG of {len(self.inner) + 1} maintained views (each view's epoch delta "
+                 "is the update stream of the views reading it)", ""]
+        for name, q in self.inner:
+            parts += [f"== view {name}", q.explain(parallelism, eps), ""]
+        parts += ["== the query", self.outer.explain(parallelism, eps)]
+        return "\n".join(parts)
+
+    def native_status(self, parallelism: int = 1, eps: float | None = None,
+                      native: bool | None = None) -> str:
+        return str(self.outer.native_status(parallelism, eps, native))
+
+    def replanned(self, prefix: Iterable[Record]) -> CompiledDag:
+        return self
+
+    def maintain(self, parallelism: int = 1, eps: float | None = None,
+                 native: bool | None = None, on_compile: Any = None) -> DagView:
+        return DagView(self, parallelism, eps, native, on_compile)
+
+    def run(self, records: Iterable[Record], epoch_size: int | None = None,
+            parallelism: int = 1) -> Iterator[EpochDelta]:
+        """Per-epoch deltas of a stream (as :meth:`dataflow.api.CompiledQuery.run`)."""
+        view = self.maintain(parallelism)
+        for rec in records:
+            if isinstance(rec, EpochEnd):
+                yield view.end_epoch(closed_by_marker=True)
+                continue
+            view.apply(rec)
+            if epoch_size and view.pending_updates >= epoch_size:
+                yield view.end_epoch()
+        if view.pending_updates:
+            yield view.end_epoch()
+
+    def worker_options(self) -> tuple[float, str]:
+        msg = ("a query with subqueries or views over views runs on the local runner for "
+               "now; drop --runner")
+        raise UnsupportedQueryError(msg)
+
+
+class DagView:
+    """The live views of a :class:`CompiledDag`, closed together per epoch."""
+
+    def __init__(self, dag: CompiledDag, parallelism: int, eps: float | None,
+                 native: bool | None, on_compile: Any) -> None:
+        self.dag = dag
+        self.views: list[tuple[str, Any]] = [
+            (name, q.maintain(parallelism, eps, native, on_compile)) for name, q in dag.inner]
+        self.outer = dag.outer.maintain(parallelism, eps, native, on_compile)
+        everyone = [*self.views, ("", self.outer)]
+        self.readers: dict[str, list[Any]] = {}
+        for _name, view in everyone:
+            for rel in {a.relation.name.lower() for a in view.query.cq.atoms}:
+                self.readers.setdefault(rel, []).append(view)
+        self.pending = 0
+
+    @property
+    def pending_updates(self) -> int:
+        return self.pending
+
+    def __getattr__(self, name: str) -> Any:  # (native_note, epoch, ...: the query's)
+        return getattr(self.outer, name)
+
+    def apply(self, update: Update) -> None:
+        """Apply a base update to every view reading its table. A refused one changes
+        nothing: every view keeps the same base rows, so the first refuses it."""
+        views = self.readers.get(update.relation.lower())
+        if views is None or update.relation.lower() not in {
+                r.lower() for r in self.dag.base_schema.relations}:
+            self.outer.apply(update)  # (its error names the relation)
+            return
+        for view in views:
+            view.apply(update)
+        self.pending += 1
+
+    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
+        for name, view in self.views:
+            delta = view.end_epoch(closed_by_marker=closed_by_marker)
+            readers = self.readers.get(name.lower(), [])
+            for mult, row in delta.rows:
+                u = _update(name, row, mult)
+                for reader in readers:
+                    reader.apply(u)
+        self.pending = 0
+        out: EpochDelta = self.outer.end_epoch(closed_by_marker=closed_by_marker)
+        return out
+
+    def snapshot(self) -> list[tuple[int, Row]]:
+        rows: list[tuple[int, Row]] = self.outer.snapshot()
+        return rows
+
+
+def _update(view: str, row: Row, mult: int) -> Update:
+    return Update("+" if mult > 0 else "-", view, row, abs(mult), f"view {view}")
+
+
+def compile_dag(split: ViewSplit, source_name: str, compile_one: Any) -> CompiledDag:
+    """Compile each view of ``split`` (in order) and the query over them;
+    ``compile_one(sql, source_name)`` compiles one view's file text."""
+    tables = split.tables
+    inner: list[tuple[str, Any]] = []
+    for name, body in split.views:
+        q = compile_one(tables + body + ";\n", f"{source_name} (view {name})")
+        inner.append((name, q))
+        cols = ", ".join(f'"{c}" {t}' for c, t in zip(q.cq.output_names, q.cq.output_types))
+        tables += f'CREATE TABLE "{name}" ({cols});\n'
+    outer = compile_one(tables + split.query + ";\n", source_name)
+    base_names = {n.lower() for n, _ in inner}
+    base = Schema({k: v for k, v in outer.cq.schema.relations.items()
+                   if k.lower() not in base_names})
+    return CompiledDag(inner, outer, base, source_name)

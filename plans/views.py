@@ -1,0 +1,97 @@
+"""A query as a DAG of maintained views: what :mod:`plans.sql` cannot flatten into one
+join block (a derived table, WITH or ``CREATE VIEW`` that aggregates; an ``EXISTS``,
+``IN`` or scalar subquery, which sqlglot's unnesting turns into a grouped derived table
+joined to the query) becomes an inner view with its own SQL text; the query reads it as
+a table. Each view is compiled on its own (any class, planned as usual); an epoch's
+consolidated delta of a view is the update stream of the views that read it, in the
+same epoch (:mod:`dataflow.views`).
+
+Example:
+    >>> split = split_views('''CREATE TABLE R(a INT, b INT);
+    ...     SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)''', "q.sql")
+    >>> [name for name, _ in split.views], "CROSS JOIN _u_0" in split.query
+    (['_u_0'], True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+
+from core.errors import QueryError
+from plans.sql import _normalize, _offset_of, parse_schema_and_select
+from plans.sqlcheck import check_supported, describe
+
+
+@dataclass(frozen=True)
+class ViewSplit:
+    """The inner views (name, SELECT text), in an order where a view only reads base
+    tables and views before it, and the query's SELECT over them; ``tables`` is the
+    file's CREATE TABLE text (each view file starts with it, then one CREATE TABLE per
+    view it reads, typed by that view's output)."""
+
+    tables: str
+    views: tuple[tuple[str, str], ...]
+    query: str
+
+
+def split_views(sql: str, source: str) -> ViewSplit | None:
+    """The views of a query file, or None when it is one join block (no views)."""
+    statements = [s for s in _parse(sql, source) if s is not None]
+    views = [s for s in statements if isinstance(s, exp.Create)
+             and str(s.args.get("kind", "")).upper() == "VIEW"]
+    if views:
+        # CREATE VIEW v [(cols)] AS SELECT ...: as WITH v AS (...) on the query.
+        kept = [s for s in statements if s not in views]
+        text = ";\n".join(s.sql("duckdb") for s in kept)
+        schema, select = parse_schema_and_select(text, source)
+        for v in reversed(views):
+            target = v.this
+            name = target.this.name if isinstance(target, exp.Schema) else target.name
+            columns = [c.name for c in target.expressions] if isinstance(
+                target, exp.Schema) else []
+            body = v.expression
+            select = select.with_(name, as_=body, copy=False) if not columns else \
+                select.with_(f"{name}({', '.join(columns)})", as_=body, copy=False)
+        sql_for_positions = text
+    else:
+        schema, select = parse_schema_and_select(sql, source)
+        sql_for_positions = sql
+    check_supported(select, sql_for_positions, source)
+    nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With))
+    if not nested:
+        return None
+    out = _normalize(select, schema, sql_for_positions, source, views=True)
+    if any((j.args.get("side") or "") for sel in out.find_all(exp.Select)
+           for j in sel.args.get("joins") or []):
+        # An outer join left by the unnesting: NOT EXISTS / NOT IN (anti-joins), or a
+        # correlated subquery whose NULL result the query keeps. Named in the user's text.
+        anti = next((n for n in select.walk() if isinstance(n, exp.Not) and isinstance(
+            n.this, (exp.Exists, exp.In))), None)
+        node = anti if anti is not None else next(
+            (n for n in select.walk() if isinstance(n, (exp.Exists, exp.Subquery))), select)
+        what = "NOT EXISTS / NOT IN (an anti-join)" if anti is not None else "subquery"
+        raise QueryError(describe([(_offset_of(node), what, "anti-joins and outer joins are "
+                                   "not supported yet")], sql_for_positions, source))
+    with_ = out.args.get("with_")
+    if with_ is None:
+        return None
+    inner = tuple((cte.alias, cte.this.sql("duckdb")) for cte in with_.expressions)
+    out = out.copy()
+    out.set("with_", None)
+    tables = ";\n".join(s.sql("duckdb") for s in statements
+                        if isinstance(s, exp.Create) and
+                        str(s.args.get("kind", "")).upper() == "TABLE")
+    return ViewSplit(tables + ";\n", inner, out.sql("duckdb"))
+
+
+def _parse(sql: str, source: str) -> list[exp.Expr | None]:
+    try:
+        return list(sqlglot.parse(sql, read="duckdb"))
+    except sqlglot.errors.ParseError:
+        # (parse_schema_and_select reports it with its position)
+        parse_schema_and_select(sql, source)
+        msg = f"{source}: SQL syntax error"
+        raise QueryError(msg) from None
