@@ -449,3 +449,20 @@ def test_views_over_views_are_refused_on_distributed_runners() -> None:
     q = compile_query(_RS + "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
     with pytest.raises(QueryError, match="local runner"):
         WorkerPlan.of(q, 1)
+
+
+def test_readme_tpch_snapshot_is_what_the_run_prints(tpch_sf001: Path, tmp_path: Path) -> None:
+    """The README's TPC-H Q1 snapshot is this run's (the README stays true)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    snaps = tmp_path / "q01.csv"
+    subprocess.run([sys.executable, "-m", "dataflow", "run", "examples/tpch/q01_spec.sql",
+                    "--updates", str(tpch_sf001 / "updates.csv"), "--snapshots", str(snaps),
+                    "--deltas", str(tmp_path / "d.csv"), "--quiet"], cwd=root, check=True)
+    first = [ln for ln in snaps.read_text().splitlines() if not ln.startswith("2,")][:5]
+    readme = (root / "README.md").read_text()
+    block = readme[readme.index("The first snapshot (after the initial load"):]
+    block = block[block.index("```\n") + 4:]
+    assert block[:block.index("```")].splitlines() == first
