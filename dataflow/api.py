@@ -153,16 +153,22 @@ class CompiledQuery:
     ) -> Iterator[EpochDelta]:
         """Per-epoch deltas of a stream: an epoch ends at a marker, after ``epoch_size``
         updates, and at the end of the stream (if it holds updates)."""
-        view = self.maintain(parallelism)
-        for rec in records:
-            if isinstance(rec, EpochEnd):
-                yield view.end_epoch(closed_by_marker=True)
-                continue
-            view.apply(rec)
-            if epoch_size and view.pending_updates >= epoch_size:
-                yield view.end_epoch()
-        if view.pending_updates:
+        yield from run_view(self.maintain(parallelism), records, epoch_size)
+
+
+def run_view(view: Any, records: Iterable[Record], epoch_size: int | None
+             ) -> Iterator[EpochDelta]:
+    """Feed ``records`` to a live view (a :class:`View`, or a DAG of views), yielding
+    each closed epoch's delta (see :meth:`CompiledQuery.run`)."""
+    for rec in records:
+        if isinstance(rec, EpochEnd):
+            yield view.end_epoch(closed_by_marker=True)
+            continue
+        view.apply(rec)
+        if epoch_size and view.pending_updates >= epoch_size:
             yield view.end_epoch()
+    if view.pending_updates:
+        yield view.end_epoch()
 
 
 def compile_query(

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from core.errors import UnsupportedQueryError
-from core.records import EpochDelta, EpochEnd, Record, Update
+from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from plans.views import ViewSplit
 
@@ -91,16 +91,9 @@ class CompiledDag:
     def run(self, records: Iterable[Record], epoch_size: int | None = None,
             parallelism: int = 1) -> Iterator[EpochDelta]:
         """Per-epoch deltas of a stream (as :meth:`dataflow.api.CompiledQuery.run`)."""
-        view = self.maintain(parallelism)
-        for rec in records:
-            if isinstance(rec, EpochEnd):
-                yield view.end_epoch(closed_by_marker=True)
-                continue
-            view.apply(rec)
-            if epoch_size and view.pending_updates >= epoch_size:
-                yield view.end_epoch()
-        if view.pending_updates:
-            yield view.end_epoch()
+        from dataflow.api import run_view
+
+        yield from run_view(self.maintain(parallelism), records, epoch_size)
 
     def worker_options(self) -> tuple[float, str]:
         msg = ("a query with subqueries or views over views runs on the local runner for "

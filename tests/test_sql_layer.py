@@ -280,6 +280,25 @@ def _random_rows(rng: random.Random) -> tuple[str, tuple[Any, ...]]:
     return "S", (rng.randrange(4), rng.randrange(5))
 
 
+def _random_epoch(rng: random.Random, view: Any, con: Any,
+                  live: list[tuple[str, tuple[Any, ...]]], most: int, p_delete: float) -> None:
+    """One epoch of random inserts and deletes (of present rows), applied to the view
+    and to DuckDB alike."""
+    for _ in range(rng.randrange(1, most)):
+        if live and rng.random() < p_delete:
+            rel, row = live.pop(rng.randrange(len(live)))
+            view.apply(Update("-", rel, row))
+            marks = ", ".join("?" for _ in row)
+            cols = "a, b, c, d" if rel == "R" else "a, e"
+            con.execute(f"DELETE FROM {rel} WHERE rowid = (SELECT MIN(rowid) FROM {rel} "
+                        f"WHERE ({cols}) IS NOT DISTINCT FROM ({marks}))", list(row))
+        else:
+            rel, row = _random_rows(rng)
+            live.append((rel, row))
+            view.apply(Update("+", rel, row))
+            con.execute(f"INSERT INTO {rel} VALUES ({', '.join('?' for _ in row)})", list(row))
+
+
 def _duck_result(con: Any, sql: str) -> dict[tuple[Any, ...], int]:
     out: dict[tuple[Any, ...], int] = {}
     for row in con.execute(sql).fetchall():
@@ -302,20 +321,7 @@ def test_random_queries_are_refused_or_right(seed: int) -> None:
     live: list[tuple[str, tuple[Any, ...]]] = []
     acc: dict[tuple[Any, ...], int] = {}
     for _epoch in range(rng.randrange(1, 6)):
-        for _ in range(rng.randrange(1, 12)):
-            if live and rng.random() < 0.3:
-                rel, row = live.pop(rng.randrange(len(live)))
-                view.apply(Update("-", rel, row))
-                marks = ", ".join("?" for _ in row)
-                cols = "a, b, c, d" if rel == "R" else "a, e"
-                con.execute(f"DELETE FROM {rel} WHERE rowid = (SELECT MIN(rowid) FROM {rel} "
-                            f"WHERE ({cols}) IS NOT DISTINCT FROM ({marks}))", list(row))
-            else:
-                rel, row = _random_rows(rng)
-                live.append((rel, row))
-                view.apply(Update("+", rel, row))
-                con.execute(f"INSERT INTO {rel} VALUES ({', '.join('?' for _ in row)})",
-                            list(row))
+        _random_epoch(rng, view, con, live, 12, 0.3)
         for m, row in view.end_epoch().rows:
             acc[row] = acc.get(row, 0) + m
             if acc[row] == 0:
@@ -386,20 +392,7 @@ def test_topk_is_the_window_of_the_ordered_result(seed: int) -> None:
     live: list[tuple[str, tuple[Any, ...]]] = []
     acc: dict[tuple[Any, ...], int] = {}
     for _epoch in range(rng.randrange(1, 8)):
-        for _ in range(rng.randrange(1, 10)):
-            if live and rng.random() < 0.35:
-                rel, row = live.pop(rng.randrange(len(live)))
-                view.apply(Update("-", rel, row))
-                marks = ", ".join("?" for _ in row)
-                cols = "a, b, c, d" if rel == "R" else "a, e"
-                con.execute(f"DELETE FROM {rel} WHERE rowid = (SELECT MIN(rowid) FROM {rel} "
-                            f"WHERE ({cols}) IS NOT DISTINCT FROM ({marks}))", list(row))
-            else:
-                rel, row = _random_rows(rng)
-                live.append((rel, row))
-                view.apply(Update("+", rel, row))
-                con.execute(f"INSERT INTO {rel} VALUES ({', '.join('?' for _ in row)})",
-                            list(row))
+        _random_epoch(rng, view, con, live, 10, 0.35)
         for m, row in view.end_epoch().rows:
             acc[row] = acc.get(row, 0) + m
             if acc[row] == 0:
