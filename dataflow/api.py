@@ -44,8 +44,9 @@ from core.native import (
     nativize,
     one_line,
 )
-from core.records import EpochDelta, EpochEnd, Record, Update, format_update
+from core.records import EpochDelta, Record, Update, format_update
 from core.schema import Relation, Row, Schema
+from dataflow.drive import run_view
 from dataflow.engines import PartitionEngine
 from dataflow.engines.crown import aggregate_layout, make_ring
 from dataflow.hypercube import Partitioner
@@ -154,21 +155,6 @@ class CompiledQuery:
         """Per-epoch deltas of a stream: an epoch ends at a marker, after ``epoch_size``
         updates, and at the end of the stream (if it holds updates)."""
         yield from run_view(self.maintain(parallelism), records, epoch_size)
-
-
-def run_view(view: Any, records: Iterable[Record], epoch_size: int | None
-             ) -> Iterator[EpochDelta]:
-    """Feed ``records`` to a live view (a :class:`View`, or a DAG of views), yielding
-    each closed epoch's delta (see :meth:`CompiledQuery.run`)."""
-    for rec in records:
-        if isinstance(rec, EpochEnd):
-            yield view.end_epoch(closed_by_marker=True)
-            continue
-        view.apply(rec)
-        if epoch_size and view.pending_updates >= epoch_size:
-            yield view.end_epoch()
-    if view.pending_updates:
-        yield view.end_epoch()
 
 
 def compile_query(

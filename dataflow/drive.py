@@ -29,9 +29,9 @@ Example (with a toy view that maintains ``SELECT * FROM R``):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from connectors.base import DeadLetterSink
 from core.errors import InputError
@@ -159,3 +159,19 @@ def _with_source(err: InputError, update: Update) -> InputError:
         err.found,
         hint,
     )
+
+
+def run_view(view: Any, records: Iterable[Record], epoch_size: int | None
+             ) -> Iterator[EpochDelta]:
+    """Feed ``records`` to a live view (a :class:`~dataflow.api.View`, or a DAG of
+    views), yielding each closed epoch's delta: an epoch ends at a marker, after
+    ``epoch_size`` updates, and at the end of the stream (if it holds updates)."""
+    for rec in records:
+        if isinstance(rec, EpochEnd):
+            yield view.end_epoch(closed_by_marker=True)
+            continue
+        view.apply(rec)
+        if epoch_size and view.pending_updates >= epoch_size:
+            yield view.end_epoch()
+    if view.pending_updates:
+        yield view.end_epoch()

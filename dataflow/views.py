@@ -28,6 +28,7 @@ from typing import Any
 from core.errors import UnsupportedQueryError
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
+from dataflow.drive import run_view
 from plans.views import ViewSplit
 
 
@@ -91,8 +92,6 @@ class CompiledDag:
     def run(self, records: Iterable[Record], epoch_size: int | None = None,
             parallelism: int = 1) -> Iterator[EpochDelta]:
         """Per-epoch deltas of a stream (as :meth:`dataflow.api.CompiledQuery.run`)."""
-        from dataflow.api import run_view
-
         yield from run_view(self.maintain(parallelism), records, epoch_size)
 
     def worker_options(self) -> tuple[float, str]:
