@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from core.errors import UnsupportedQueryError
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from dataflow.drive import run_view
@@ -93,11 +92,6 @@ class CompiledDag:
             parallelism: int = 1) -> Iterator[EpochDelta]:
         """Per-epoch deltas of a stream (as :meth:`dataflow.api.CompiledQuery.run`)."""
         yield from run_view(self.maintain(parallelism), records, epoch_size)
-
-    def worker_options(self) -> tuple[float, str]:
-        msg = ("a query with subqueries or views over views runs on the local runner for "
-               "now; drop --runner")
-        raise UnsupportedQueryError(msg)
 
 
 class DagView:
