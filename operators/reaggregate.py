@@ -88,7 +88,11 @@ class Reaggregator:
             source = ["def values_of(key):", "    return (" + ", ".join(values) + ",)"]
             define("\n".join(source), "<reaggregate values>", env)
             self._values_of = env["values_of"]
-        self._ms_slots = [i for j in self.multiset for i in (1 + 2 * j, 2 + 2 * j)]
+        self._extremes = [j for j in self.multiset
+                          if spec.aggregates[j].func in ("min", "max")]
+        """The MIN/MAX aggregates: their slots are read from the ordered index."""
+        self._additive = [i for i in range(width) if (i - 1) // 2 not in self.multiset]
+        """The accumulator's slots that are sums of the engine groups' contributions."""
         self._sorted: dict[Any, SortedList] = {}
         """(final key, aggregate) -> the ordered values of a MIN/MAX multiset: a cache of
         the state's dict (rebuilt from it after a restore)."""
@@ -105,41 +109,61 @@ class Reaggregator:
         n = self.n_keys
         contrib = self._contrib
         touched: dict[Any, Any] = {}
+        """final key -> its accumulator before this fold"""
+        current: dict[Any, list[Any]] = {}
+        """final key -> its accumulator as it is being folded (written back at the end)"""
+        multiset = bool(self.multiset)
+        additive = self._additive
         for key, old, new in changes:
             before = contrib(key, old) if old is not None else None
             after = contrib(key, new) if new is not None else None
             if before == after:
                 continue
             fk = tuple(key[:n])
-            skey = (TAG, fk)
-            acc = state.get(skey)
-            if fk not in touched:
-                touched[fk] = acc
-            cur = list(acc) if acc is not None else list(self.zero)
-            if self.multiset:  # (their slots hold a summary, rewritten below)
-                for i in self._ms_slots:
-                    cur[i] = 0
+            cur = current.get(fk)
+            if cur is None:
+                acc = touched[fk] = state.get((TAG, fk))
+                cur = current[fk] = list(acc) if acc is not None else list(self.zero)
+            # (a multiset aggregate's slots are not summed: _multiset_change keeps a
+            # DISTINCT's, the end of the fold writes a MIN/MAX's, possibly None)
             if before is not None:
-                cur = [a - b for a, b in zip(cur, before)]
+                for i in additive:
+                    cur[i] -= before[i]
             if after is not None:
-                cur = [a + b for a, b in zip(cur, after)]
-            if self.multiset:
+                for i in additive:
+                    cur[i] += after[i]
+            if multiset:
                 dc = (after[0] if after is not None else 0) - (
                     before[0] if before is not None else 0)
-                self._multiset_change(state, fk, key, dc, cur)
+                if dc:
+                    self._multiset_change(state, fk, key, dc, cur)
+        for fk, cur in current.items():
+            skey = (TAG, fk)
             if cur[0] == 0:
                 state.pop(skey, None)
-            else:
-                state[skey] = tuple(cur)
+                continue
+            # MIN/MAX read their ordered index once per final group and epoch, not per
+            # engine group change.
+            for j in self._extremes:
+                counts = state.get((MS_TAG, fk, j))
+                if counts:
+                    sl = self._ordered(state, fk, j)
+                    cur[1 + 2 * j] = len(counts)
+                    cur[2 + 2 * j] = sl[0] if self.spec.aggregates[j].func == "min" \
+                        else sl[-1]
+                else:
+                    cur[1 + 2 * j], cur[2 + 2 * j] = 0, None
+            state[skey] = tuple(cur)
         return [(fk, old_acc, state.get((TAG, fk))) for fk, old_acc in touched.items()
                 if old_acc != state.get((TAG, fk))]
 
     def _multiset_change(self, state: MutableMapping[Any, Any], fk: Any, key: Any,
                          dc: int, cur: list[Any]) -> None:
         """Add ``dc`` derivations of this engine group's values to the final group's
-        multisets and write their aggregates into ``cur``."""
-        values = self._values_of(key) if dc else ()
-        for j, v in zip(self.multiset, values):
+        multisets; a DISTINCT aggregate's slots in ``cur`` (distinct values, their sum)
+        change by the values whose count leaves or reaches 0, so O(1) per value (MIN/MAX
+        slots are written by :meth:`fold`)."""
+        for j, v in zip(self.multiset, self._values_of(key)):
             if v is None:
                 continue  # (aggregates skip NULLs)
             mkey = (MS_TAG, fk, j)
@@ -147,42 +171,40 @@ class Reaggregator:
             if counts is None:
                 counts = {}
                 state[mkey] = counts
-            sl = self._ordered(state, fk, j) if self.spec.aggregates[j].func in (
-                "min", "max") else None
-            n = counts.get(v, 0) + dc
+            func = self.spec.aggregates[j].func
+            # (the ordered index is built from the counts before this change)
+            sl = self._ordered(state, fk, j) if func in ("min", "max") else None
+            old = counts.get(v, 0)
+            n = old + dc
             if n:
-                if v not in counts and sl is not None:
-                    sl.add(v)
                 counts[v] = n
             else:
                 del counts[v]
-                if sl is not None:
+            if (old == 0) == (n == 0):
+                continue  # (the set of distinct values is unchanged)
+            sign = 1 if old == 0 else -1
+            if sl is not None:
+                if sign > 0:
+                    sl.add(v)
+                else:
                     sl.remove(v)
+            else:
+                cur[1 + 2 * j] += sign
+                if func != "count_distinct":
+                    # exact: a DECIMAL adds as a Decimal (76 digits, core.sqlfuncs), a
+                    # DOUBLE as the Fraction of its binary value, so the sum after any
+                    # order of changes is the sum of the distinct values
+                    x = Fraction(v) if isinstance(v, float) else v
+                    cur[2 + 2 * j] += x if sign > 0 else -x
             if not counts:
                 del state[mkey]
                 self._sorted.pop((fk, j), None)
-        for j in self.multiset:
-            cur[1 + 2 * j], cur[2 + 2 * j] = self._summary(state, fk, j)
 
     def _ordered(self, state: MutableMapping[Any, Any], fk: Any, j: int) -> SortedList:
         sl = self._sorted.get((fk, j))
         if sl is None:
             sl = self._sorted[(fk, j)] = SortedList(state.get((MS_TAG, fk, j), {}))
         return sl
-
-    def _summary(self, state: MutableMapping[Any, Any], fk: Any, j: int) -> tuple[Any, Any]:
-        """(distinct values, the aggregate's raw value) of a final group's multiset."""
-        func = self.spec.aggregates[j].func
-        counts = state.get((MS_TAG, fk, j))
-        if not counts:
-            return 0, None if func in ("min", "max") else 0
-        if func == "min":
-            return len(counts), self._ordered(state, fk, j)[0]
-        if func == "max":
-            return len(counts), self._ordered(state, fk, j)[-1]
-        total = sum(Fraction(v) if isinstance(v, float) else v for v in counts) \
-            if func != "count_distinct" else 0
-        return len(counts), total
 
     def groups(self, raw: dict[Any, Any]) -> dict[Any, tuple[Any, ...]]:
         """Final accumulators from a full enumeration's engine groups (snapshots)."""
