@@ -185,7 +185,11 @@ def compile_query(
         def one(text: str, name: str) -> CompiledQuery:
             return compile_query(text, source_name=name, eps=eps, view_trees=view_trees)
 
-        return cast(CompiledQuery, compile_dag(split, source_name, one))
+        dag = compile_dag(split, source_name, one)
+        # The whole text, which the distributed runners ship to their workers
+        # (WorkerPlan.of). (Set here: dataflow/views.py is being changed for outer joins.)
+        dag.sql = sql  # type: ignore[attr-defined]
+        return cast(CompiledQuery, dag)
     cq = parse_query(sql, source_name)
     tri = recognise_triangle(cq, triangle_partitioning)  # type: ignore[arg-type]
     if tri is None and triangle_partitioning != "single":

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
-from core.errors import InputError, IvmflowError, UnsupportedQueryError
+from core.errors import InputError, IvmflowError
 from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.hypercube import Partitioner
 from dataflow.kinds import VIEW_TREES
@@ -61,7 +61,8 @@ FINALIZE_OUTPUT, FINALIZE_META = "finalize.output", "finalize.meta"
 __all__ = [
     "FINALIZE_META", "FINALIZE_OUTPUT", "OutputRow", "PartitionLayout", "PartitionTask",
     "TaggedRow", "WorkerPlan",
-    "bundle_by_partition", "compiled_for_workers", "merge_outputs", "tag_records", "tag_rows",
+    "bundle_by_partition", "compiled_for_workers", "merge_outputs", "needs_stages",
+    "tag_records", "tag_rows",
 ]
 
 
@@ -97,7 +98,7 @@ class PartitionLayout:
     """The partitioner of a query for P partitions, with shares restricted to output
     variables when the finalizer keeps state."""
 
-    def __init__(self, query: Any, parallelism: int) -> None:
+    def __init__(self, query: Any, parallelism: int, keyed: bool = False) -> None:
         plan = query.plan
         stateful_output = finalize_mode(plan) != "bag"
         restrict = None
@@ -108,6 +109,9 @@ class PartitionLayout:
                 restrict = set((cq.group_by or ())[:cq.reagg.n_keys])
             restrict -= set(plan.extra_vars)
         self.partitioner = Partitioner(plan, parallelism, allowed=restrict)
+        if keyed and self.partitioner.partitions == 1 and parallelism > 1 and restrict != set():
+            # (no join variable to hash: a stage is keyed by its own output keys)
+            self.partitioner = Partitioner(plan, parallelism, allowed=restrict, keyed=True)
         self.partitions = self.partitioner.partitions
         cq = plan.cq
         self.inputs: dict[str, list[tuple[int, RelationInput]]] = {}
@@ -145,6 +149,14 @@ def compiled_for_workers(
     return hit
 
 
+def needs_stages(query: Any) -> bool:
+    """Whether the distributed runners run ``query`` as keyed stages
+    (:mod:`dataflow.stages`): a DAG of views, or a top-k, whose window must see every
+    partition's rows."""
+    cq = query.cq
+    return bool(getattr(query, "inner", None)) or cq.limit is not None or bool(cq.offset)
+
+
 @dataclass(frozen=True)
 class WorkerPlan:
     """What a runner ships to its workers: the SQL text, the planner's rates and the
@@ -160,21 +172,15 @@ class WorkerPlan:
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:
-        if getattr(query, "inner", None):
-            # (a DAG of views closes its views in order within each epoch; the
-            # distributed runners host one view per job)
-            msg = ("a query with subqueries or views over views runs on the local runner "
-                   "for now; drop --runner")
-            raise UnsupportedQueryError(msg)
-        cq = query.cq
-        if cq.limit is not None or cq.offset:
-            # (a window over the whole result needs one finalizer that sees every row;
-            # a distributed runner's partitions each finalize their own rows)
-            msg = ("ORDER BY ... LIMIT (top-k) runs on the local runner for now; drop "
-                   "--runner or the LIMIT")
-            raise UnsupportedQueryError(msg)
+        # (a DAG of views ships its whole text: the workers compile every view)
+        sql = getattr(query, "sql", None) or query.cq.sql
         eps, partitioning = query.kind.worker_options()
-        return cls(query.cq.sql, tuple(query.plan.rates), parallelism, eps, partitioning)
+        return cls(sql, tuple(query.plan.rates), parallelism, eps, partitioning)
+
+    @property
+    def staged(self) -> bool:
+        """Whether this plan runs as several stages (:mod:`dataflow.stages`)."""
+        return needs_stages(self.compiled()[0])
 
     def compiled(self) -> tuple[Any, PartitionLayout]:
         return compiled_for_workers(

@@ -79,13 +79,17 @@ class Partitioner:
     """Routes each atom tuple to the partitions (grid cells) that need it."""
 
     def __init__(
-        self, plan: Plan, parallelism: int, allowed: set[str] | None = None
+        self, plan: Plan, parallelism: int, allowed: set[str] | None = None,
+        keyed: bool = False,
     ) -> None:
         cq = plan.cq
         atoms = [frozenset(a.vars) for a in cq.atoms]
         counts = {v: sum(1 for a in atoms if v in a) for v in cq.var_order}
+        # keyed: a variable of one atom may be hashed too (a stage of a DAG of views
+        # keyed by its GROUP BY over one table, which has no join variable to hash).
+        least = 1 if keyed else 2
         candidates = [
-            v for v in cq.var_order if counts[v] >= 2 and (allowed is None or v in allowed)
+            v for v in cq.var_order if counts[v] >= least and (allowed is None or v in allowed)
         ]
         self.shares = choose_shares(atoms, candidates, max(1, parallelism), plan.rates)
         dims = [v for v in cq.var_order if v in self.shares]

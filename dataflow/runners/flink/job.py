@@ -387,6 +387,12 @@ class FlinkJob:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
+        if self.plan.staged:
+            from core.errors import UnsupportedQueryError
+
+            msg = ("a query with subqueries, views over views or ORDER BY ... LIMIT runs on "
+                   "the local and spark runners for now")
+            raise UnsupportedQueryError(msg)
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms

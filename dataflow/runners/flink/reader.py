@@ -15,7 +15,8 @@ from typing import Any
 from pyflink.datastream import RuntimeContext
 
 from core.epochs import CLOSE, NumberedRecord
-from dataflow.distributed import WorkerPlan, bundle_by_partition, tag_rows
+from dataflow.distributed import WorkerPlan, bundle_by_partition
+from dataflow.stages import plan_tags
 
 __all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "PhaseLog", "Profiling", "ReadCounters"]
 
@@ -38,10 +39,9 @@ class ReadCounters:
         closes = sum(1 for n in numbered if n.kind == CLOSE)
         self.updates.inc(len(numbered) - closes)
         self.epochs.inc(closes)
-        _q, layout = plan.compiled()
         # Plain tuples cross to the partitions: they pickle and unpickle several times
         # faster than named tuples (PartitionTask.process reads either).
-        yield from bundle_by_partition(tag_rows(layout, numbered))
+        yield from bundle_by_partition(plan_tags(plan, numbered))
 
 
 

@@ -41,7 +41,6 @@ from dataflow.distributed import (
     PartitionTask,
     WorkerPlan,
     stamp_checkpoint_dir,
-    tag_records,
 )
 from dataflow.runners.jvm import (
     append,
@@ -62,7 +61,9 @@ from dataflow.runners.spark.output import (
     written_by_executor,
 )
 from dataflow.runners.spark.source import SOURCE_NAME, TAGGED_SCHEMA, UpdateCsvSource
+from dataflow.runners.spark.stages import staged_job, tagged_frame
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
+from dataflow.stages import StagePlan, needs_stages, plan_tags
 
 OUTPUT_SCHEMA = WRITTEN_SCHEMA
 """One row per (kind, epoch) and partition: ``n`` changes, and ``rows`` the pickled list
@@ -301,6 +302,11 @@ class SparkJob:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
+        self.staged = needs_stages(query)
+        """A DAG of views or a top-k: one chained operator per stage
+        (:mod:`dataflow.runners.spark.stages`)."""
+        self.partitions = (max(s.layout.partitions for s in StagePlan.of(query, parallelism).stages)
+                           if self.staged else self.layout.partitions)
         self.updates = updates
         self.epoch_size = epoch_size
         self.batch_lines = batch_lines
@@ -355,7 +361,6 @@ class SparkJob:
             return self._partitions(source)
 
         def tag(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-            _q, layout = plan.compiled()
             for pdf in batches:
                 numbered = []
                 for r in pdf.itertuples(index=False):
@@ -367,24 +372,14 @@ class SparkJob:
                         row, src = pickle.loads(r.payload)
                         u = Update(r.op, r.relation, row, int(r.mult), src)
                         numbered.append(NumberedRecord(int(r.seq), int(r.epoch), "u", u, 0))
-                rows = tag_records(layout, numbered)
-                yield pd.DataFrame(
-                    {
-                        "partition": [t.partition for t in rows],
-                        "seq": [t.seq for t in rows],
-                        "epoch": [t.epoch for t in rows],
-                        "kind": [t.kind for t in rows],
-                        "atom": [t.atom for t in rows],
-                        "tup": [None if t.tuple is None else pickle.dumps(t.tuple) for t in rows],
-                        "dm": [t.dm for t in rows],
-                        "snapshot": [t.snapshot for t in rows],
-                    }
-                )
+                yield tagged_frame(plan_tags(plan, numbered))
 
         tag_fn: Any = tag  # pyspark's stubs want pandas' own iterable types
         return self._partitions(source.mapInPandas(tag_fn, schema=TAGGED_SCHEMA))
 
     def _partitions(self, tagged: DataFrame) -> DataFrame:
+        if self.staged:
+            return staged_job(tagged, self.plan, OUTPUT_SCHEMA)
         return tagged.groupBy("partition").transformWithStateInPandas(
             PartitionProcessor(self.plan, self._kafka_in_partition), OUTPUT_SCHEMA,
             "Append", "None"
@@ -411,7 +406,7 @@ class SparkJob:
         self._stamp_checkpoint()
         log = None if self.verbose else new_log("spark")
         try:
-            spark = spark_session(self.master, self.layout.partitions, log)
+            spark = spark_session(self.master, self.partitions, log)
             self._run(spark, outputs, stats, should_stop, log)
         except JobError as exc:
             if log is not None and os.path.getsize(log) == 0:
@@ -429,7 +424,7 @@ class SparkJob:
         kafka_sinks = _kafka_sinks(outputs)
         partitions = self.layout.partitions
         # A single partition's output needs no merging: it writes Kafka itself.
-        self._kafka_in_partition = kafka_sinks if partitions == 1 else {}
+        self._kafka_in_partition = kafka_sinks if partitions == 1 and not self.staged else {}
         writer: Any = BatchWriter(kafka_sinks)  # pyspark's stubs want pandas' own types
 
         def sink_batch(df: DataFrame, batch_id: int) -> None:

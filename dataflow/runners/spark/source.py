@@ -24,7 +24,8 @@ from pyspark.sql.types import StructType
 from connectors.files import read_updates_from_lines
 from core.epochs import CLOSE, EpochCursor
 from core.schema import Schema
-from dataflow.distributed import WorkerPlan, tag_rows
+from dataflow.distributed import WorkerPlan
+from dataflow.stages import plan_tags
 
 SOURCE_NAME = "ivmflow_updates"
 TAGGED_SCHEMA = (
@@ -127,10 +128,9 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
         numbered = list(cursor.number(records, self.epoch_size, final=at_end))
         if self.plan is not None:
             # Tagged here, in the source: one Python stage less per micro-batch.
-            _q, layout = self.plan.compiled()
             dumps = pickle.dumps
             return [(p, seq, epoch, kind, atom, None if t is None else dumps(t), dm, snap)
-                    for p, seq, epoch, kind, atom, t, dm, snap in tag_rows(layout, numbered)
+                    for p, seq, epoch, kind, atom, t, dm, snap in plan_tags(self.plan, numbered)
                     ], cursor
         rows: list[tuple[Any, ...]] = []
         for n in numbered:

@@ -1,0 +1,388 @@
+"""A query as keyed stages on the distributed runners: a DAG of views and top-k.
+
+The local runner closes a DAG of views (:mod:`dataflow.views`) in one process. Spark
+and Flink run it as a chain of **stages**, one per node, each partitioned by its own
+keys: a view's stage is its compiled query with its own
+:class:`~dataflow.distributed.PartitionLayout` (shares on its output keys), the query's
+stage likewise, and ``ORDER BY ... LIMIT`` adds one global stage holding the window
+(:class:`TopKTask`), as the local runner's one output finalizer does. Every stage
+partition is a **slot** (stage offset + partition): the runners key their stateful
+operators by slot, so a stage's state lives per entry in its own keyed state.
+
+Rows between stages are :class:`~dataflow.distributed.TaggedRow` tuples whose
+``partition`` is the slot. The reader tags base updates for every stage reading their
+table and broadcasts each epoch close to every slot; a stage partition closing epoch
+``e`` routes its consolidated delta to the slots of the stages that read it (by their
+layouts: a shuffle where keys differ) followed by a close marker (``atom`` =
+:data:`UPSTREAM`) to every one of their slots. A slot closes ``e`` once all its
+**channels** - the reader, and every partition of every stage it reads - have closed
+``e`` (:class:`StageTask`); rows of a later epoch that arrive earlier wait. So a
+stage's delta of epoch ``e`` is applied to its readers within epoch ``e``, and the sum
+of the query's deltas 1..k is Q(D_k), as on the local runner. Each stage's work per
+epoch is O(its input changes): nothing is ever re-read or re-sent whole.
+
+The node interface a stage hosts (what a new kind of DAG node, e.g. a pad view for
+outer joins, implements to run here): ``name`` (the relation its output is read as),
+``layout`` (``partitions``; ``inputs``: relation -> [(atom, projector)], and
+``partitioner.route(atom, tuple)``, as :class:`~dataflow.distributed.PartitionLayout`)
+and ``task(state)``, whose ``process_bundles(rows)`` applies tagged rows in stream order
+and returns, at each close, ``{("delta", e): [(mult, row)], ...}``, keeping all its
+state per entry in ``state`` (:class:`~operators.writeback.WriteBackState`), plus
+``open_epoch()`` / ``restore_open_epoch(blob)`` for what it holds outside the maps.
+
+Example (two partitions per stage, the runner's shuffles done by hand):
+    >>> from dataflow.api import compile_query
+    >>> from core.epochs import EpochCursor
+    >>> from core.records import Update, EPOCH_END
+    >>> q = compile_query('''CREATE TABLE R(a INT, b INT);
+    ...     SELECT a, b FROM R WHERE b > (SELECT AVG(b) FROM R) ORDER BY b DESC LIMIT 1''')
+    >>> plan = StagePlan.of(q, 2)
+    >>> [(s.name or "(query)", s.layout.partitions) for s in plan.stages]
+    [('_u_0', 1), ('\\x00result', 2), ('(query)', 1)]
+    >>> numbered = EpochCursor().number([Update("+", "R", (1, 10)), Update("+", "R", (2, 20)),
+    ...                                  Update("+", "R", (3, 30)), EPOCH_END])
+    >>> print(run_stages(plan, list(numbered)))
+    {('delta', 1): [(1, (3, 30))], ('snapshot', 1): [(1, (3, 30))]}
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedKeyList
+
+from core.epochs import CLOSE, UPDATE, NumberedRecord
+from core.errors import UnsupportedQueryError
+from core.records import Update
+from dataflow.distributed import PartitionLayout, PartitionTask, WorkerPlan, needs_stages, tag_rows
+from operators.state import State
+from operators.topk import TAG, TopK
+from operators.writeback import WriteBackState
+
+__all__ = ["RESULT", "UPSTREAM", "Stage", "StagePlan", "StageTask", "TopKTask",
+           "needs_stages", "plan_tags", "run_stages", "stage_plan"]
+
+RESULT = "\x00result"
+"""The relation the top-k stage reads: the query's result before its window."""
+
+UPSTREAM = -2
+"""``atom`` of a close marker sent by a stage partition to its readers' slots (the
+reader's own closes have ``atom`` -1)."""
+
+_SLOT, _SEQ, _EPOCH, _KIND, _ATOM, _SNAPSHOT = 0, 1, 2, 3, 4, 7  # TaggedRow's fields
+
+
+class _Whole:
+    """A projector that takes the row as it is (the top-k stage's one input)."""
+
+    @staticmethod
+    def project(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        return row
+
+
+class _OnePartition:
+    partitions = 1
+
+    @staticmethod
+    def route(atom: int, t: tuple[Any, ...]) -> list[int]:
+        return [0]
+
+
+class TopKLayout:
+    """The global top-k stage's layout: one partition reading :data:`RESULT` whole."""
+
+    partitions = 1
+    partitioner = _OnePartition()
+    inputs = {RESULT: [(0, _Whole())]}
+
+
+@dataclass
+class Stage:
+    """One node of the plan: ``name`` (its output relation; ``""`` for the query),
+    its compiled query (None for the top-k stage), its layout, its first slot, the
+    stages reading it and its channels (the reader + every partition it reads)."""
+
+    index: int
+    name: str
+    query: Any
+    layout: Any
+    first: int = 0
+    readers: list[int] = field(default_factory=list)
+    channels: int = 1
+    final: bool = False
+    feeds_window: bool = False
+    """Whether the top-k stage reads this one's result (its finalizer keeps no window)."""
+
+    @property
+    def slots(self) -> range:
+        return range(self.first, self.first + self.layout.partitions)
+
+    def task(self, state: State) -> Any:
+        """The node's task for one partition, all its state in ``state``."""
+        if self.query is None:
+            return TopKTask(self._window, state)
+        task = PartitionTask(self.query, self.layout, state=state)
+        if self.feeds_window:
+            # The window is the top-k stage's: this one emits the whole result's change.
+            task.finalizer.topk = None
+        return task
+
+    _window: Any = None
+    """For the top-k stage: the query (ORDER BY, LIMIT, OFFSET)."""
+
+
+class StagePlan:
+    """The stages of a query in closing order: the inner views, the query, and the
+    top-k window when it has one."""
+
+    def __init__(self, stages: list[Stage]) -> None:
+        self.stages = stages
+        self.by_name = {s.name.lower(): s for s in stages if s.name}
+        first = 0
+        for s in stages:
+            s.first = first
+            first += s.layout.partitions
+        self.slots = first
+        for s in stages:
+            for rel in s.layout.inputs:
+                up = self.by_name.get(rel.lower())
+                if up is not None:
+                    up.readers.append(s.index)
+                    s.channels += up.layout.partitions
+        self.stage_of = [s.index for s in stages for _ in s.slots]
+
+    @classmethod
+    def of(cls, query: Any, parallelism: int) -> StagePlan:
+        nodes = [*getattr(query, "inner", ()), ("", getattr(query, "outer", query))]
+        for name, node in nodes:
+            if getattr(node, "plan", None) is None:
+                # A node that is not a compiled query (the keyed views of outer joins,
+                # operators/keyedview.py) needs a layout keyed by its key columns and a
+                # task over per-entry state (the interface in this module's docstring).
+                msg = (f"view {name} ({type(node).__name__}: outer join or anti-join) runs "
+                       "on the local runner for now; drop --runner")
+                raise UnsupportedQueryError(msg)
+        stages = [Stage(i, name, q, PartitionLayout(q, parallelism, keyed=True))
+                  for i, (name, q) in enumerate(nodes)]
+        cq = stages[-1].query.cq
+        if cq.limit is not None or cq.offset:
+            stages[-1].name, stages[-1].feeds_window = RESULT, True
+            window = Stage(len(stages), "", None, TopKLayout())
+            window._window = cq
+            stages.append(window)
+        stages[-1].final = True
+        return cls(stages)
+
+    def tag_base(self, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
+        """Base updates tagged for the slots of every stage reading their table; every
+        close to every slot (plain :class:`~dataflow.distributed.TaggedRow` tuples)."""
+        out: list[tuple[Any, ...]] = []
+        for s in self.stages:
+            out += _shifted(tag_rows(s.layout, numbered), s.first)
+        return out
+
+    def route_delta(self, stage: Stage, seq: int, epoch: int,
+                    delta: Iterable[tuple[int, Any]]) -> list[tuple[Any, ...]]:
+        """A stage partition's delta of ``epoch`` as tagged rows for the slots of the
+        stages reading it (by their own layouts), then a close marker to each slot."""
+        name = stage.name
+        numbered = [NumberedRecord(seq, epoch, UPDATE, Update(
+            "+" if m > 0 else "-", name, row, abs(m), f"view {name}"), 0) for m, row in delta]
+        out: list[tuple[Any, ...]] = []
+        for i in stage.readers:
+            reader = self.stages[i]
+            if numbered:
+                out += _shifted(tag_rows(reader.layout, numbered), reader.first)
+            out += [(slot, seq, epoch, CLOSE, UPSTREAM, None, 0, 0) for slot in reader.slots]
+        return out
+
+    def map_names(self, index: int) -> list[str]:
+        """The named maps of a stage's State (what a runner binds to keyed map states)."""
+        return self.stages[index].task(WriteBackState()).state.names()
+
+
+def _shifted(rows: list[tuple[Any, ...]], first: int) -> list[tuple[Any, ...]]:
+    if not first:
+        return rows
+    return [(r[0] + first, *r[1:]) for r in rows]
+
+
+class TopKTask:
+    """The global window of ``ORDER BY ... LIMIT k OFFSET m``: the result's rows with
+    their multiplicities one entry each in the map ``topk.rows``, the window's rows in
+    ``topk.window``; the ordered index (:class:`~operators.topk.TopK`) is derived, built
+    from ``topk.rows`` when the task is made (after a restore). An epoch costs
+    O(changes log n + m + k), and writes back only the entries it changed."""
+
+    def __init__(self, cq: Any, state: State) -> None:
+        self.state = state
+        rows, window = state.map("topk.rows"), state.map("topk.window")
+        self.topk = TopK(cq.order_by, cq.limit, cq.offset, {})
+        index = SortedKeyList(key=self.topk._key)  # noqa: SLF001 - the window's own order
+        index.update(rows.items())
+        self.topk.state[TAG] = (index, rows, window)
+        self.acc: dict[Any, int] = {}
+
+    def process_bundles(self, rows: Sequence[Sequence[Any]]
+                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        acc = self.acc
+        for r in rows:
+            if r[_KIND] == UPDATE:
+                t = r[5]
+                acc[t] = acc.get(t, 0) + r[6]
+                continue
+            changes = [(m, row) for row, m in acc.items() if m]
+            acc.clear()
+            delta = self.topk.apply(changes)
+            if delta:
+                out[("delta", r[_EPOCH])] = delta
+            if r[_SNAPSHOT]:
+                chosen = self.topk.select(self.topk.state[TAG][0])
+                if chosen:
+                    out[("snapshot", r[_SNAPSHOT])] = [(c, row) for row, c in chosen.items()]
+        return out
+
+    def open_epoch(self) -> Any:
+        return dict(self.acc)
+
+    def restore_open_epoch(self, blob: Any) -> None:
+        self.acc = dict(blob or {})
+
+
+def _open_epoch(task: Any) -> Any:
+    if isinstance(task, PartitionTask):
+        return task.engine.acc
+    return task.open_epoch()
+
+
+def _restore_open_epoch(task: Any, blob: Any) -> None:
+    if isinstance(task, PartitionTask):
+        task.engine.acc = blob or {}
+    else:
+        task.restore_open_epoch(blob)
+
+
+class StageTask:
+    """One slot: its node's task and the alignment of its channels. :meth:`feed` takes
+    rows in arrival order (each channel's in its own order) and returns the rows for
+    downstream slots and, for the final stage, the output bundles of the epochs it
+    closed. ``closed`` is the last epoch closed here; rows of later epochs than the open
+    one wait in :attr:`held`. :attr:`unclosed` is every row received since the last
+    close (what a runner keeps in a list state to replay after a restore)."""
+
+    def __init__(self, plan: StagePlan, slot: int, state: State, closed: int = 0) -> None:
+        self.plan = plan
+        self.slot = slot
+        self.stage = plan.stages[plan.stage_of[slot]]
+        self.task = self.stage.task(state)
+        self.closed = closed
+        self.closes = 0
+        self.reader_close: tuple[Any, ...] | None = None
+        self.held: list[tuple[Any, ...]] = []
+        self.unclosed: list[tuple[Any, ...]] = []
+
+    def feed(self, rows: Iterable[tuple[Any, ...]]
+             ) -> tuple[list[tuple[Any, ...]], dict[tuple[str, int], list[tuple[int, Any]]]]:
+        downstream: list[tuple[Any, ...]] = []
+        final: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        applying: list[tuple[Any, ...]] = []
+        stage = self.stage
+        queue = deque(rows)
+        self.unclosed.extend(queue)
+        while queue:
+            r = tuple(queue.popleft())
+            if r[_EPOCH] > self.closed + 1:
+                self.held.append(r)
+                continue
+            if r[_EPOCH] <= self.closed:
+                msg = (f"stage {stage.name or 'query'} slot {self.slot}: a row of epoch "
+                       f"{r[_EPOCH]} after that epoch closed (a channel out of order)")
+                raise RuntimeError(msg)
+            if r[_KIND] != CLOSE:
+                applying.append(r)
+                continue
+            self.closes += 1
+            if r[_ATOM] != UPSTREAM:
+                self.reader_close = r
+            if self.closes < stage.channels:
+                continue
+            close = self.reader_close
+            assert close is not None
+            if not stage.final:
+                close = (*close[:_SNAPSHOT], 0)  # (only the final stage enumerates)
+            applying.append(close)
+            out = self.task.process_bundles(applying)
+            applying = []
+            epoch = r[_EPOCH]
+            if stage.final:
+                final.update(out)
+            else:
+                downstream += self.plan.route_delta(stage, close[_SEQ], epoch,
+                                                    out.get(("delta", epoch), ()))
+            self.closed, self.closes, self.reader_close = epoch, 0, None
+            self.unclosed = [u for u in self.unclosed if u[_EPOCH] > epoch]
+            held, self.held = self.held, []
+            queue.extendleft(reversed(held))
+        if applying:
+            self.task.process_bundles(applying)  # updates of the open epoch: no output
+        return downstream, final
+
+    def open_epoch(self) -> bytes:
+        """What this slot holds outside its maps (the open epoch's accumulated changes,
+        the channels' closes, the rows that wait), for a runner that stores it between
+        batches: O(the open epoch's changes)."""
+        return pickle.dumps((_open_epoch(self.task), self.closed, self.closes,
+                             self.reader_close, self.held), pickle.HIGHEST_PROTOCOL)
+
+    def restore_open_epoch(self, blob: bytes | None) -> None:
+        if not blob:
+            _restore_open_epoch(self.task, None)
+            return
+        acc, self.closed, self.closes, self.reader_close, held = pickle.loads(blob)
+        self.held = list(held)
+        _restore_open_epoch(self.task, acc)
+
+
+def run_stages(plan: StagePlan, numbered: Sequence[NumberedRecord]
+               ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+    """Every stage in one process over a numbered stream, slot by slot in stage order
+    (what the runners do with shuffles): the final stage's outputs merged over its
+    partitions. For tests and the docs; state in fresh write-back caches."""
+    from dataflow.distributed import merge_epoch_parts
+
+    inbox: dict[int, list[tuple[Any, ...]]] = {}
+    for r in plan.tag_base(numbered):
+        inbox.setdefault(r[_SLOT], []).append(r)
+    parts = []
+    for slot in range(plan.slots):
+        task = StageTask(plan, slot, WriteBackState())
+        rows = sorted(inbox.pop(slot, []), key=lambda r: (r[_EPOCH], r[_KIND] == CLOSE))
+        down, final = task.feed(rows)
+        for r in down:
+            inbox.setdefault(r[_SLOT], []).append(r)
+        parts.append([(k, n, m, row) for (k, n), rows_ in final.items() for m, row in rows_])
+    return merge_epoch_parts(parts)
+
+
+_PLANS: dict[WorkerPlan, StagePlan] = {}
+
+
+def stage_plan(plan: WorkerPlan) -> StagePlan:
+    """The :class:`StagePlan` of a worker plan, once per worker process."""
+    hit = _PLANS.get(plan)
+    if hit is None:
+        hit = _PLANS[plan] = StagePlan.of(plan.compiled()[0], plan.parallelism)
+    return hit
+
+
+def plan_tags(plan: WorkerPlan, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
+    """:func:`~dataflow.distributed.tag_rows` for a worker plan: by its one layout, or,
+    for a plan run as stages, for the slots of every stage reading each table."""
+    if plan.staged:
+        return stage_plan(plan).tag_base(numbered)
+    return tag_rows(plan.compiled()[1], numbered)
