@@ -12,9 +12,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from oracle import check_stream
+
 from core.records import EpochEnd, Record, Update
 from dataflow.api import compile_query
-from oracle import check_stream
 
 SQL = """CREATE TABLE T(g INT, d DECIMAL(12,2), f DOUBLE);
 SELECT g, COUNT(DISTINCT d) AS nd, SUM(DISTINCT d) AS sd, AVG(DISTINCT d) AS ad,
