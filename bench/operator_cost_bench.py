@@ -95,6 +95,8 @@ class Operator:
     """'extremes': a group's MIN/MAX row; 'topk': the window's first row or boundary;
     'keys': the last S row of its key; '': no aimed deletes."""
     note: str = ""
+    updates_s: bool = True
+    """Whether the stream updates S too (False: R only, the subquery's view unchanged)."""
 
 
 CHAIN = ("WITH v1 AS (SELECT k, COUNT(*) AS c, SUM(v) AS s FROM R GROUP BY k), "
@@ -124,6 +126,10 @@ OPERATORS = [
              note="measured: v > scalar is evaluated after the cross product of R with "
                   "the one-row view, so each move of the scalar re-derives every R row "
                   "(O(|R|) per epoch), not only the rows that flip"),
+    Operator("scalar_uncorrelated_fixed",
+             "SELECT id, v FROM R WHERE v > (SELECT AVG(w) FROM S)",
+             "SELECT id, v FROM R WHERE v > 80000", "O(1) (R updates only: the scalar "
+             "does not move)", reads_s=True, updates_s=False),
     Operator("scalar_correlated",
              "SELECT id, v FROM R WHERE v > (SELECT AVG(w) FROM S WHERE S.k = R.k)",
              "SELECT R.id, R.v FROM R, S WHERE R.k = S.k AND R.v > S.w",
@@ -217,7 +223,7 @@ class Workload:
 
     def _update(self, op: Operator) -> Update:
         rng, live = self.rng, self.live
-        table = "S" if op.reads_s and rng.random() < 0.5 else "R"
+        table = "S" if op.reads_s and op.updates_s and rng.random() < 0.5 else "R"
         aimed = op.aim and rng.random() < 1 / 3
         if rng.random() < 0.5 or not live.ids[table]:
             row = self._row(table, self._aimed_value() if aimed and table == "R" else None)
