@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import pickle
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,8 +286,12 @@ class StageTask:
         self.held: list[tuple[Any, ...]] = []
         self.unclosed: list[tuple[Any, ...]] = []
 
-    def feed(self, rows: Iterable[tuple[Any, ...]]
+    def feed(self, rows: Iterable[tuple[Any, ...]], on_close: Callable[..., None] | None = None
              ) -> tuple[list[tuple[Any, ...]], dict[tuple[str, int], list[tuple[int, Any]]]]:
+        """Take ``rows``; return the rows for downstream slots and the final stage's
+        output bundles of the epochs closed. ``on_close(close_row, bundles)`` is called
+        at each close, when the state holds exactly the epochs closed so far (a runner
+        writing back per epoch does it there)."""
         downstream: list[tuple[Any, ...]] = []
         final: dict[tuple[str, int], list[tuple[int, Any]]] = {}
         applying: list[tuple[Any, ...]] = []
@@ -325,6 +329,8 @@ class StageTask:
                 downstream += self.plan.route_delta(stage, close[_SEQ], epoch,
                                                     out.get(("delta", epoch), ()))
             self.closed, self.closes, self.reader_close = epoch, 0, None
+            if on_close is not None:
+                on_close(close, out)
             self.unclosed = [u for u in self.unclosed if u[_EPOCH] > epoch]
             held, self.held = self.held, []
             queue.extendleft(reversed(held))

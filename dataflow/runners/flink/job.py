@@ -61,12 +61,15 @@ from dataflow.distributed import (
     PartitionTask,
     TaggedRow,
     WorkerPlan,
+    bundle_by_partition,
     check_layout,
     merge_epoch_parts,
+    needs_stages,
     stamp_checkpoint_dir,
 )
 from dataflow.runners.flink.reader import PhaseLog, Profiling
 from dataflow.runners.jvm import require_java
+from dataflow.stages import StagePlan, StageTask, stage_plan
 from operators.writeback import WriteBackState, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
@@ -148,7 +151,7 @@ class PartitionFunction(KeyedProcessFunction):
             name: runtime_context.get_map_state(
                 MapStateDescriptor(f"map:{name}", Types.STRING(), Types.PICKLED_BYTE_ARRAY())
             )
-            for name in self.plan.map_names()
+            for name in self._map_names()
         }
         self.raw_put_all = {name: _raw_put_all(ms) for name, ms in self.maps.items()}
         self.pending = runtime_context.get_list_state(
@@ -158,11 +161,11 @@ class PartitionFunction(KeyedProcessFunction):
             ValueStateDescriptor("state_layout", Types.STRING())
         )
 
-    def _task(self, partition: int) -> PartitionTask:
-        hit = self.tasks.get(partition)
-        if hit is not None:
-            return hit[0]
-        q, layout = self.plan.compiled()
+    def _map_names(self) -> list[str]:
+        return self.plan.map_names()
+
+    def _restored(self, partition: int) -> WriteBackState:
+        """The cache rebuilt from the MapStates, their layout stamp checked."""
         state = WriteBackState()
         for name, ms in self.maps.items():  # restore: rebuild the cache from MapState
             state.load(name, (_stored_entry(v) for v in ms.values()))
@@ -172,6 +175,14 @@ class PartitionFunction(KeyedProcessFunction):
                      f"flink partition {partition}")
         if found is None:
             self.layout.update(expected)
+        return state
+
+    def _task(self, partition: int) -> PartitionTask:
+        hit = self.tasks.get(partition)
+        if hit is not None:
+            return hit[0]
+        q, layout = self.plan.compiled()
+        state = self._restored(partition)
         task = PartitionTask(q, layout, state=state)
         replay = [r for bundle in (self.pending.get() or []) for r in bundle]
         task.process(replay)  # updates only: they emit nothing
@@ -238,6 +249,72 @@ class PartitionFunction(KeyedProcessFunction):
         if start < len(rows):
             task.process(rows[start:])
             self.pending.add(rows[start:])
+
+
+class StageFunction(PartitionFunction):
+    """Hosts the slots of one stage of a query run as stages (:mod:`dataflow.stages`),
+    one :class:`~dataflow.stages.StageTask` per key (the slot). State as a partition's:
+    the maps per entry, written back at each epoch close; every row received since the
+    last close (the open epoch's, and later epochs' rows that wait for a channel) in
+    the ``open_epoch_rows`` list, replayed after a restore; the last epoch closed in a
+    value state. A stage's delta goes on to its readers' slots, one element per slot;
+    the final stage's output goes to the merger (or, its only partition, to the sinks)."""
+
+    def __init__(self, plan: WorkerPlan, index: int, sinks: EpochSinks | None = None) -> None:
+        super().__init__(plan, sinks)
+        self.index = index
+        self.slots: dict[int, StageTask] = {}
+
+    def _map_names(self) -> list[str]:
+        return stage_plan(self.plan).map_names(self.index)
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        super().open(runtime_context)
+        self.plan_stages = stage_plan(self.plan)
+        self.closed = runtime_context.get_state(
+            ValueStateDescriptor("epochs_closed", Types.INT()))
+
+    def _slot(self, slot: int) -> StageTask:
+        task = self.slots.get(slot)
+        if task is None:
+            state = self._restored(slot)
+            task = StageTask(stage_plan(self.plan), slot, state, self.closed.value() or 0)
+            self.tasks[slot] = (task.task, state)
+            task.feed([r for bundle in (self.pending.get() or []) for r in bundle])
+            self.slots[slot] = task
+        return task
+
+    def _process(self, value: Any) -> Iterator[Any]:
+        slot, rows = value
+        if self.plan_stages.stage_of[slot] != self.index:
+            yield value  # a later stage's bundle: on to it
+            return
+        task = self._slot(slot)
+        state = self.tasks[slot][1]
+        final = task.stage.final
+        outputs: list[Any] = []
+
+        def on_close(close: tuple[Any, ...], out: dict[tuple[str, int], Any]) -> None:
+            self._write_back(state)
+            self.closed.update(close[_EPOCH])
+            if not final:
+                return
+            if self.sinks is not None:
+                self.sinks.write(close[_EPOCH], close[_SNAPSHOT], out)
+            else:
+                outputs.append(EpochOutput(close[_EPOCH], close[_SNAPSHOT], tuple(
+                    (kind, n, mult, r) for (kind, n), part in out.items() for mult, r in part)))
+
+        before = task.closed
+        downstream, _final = task.feed(rows, on_close)
+        if task.closed != before:
+            self.pending.clear()
+            if task.unclosed:
+                self.pending.add(task.unclosed)
+        else:
+            self.pending.add(list(rows))
+        yield from bundle_by_partition(downstream)
+        yield from outputs
 
 
 @dataclass(frozen=True)
@@ -387,12 +464,9 @@ class FlinkJob:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
         self.layout = PartitionLayout(query, parallelism)
-        if self.plan.staged:
-            from core.errors import UnsupportedQueryError
-
-            msg = ("a query with subqueries, views over views or ORDER BY ... LIMIT runs on "
-                   "the local and spark runners for now")
-            raise UnsupportedQueryError(msg)
+        self.stages: StagePlan | None = (
+            StagePlan.of(query, parallelism) if needs_stages(query) else None)
+        """A DAG of views or a top-k: one keyed operator per stage (:meth:`_stages`)."""
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms
@@ -514,7 +588,9 @@ class FlinkJob:
             conf.set_string("execution.state-recovery.path", restore)
             print(f"ivmflow: flink: resuming from checkpoint {restore}", file=sys.stderr)
         env = StreamExecutionEnvironment.get_execution_environment(conf)
-        env.set_parallelism(max(1, self.layout.partitions))
+        widest = self.layout.partitions if self.stages is None else max(
+            st.layout.partitions for st in self.stages.stages)
+        env.set_parallelism(max(1, widest))
         return env
 
     def _partitions_and_merger(self, tagged: Any, deltas: str | None,
@@ -525,10 +601,13 @@ class FlinkJob:
         and an epoch's rows then cross no operator boundary."""
         sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options)
         partitions = self.layout.partitions
-        outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
-            PartitionFunction(self.plan, sinks if partitions == 1 else None),
-            output_type=Types.PICKLED_BYTE_ARRAY()
-        )
+        if self.stages is not None:
+            outputs, partitions = self._stages(tagged, sinks)
+        else:
+            outputs = tagged.key_by(lambda v: v[0], key_type=Types.INT()).process(
+                PartitionFunction(self.plan, sinks if partitions == 1 else None),
+                output_type=Types.PICKLED_BYTE_ARRAY()
+            )
         if partitions == 1:
             outputs.print()  # emits nothing: the job needs a sink
             return
@@ -536,3 +615,19 @@ class FlinkJob:
         outputs.key_by(lambda o: o.epoch, key_type=Types.INT()).process(
             merger, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1).print()
+
+    def _stages(self, tagged: Any, sinks: EpochSinks) -> tuple[Any, int]:
+        """The reader's ``(slot, rows)`` bundles -> one keyed operator per stage in
+        order, each running its own slots and passing every later slot's bundles on, so
+        each reads only the one before it (as on Spark) and a channel's bundles for a
+        slot take one path, in order, which :class:`~dataflow.stages.StageTask` relies
+        on; the final stage's outputs and its number of partitions."""
+        assert self.stages is not None
+        stream = tagged
+        last = self.stages.stages[-1]
+        for stage in self.stages.stages:
+            one = stage.final and stage.layout.partitions == 1
+            stream = stream.key_by(lambda v: v[0], key_type=Types.INT()).process(
+                StageFunction(self.plan, stage.index, sinks if one else None),
+                output_type=Types.PICKLED_BYTE_ARRAY())
+        return stream, last.layout.partitions
