@@ -354,11 +354,13 @@ class StageTask:
         _restore_open_epoch(self.task, acc)
 
 
-def run_stages(plan: StagePlan, numbered: Sequence[NumberedRecord]
-               ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+def run_stages(plan: StagePlan, numbered: Sequence[NumberedRecord],
+               late_upstream: bool = False) -> dict[tuple[str, int], list[tuple[int, Any]]]:
     """Every stage in one process over a numbered stream, slot by slot in stage order
     (what the runners do with shuffles): the final stage's outputs merged over its
-    partitions. For tests and the docs; state in fresh write-back caches."""
+    partitions. Each slot gets its rows epoch by epoch, or, ``late_upstream``, all the
+    reader's rows first and its upstream stages' after them (the rows of later epochs
+    wait for the channels). For tests and the docs; state in fresh write-back caches."""
     from dataflow.distributed import merge_epoch_parts
 
     inbox: dict[int, list[tuple[Any, ...]]] = {}
@@ -367,7 +369,9 @@ def run_stages(plan: StagePlan, numbered: Sequence[NumberedRecord]
     parts = []
     for slot in range(plan.slots):
         task = StageTask(plan, slot, WriteBackState())
-        rows = sorted(inbox.pop(slot, []), key=lambda r: (r[_EPOCH], r[_KIND] == CLOSE))
+        rows = inbox.pop(slot, [])
+        if not late_upstream:
+            rows.sort(key=lambda r: (r[_EPOCH], r[_KIND] == CLOSE))
         down, final = task.feed(rows)
         for r in down:
             inbox.setdefault(r[_SLOT], []).append(r)

@@ -264,6 +264,8 @@ class StageFunction(PartitionFunction):
         super().__init__(plan, sinks)
         self.index = index
         self.slots: dict[int, StageTask] = {}
+        self._engine_s = 0.0
+        """Seconds the open epoch's rows took so far (IVMFLOW_FLINK_PHASES)."""
 
     def _map_names(self) -> list[str]:
         return stage_plan(self.plan).map_names(self.index)
@@ -293,10 +295,19 @@ class StageFunction(PartitionFunction):
         state = self.tasks[slot][1]
         final = task.stage.final
         outputs: list[Any] = []
+        phases = self.phases
+        mark = perf_counter() if phases.on else 0.0
 
         def on_close(close: tuple[Any, ...], out: dict[tuple[str, int], Any]) -> None:
-            self._write_back(state)
+            nonlocal mark
+            t1 = perf_counter() if phases.on else 0.0
+            written = self._write_back(state)
             self.closed.update(close[_EPOCH])
+            if phases.on:  # (IVMFLOW_FLINK_PHASES: one line per slot and epoch)
+                t2 = perf_counter()
+                phases.add(close[_EPOCH], self._engine_s + t1 - mark, t2 - t1, 0.0, *written,
+                           sum(map(len, out.values())))
+                self._engine_s, mark = 0.0, t2
             if not final:
                 return
             if self.sinks is not None:
@@ -307,6 +318,8 @@ class StageFunction(PartitionFunction):
 
         before = task.closed
         downstream, _final = task.feed(rows, on_close)
+        if phases.on:
+            self._engine_s += perf_counter() - mark
         if task.closed != before:
             self.pending.clear()
             if task.unclosed:
