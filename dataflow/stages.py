@@ -21,14 +21,11 @@ stage's delta of epoch ``e`` is applied to its readers within epoch ``e``, and t
 of the query's deltas 1..k is Q(D_k), as on the local runner. Each stage's work per
 epoch is O(its input changes): nothing is ever re-read or re-sent whole.
 
-The node interface a stage hosts (what a new kind of DAG node, e.g. a pad view for
-outer joins, implements to run here): ``name`` (the relation its output is read as),
-``layout`` (``partitions``; ``inputs``: relation -> [(atom, projector)], and
-``partitioner.route(atom, tuple)``, as :class:`~dataflow.distributed.PartitionLayout`)
-and ``task(state)``, whose ``process_bundles(rows)`` applies tagged rows in stream order
-and returns, at each close, ``{("delta", e): [(mult, row)], ...}``, keeping all its
-state per entry in ``state`` (:class:`~operators.writeback.WriteBackState`), plus
-``open_epoch()`` / ``restore_open_epoch(blob)`` for what it holds outside the maps.
+A stage hosts a compiled query, the top-k window, or any :class:`StageNode` (a node
+that names its layout, keyed by some columns of each input, and a task that applies
+updates and closes an epoch into a consolidated delta, its state per key): a new kind
+of DAG node plugs in by implementing it; one that does not is refused before the job
+starts.
 
 Example (two partitions per stage, the runner's shuffles done by hand):
     >>> from dataflow.api import compile_query
@@ -51,7 +48,7 @@ import pickle
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sortedcontainers import SortedKeyList
 
@@ -63,7 +60,7 @@ from operators.state import State
 from operators.topk import TAG, TopK
 from operators.writeback import WriteBackState
 
-__all__ = ["RESULT", "UPSTREAM", "Stage", "StagePlan", "StageTask", "TopKTask",
+__all__ = ["RESULT", "UPSTREAM", "Stage", "StageNode", "StagePlan", "StageTask", "TopKTask",
            "needs_stages", "plan_tags", "run_stages", "stage_plan"]
 
 RESULT = "\x00result"
@@ -125,6 +122,8 @@ class Stage:
         """The node's task for one partition, all its state in ``state``."""
         if self.query is None:
             return TopKTask(self._window, state)
+        if not hasattr(self.query, "plan"):
+            return self.query.stage_task(state, self.layout)  # a StageNode
         task = PartitionTask(self.query, self.layout, state=state)
         if self.feeds_window:
             # The window is the top-k stage's: this one emits the whole result's change.
@@ -133,6 +132,33 @@ class Stage:
 
     _window: Any = None
     """For the top-k stage: the query (ORDER BY, LIMIT, OFFSET)."""
+
+
+class StageNode(Protocol):
+    """A DAG node that is not a compiled query, as the runners host it: what a new kind
+    of node (the keyed views of outer joins, ``operators/keyedview.py``) implements to
+    run on Spark and Flink. ``stage_layout(P)`` partitions its inputs by its key
+    columns (``partitions``; ``inputs``: relation -> [(atom, projector with
+    ``project(row)`` -> tuple or None)]; ``partitioner.route(atom, tuple)`` -> its
+    partitions); ``stage_task(state, layout)`` is one partition: ``process_bundles(rows)``
+    applies :class:`~dataflow.distributed.TaggedRow` tuples in stream order and returns
+    ``{("delta", e): [(mult, row)]}`` at each close, all its state per key in
+    ``state.map(...)``; ``open_epoch()`` / ``restore_open_epoch(blob)`` carry what it
+    holds outside the maps between Spark batches."""
+
+    def stage_layout(self, parallelism: int) -> Any: ...
+
+    def stage_task(self, state: State, layout: Any) -> Any: ...
+
+
+def _layout(name: str, node: Any, parallelism: int) -> Any:
+    if hasattr(node, "plan"):
+        return PartitionLayout(node, parallelism, keyed=True)
+    if hasattr(node, "stage_layout") and hasattr(node, "stage_task"):
+        return node.stage_layout(parallelism)
+    msg = (f"view {name} ({type(node).__name__}: outer join or anti-join) runs on the "
+           "local runner for now; drop --runner")
+    raise UnsupportedQueryError(msg)
 
 
 class StagePlan:
@@ -158,16 +184,8 @@ class StagePlan:
     @classmethod
     def of(cls, query: Any, parallelism: int) -> StagePlan:
         nodes = [*getattr(query, "inner", ()), ("", getattr(query, "outer", query))]
-        for name, node in nodes:
-            if getattr(node, "plan", None) is None:
-                # A node that is not a compiled query (the keyed views of outer joins,
-                # operators/keyedview.py) needs a layout keyed by its key columns and a
-                # task over per-entry state (the interface in this module's docstring).
-                msg = (f"view {name} ({type(node).__name__}: outer join or anti-join) runs "
-                       "on the local runner for now; drop --runner")
-                raise UnsupportedQueryError(msg)
-        stages = [Stage(i, name, q, PartitionLayout(q, parallelism, keyed=True))
-                  for i, (name, q) in enumerate(nodes)]
+        stages = [Stage(i, name, node, _layout(name, node, parallelism))
+                  for i, (name, node) in enumerate(nodes)]
         cq = stages[-1].query.cq
         if cq.limit is not None or cq.offset:
             stages[-1].name, stages[-1].feeds_window = RESULT, True

@@ -169,3 +169,32 @@ def test_stage_plan_refuses_a_node_it_cannot_host() -> None:
     q.inner[0] = (q.inner[0][0], object())
     with pytest.raises(UnsupportedQueryError, match="runs on the local runner"):
         StagePlan.of(q, 2)
+
+
+def test_a_stage_node_plugs_in() -> None:
+    """A DAG node that is not a compiled query runs as a stage through the StageNode
+    interface (its layout and its task): here the view's own engine behind it."""
+    from core.epochs import EpochCursor
+    from core.records import EPOCH_END, Update
+    from dataflow.api import compile_query
+    from dataflow.distributed import PartitionLayout, PartitionTask
+    from dataflow.stages import StagePlan, run_stages
+
+    class Wrapped:  # a StageNode
+        def __init__(self, q: object) -> None:
+            self.q = q
+
+        def stage_layout(self, parallelism: int) -> PartitionLayout:
+            return PartitionLayout(self.q, parallelism, keyed=True)
+
+        def stage_task(self, state: object, layout: PartitionLayout) -> PartitionTask:
+            return PartitionTask(self.q, layout, state=state)  # type: ignore[arg-type]
+
+    q = compile_query("CREATE TABLE R(a INT, b INT);\n"
+                      "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
+    records = [Update("+", "R", (a, 10 * a)) for a in range(1, 5)] + [EPOCH_END]
+    records += [Update("-", "R", (4, 40)), EPOCH_END]
+    want = {("delta", d.epoch): sorted(d.rows) for d in q.run(records) if d.rows}
+    q.inner[0] = (q.inner[0][0], Wrapped(q.inner[0][1]))
+    got = run_stages(StagePlan.of(q, 2), list(EpochCursor().number(records)))
+    assert {k: sorted(v) for k, v in got.items() if k[0] == "delta"} == want
