@@ -347,16 +347,20 @@ class EpochSinks:
     after a restore are not written twice)."""
 
     def __init__(self, deltas: str | None, snapshots: str | None,
-                 columns: tuple[str, ...], kafka_options: Sequence[str] = ()) -> None:
+                 columns: tuple[str, ...], kafka_options: Sequence[str] = (),
+                 order_by: Sequence[tuple[int, bool, bool]] = ()) -> None:
         self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
         self.kafka_options = list(kafka_options)
+        self.order_by = tuple(order_by)
+        """The query's ORDER BY: a snapshot file lists the merged rows in that order."""
         self.deltas: Any = None
         self.snapshots: Any = None
 
     def open(self) -> None:
         opts = self.kafka_options
         self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
-        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts)
+        self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts,
+                                    self.order_by)
 
     def write(self, epoch: int, snapshot: int,
               merged: Mapping[tuple[str, int], list[tuple[int, Any]]]) -> None:
@@ -418,7 +422,8 @@ class EpochMerger(KeyedProcessFunction):
 
 
 def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
-               kafka_options: Sequence[str] = ()) -> Any:
+               kafka_options: Sequence[str] = (),
+               order_by: Sequence[tuple[int, bool, bool]] = ()) -> Any:
     """The merger's sink: a CSV file (resumed) or a Kafka topic (transactional, skipping
     the epochs already in the topic; a stable transactional id per topic, so a
     restarted job fences the crashed one and aborts its open transaction)."""
@@ -435,7 +440,7 @@ def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
     if kind == "epoch":
         dsink = DeltaCsvSink(target, columns, resume=True)
         return SkipCommitted(dsink, epoch=dsink.last_committed_epoch)
-    ssink = SnapshotCsvSink(target, columns, resume=True)
+    ssink = SnapshotCsvSink(target, columns, resume=True, order_by=order_by)
     return SkipCommitted(ssink, snapshot=ssink.last_committed_snapshot)
 
 
@@ -612,7 +617,8 @@ class FlinkJob:
         """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink.
         A run's only partition writes the sinks itself: its output needs no merging,
         and an epoch's rows then cross no operator boundary."""
-        sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options)
+        sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options,
+                           self.query.cq.order_by)
         partitions = self.layout.partitions
         if self.stages is not None:
             outputs, partitions = self._stages(tagged, sinks)
