@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 
-ColumnType = Literal["INT", "FLOAT", "TEXT", "BOOL", "DECIMAL", "DATE", "TIMESTAMP"]
+ColumnType = Literal["INT", "FLOAT", "TEXT", "BOOL", "DECIMAL", "DATE", "TIMESTAMP", "KEY"]
 """Value domains ivmflow understands; SQL type names are mapped onto these. DECIMAL
 values are :class:`decimal.Decimal` quantized to the column's scale (exact fixed point:
 sums under inserts and deletes never drift), DATE :class:`datetime.date`, TIMESTAMP
-:class:`datetime.datetime`."""
+:class:`datetime.datetime`. KEY (``IVMFLOW_KEY``) is internal: the hidden join key of an
+outer join's keyed view, a tuple only a join reads (never an input or output column)."""
 
 SQL_TYPE_NAMES: dict[str, ColumnType] = {
     "INT": "INT", "INTEGER": "INT", "BIGINT": "INT", "SMALLINT": "INT", "TINYINT": "INT",
@@ -32,7 +33,7 @@ SQL_TYPE_NAMES: dict[str, ColumnType] = {
     "TIMESTAMPNTZ": "TIMESTAMP",
     "TEXT": "TEXT", "VARCHAR": "TEXT", "CHAR": "TEXT", "STRING": "TEXT", "NCHAR": "TEXT",
     "NVARCHAR": "TEXT",
-    "BOOL": "BOOL", "BOOLEAN": "BOOL",
+    "BOOL": "BOOL", "BOOLEAN": "BOOL", "IVMFLOW_KEY": "KEY",
 }
 
 Value = int | float | str | bool | Decimal | datetime.date | datetime.datetime | None
@@ -127,7 +128,9 @@ class Column:
             return value
         if self.type == "BOOL" and isinstance(value, bool):
             return value
-        if isinstance(value, str):
+        if self.type == "KEY" and isinstance(value, tuple):
+            return value  # type: ignore[return-value]
+        if isinstance(value, str) and self.type != "KEY":
             return self.parse(value)
         msg = f"column {self.name!r} expects {self.type_text}, found {value!r}"
         raise ValueParseError(msg)

@@ -74,7 +74,7 @@ __all__ = ["CompiledQuery", "View", "compile_query", "make_finalizer"]
 
 _PY_TYPES = {"INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,),
              "DECIMAL": (Decimal,), "DATE": (datetime.date,),
-             "TIMESTAMP": (datetime.datetime,)}
+             "TIMESTAMP": (datetime.datetime,), "KEY": (tuple,)}
 
 
 @dataclass

@@ -28,6 +28,10 @@ from typing import Any
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from dataflow.drive import run_view
+from operators.keyedview import CompiledKeyedView, KeyedViewState
+from plans.expr import SqlType
+from plans.outerjoin import KeyedView
+from plans.sql import _ddl_type, parse_schema_and_select
 from plans.views import ViewSplit
 
 
@@ -106,7 +110,9 @@ class DagView:
         everyone = [*self.views, ("", self.outer)]
         self.readers: dict[str, list[Any]] = {}
         for _name, view in everyone:
-            for rel in {a.relation.name.lower() for a in view.query.cq.atoms}:
+            reads = view.compiled.reads if isinstance(view, KeyedViewState) else {
+                a.relation.name.lower() for a in view.query.cq.atoms}
+            for rel in reads:
                 self.readers.setdefault(rel, []).append(view)
         self.pending = 0
 
@@ -154,14 +160,31 @@ def compile_dag(split: ViewSplit, source_name: str, compile_one: Any) -> Compile
     """Compile each view of ``split`` (in order) and the query over them;
     ``compile_one(sql, source_name)`` compiles one view's file text."""
     tables = split.tables
+    base_names = set(_relations(tables, source_name).relations)
     inner: list[tuple[str, Any]] = []
     for name, body in split.views:
-        q = compile_one(tables + body + ";\n", f"{source_name} (view {name})")
-        inner.append((name, q))
-        cols = ", ".join(f'"{c}" {t}' for c, t in zip(q.cq.output_names, q.cq.output_types))
+        if isinstance(body, KeyedView):
+            known = _relations(tables, source_name)
+            own = known.lookup(body.own.source)
+            other = known.lookup(body.pad.source) if body.pad else None
+            assert own is not None and (other is not None or body.pad is None)
+            kv = CompiledKeyedView(body, own, other, base_names)
+            inner.append((name, kv))
+            cols = ", ".join(f'"{c.name}" {_ddl_type(SqlType.of_column(c))}' for c in kv.columns)
+        else:
+            q = compile_one(tables + body + ";\n", f"{source_name} (view {name})")
+            inner.append((name, q))
+            cols = ", ".join(f'"{c}" {t}' for c, t in zip(q.cq.output_names,
+                                                          q.cq.output_types))
         tables += f'CREATE TABLE "{name}" ({cols});\n'
     outer = compile_one(tables + split.query + ";\n", source_name)
-    base_names = {n.lower() for n, _ in inner}
+    view_names = {n.lower() for n, _ in inner}
     base = Schema({k: v for k, v in outer.cq.schema.relations.items()
-                   if k.lower() not in base_names})
+                   if k.lower() not in view_names})
     return CompiledDag(inner, outer, base, source_name)
+
+
+def _relations(tables: str, source_name: str) -> Schema:
+    """The tables (base and views) declared so far."""
+    schema, _ = parse_schema_and_select(tables + "SELECT 1;\n", source_name)
+    return schema

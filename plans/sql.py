@@ -38,6 +38,7 @@ from plans.cq import (
 )
 from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
 from plans.sqlcheck import check_supported, describe
+from plans.subqueries import rewrite_subqueries
 
 _COMPARISONS: dict[type[exp.Expr], CompareOp] = {
     exp.EQ: "=",
@@ -145,6 +146,8 @@ def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
             raise reject(coldef, "table element", "only column definitions are allowed")
         kind = coldef.args.get("kind")
         type_name = kind.this.name if kind is not None else "TEXT"
+        if kind is not None and kind.this == exp.DataType.Type.USERDEFINED:
+            type_name = str(kind.args.get("kind") or type_name)
         mapped = SQL_TYPE_NAMES.get(type_name.upper())
         if mapped is None:
             known = ("INT, BIGINT, DOUBLE, REAL, DECIMAL(p,s), NUMERIC, VARCHAR, CHAR, TEXT, "
@@ -188,6 +191,7 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str,
     needs = select.args.get("with_") is not None or any(
         True for _ in select.find_all(exp.Subquery, exp.Exists)) or any(
         j.args.get("using") or (j.args.get("method") or "").upper() == "NATURAL"
+        or (views and j.args.get("side"))
         for j in select.args.get("joins") or [])
     if not needs:
         return select
@@ -208,6 +212,7 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str,
     try:
         out = qualify(select, schema=mapping, dialect="duckdb", quote_identifiers=False,
                       identify=False, validate_qualify_columns=True)
+        out = rewrite_subqueries(out)
         out = _inner_joins(unnest_subqueries(out))  # type: ignore[assignment]
         out = merge_subqueries(eliminate_subqueries(out))
         out = eliminate_ctes(out)
@@ -280,7 +285,7 @@ def _ddl_type(t: SqlType) -> str:
     if t.name == "DECIMAL":
         return f"DECIMAL(38,{t.scale})"
     return {"INT": "BIGINT", "FLOAT": "DOUBLE", "TEXT": "VARCHAR", "BOOL": "BOOLEAN",
-            "NULL": "BIGINT", "INTERVAL": "VARCHAR"}.get(t.name, t.name)
+            "NULL": "BIGINT", "INTERVAL": "VARCHAR", "KEY": "IVMFLOW_KEY"}.get(t.name, t.name)
 
 
 def _needs_values(node: exp.Expr) -> bool:

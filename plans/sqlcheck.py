@@ -54,7 +54,6 @@ _WHY: dict[str, str] = {
 }
 _NAMES: dict[str, str] = {"sample": "USING SAMPLE", "offset": "OFFSET", "limit": "LIMIT"}
 
-_PART2 = "not supported yet (outer joins and anti-joins are the next step)"
 
 
 def _span(node: exp.Expr) -> tuple[int, int] | None:
@@ -159,15 +158,18 @@ class _Checker:
         if isinstance(node, exp.Join):
             side = (node.args.get("side") or "").upper()
             kind = (node.args.get("kind") or "").upper()
-            if side:
-                self.refuse(node, f"{side} OUTER JOIN", f"outer joins are {_PART2}", side)
+            if side and kind not in ("", "OUTER"):
+                self.refuse(node, f"{side} {kind} JOIN", "only inner and outer joins are "
+                            "supported", kind)
                 return False
-            if kind not in ("", "INNER", "CROSS"):
-                self.refuse(node, f"{kind} JOIN", "only inner joins are supported", kind)
+            if kind not in ("", "INNER", "CROSS", "OUTER"):
+                self.refuse(node, f"{kind} JOIN", "only inner and outer joins are supported "
+                            "(write NOT EXISTS / EXISTS for anti- and semi-joins)", kind)
                 return False
             method = (node.args.get("method") or "").upper()
             if method not in ("", "NATURAL"):
-                self.refuse(node, f"{method} JOIN", "only inner joins are supported", method)
+                self.refuse(node, f"{method} JOIN", "only inner and outer joins are supported",
+                            method)
                 return False
             if isinstance(node.this, exp.Subquery) and node.args.get("using"):
                 self.refuse(node, "JOIN ... USING", "write JOIN ... ON", "USING")

@@ -15,25 +15,29 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
 
 from core.errors import QueryError
+from plans.expr import ExprError
+from plans.outerjoin import KeyedView, rewrite_outer_joins
 from plans.sql import _normalize, _offset_of, parse_schema_and_select
 from plans.sqlcheck import check_supported, describe
 
 
 @dataclass(frozen=True)
 class ViewSplit:
-    """The inner views (name, SELECT text), in an order where a view only reads base
-    tables and views before it, and the query's SELECT over them; ``tables`` is the
+    """The inner views (name, SELECT text or a :class:`~plans.outerjoin.KeyedView`, an
+    outer join's side), in an order where a view only reads base tables and views
+    before it, and the query's SELECT over them; ``tables`` is the
     file's CREATE TABLE text (each view file starts with it, then one CREATE TABLE per
     view it reads, typed by that view's output)."""
 
     tables: str
-    views: tuple[tuple[str, str], ...]
+    views: tuple[tuple[str, str | KeyedView], ...]
     query: str
 
 
@@ -60,31 +64,32 @@ def split_views(sql: str, source: str) -> ViewSplit | None:
         schema, select = parse_schema_and_select(sql, source)
         sql_for_positions = sql
     check_supported(select, sql_for_positions, source)
-    nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With))
+    nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With)) or any(
+        (j.args.get("side") or "") for sel in select.find_all(exp.Select)
+        for j in sel.args.get("joins") or [])
     if not nested:
         return None
-    out = _normalize(select, schema, sql_for_positions, source, views=True)
-    if any((j.args.get("side") or "") for sel in out.find_all(exp.Select)
-           for j in sel.args.get("joins") or []):
-        # An outer join left by the unnesting: NOT EXISTS / NOT IN (anti-joins), or a
-        # correlated subquery whose NULL result the query keeps. Named in the user's text.
-        anti = next((n for n in select.walk() if isinstance(n, exp.Not) and isinstance(
-            n.this, (exp.Exists, exp.In))), None)
-        node = anti if anti is not None else next(
-            (n for n in select.walk() if isinstance(n, (exp.Exists, exp.Subquery))), select)
-        what = "NOT EXISTS / NOT IN (an anti-join)" if anti is not None else "subquery"
-        raise QueryError(describe([(_offset_of(node), what, "anti-joins and outer joins are "
-                                   "not supported yet")], sql_for_positions, source))
-    with_ = out.args.get("with_")
-    if with_ is None:
+    try:
+        out = _normalize(select, schema, sql_for_positions, source, views=True)
+        names = itertools.count()
+        inner: list[tuple[str, str | KeyedView]] = []
+        with_ = out.args.get("with_")
+        for cte in with_.expressions if with_ is not None else []:
+            body = cte.this
+            inner += [(kv.name, kv) for kv in rewrite_outer_joins(body, names)]
+            inner.append((cte.alias, body.sql("duckdb")))
+        inner += [(kv.name, kv) for kv in rewrite_outer_joins(out, names)]
+    except ExprError as err:
+        raise QueryError(describe([(_offset_of(err.node), "expression", str(err))],
+                                  sql_for_positions, source)) from None
+    if not inner:
         return None
-    inner = tuple((cte.alias, cte.this.sql("duckdb")) for cte in with_.expressions)
     out = out.copy()
     out.set("with_", None)
     tables = ";\n".join(s.sql("duckdb") for s in statements
                         if isinstance(s, exp.Create) and
                         str(s.args.get("kind", "")).upper() == "TABLE")
-    return ViewSplit(tables + ";\n", inner, out.sql("duckdb"))
+    return ViewSplit(tables + ";\n", tuple(inner), out.sql("duckdb"))
 
 
 def _parse(sql: str, source: str) -> list[exp.Expr | None]:
