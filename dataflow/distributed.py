@@ -98,9 +98,12 @@ class PartitionLayout:
     """The partitioner of a query for P partitions, with shares restricted to output
     variables when the finalizer keeps state."""
 
-    def __init__(self, query: Any, parallelism: int, keyed: bool = False) -> None:
+    def __init__(self, query: Any, parallelism: int, keyed: bool = False,
+                 global_finalizer: bool = False) -> None:
         plan = query.plan
-        stateful_output = finalize_mode(plan) != "bag"
+        # (global_finalizer: the output is finalized elsewhere, from every partition's
+        # payloads, so the shares need not keep each output row in one partition)
+        stateful_output = finalize_mode(plan) != "bag" and not global_finalizer
         restrict = None
         if stateful_output:
             cq = plan.cq
@@ -415,17 +418,23 @@ class PartitionTask:
                     )
                 node.apply(t, dm)
                 continue
-            raw = self.engine.take_delta()
-            delta = self.finalizer.epoch(raw)
-            if delta:
-                out[("delta", epoch)] = delta
-            if self._meta is not None and self._meta.get("emitted_once") is not True:
-                self._meta["emitted_once"] = self.finalizer.emitted_once
-            if snapshot:
-                full = self.finalizer.snapshot(self.engine.full())
-                if full:
-                    out[("snapshot", snapshot)] = full
+            self.close_epoch(epoch, snapshot, out)
         return out
+
+    def close_epoch(self, epoch: int, snapshot: int,
+                    out: dict[tuple[str, int], list[tuple[int, Any]]]) -> None:
+        """Close ``epoch`` into ``out``: its delta, and the snapshot its marker asked for
+        (a stage of :mod:`dataflow.stages` may emit its engine's payloads instead)."""
+        raw = self.engine.take_delta()
+        delta = self.finalizer.epoch(raw)
+        if delta:
+            out[("delta", epoch)] = delta
+        if self._meta is not None and self._meta.get("emitted_once") is not True:
+            self._meta["emitted_once"] = self.finalizer.emitted_once
+        if snapshot:
+            full = self.finalizer.snapshot(self.engine.full())
+            if full:
+                out[("snapshot", snapshot)] = full
 
     def dump(self) -> bytes:
         maps = {name: self.state.map(name) for name in self.state.names()}

@@ -35,7 +35,7 @@ Example (two partitions per stage, the runner's shuffles done by hand):
     ...     SELECT a, b FROM R WHERE b > (SELECT AVG(b) FROM R) ORDER BY b DESC LIMIT 1''')
     >>> plan = StagePlan.of(q, 2)
     >>> [(s.name or "(query)", s.layout.partitions) for s in plan.stages]
-    [('_u_0', 1), ('\\x00result', 2), ('(query)', 1)]
+    [('\\x00partial:_u_0', 2), ('_u_0', 1), ('\\x00result', 2), ('(query)', 1)]
     >>> numbered = EpochCursor().number([Update("+", "R", (1, 10)), Update("+", "R", (2, 20)),
     ...                                  Update("+", "R", (3, 30)), EPOCH_END])
     >>> print(run_stages(plan, list(numbered)))
@@ -55,16 +55,29 @@ from sortedcontainers import SortedKeyList
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import UnsupportedQueryError
 from core.records import Update
-from dataflow.distributed import PartitionLayout, PartitionTask, WorkerPlan, needs_stages, tag_rows
+from dataflow.distributed import (
+    FINALIZE_META,
+    FINALIZE_OUTPUT,
+    PartitionLayout,
+    PartitionTask,
+    WorkerPlan,
+    needs_stages,
+    tag_rows,
+)
 from operators.state import State
 from operators.topk import TAG, TopK
 from operators.writeback import WriteBackState
+from plans.dag import finalize_mode
 
 __all__ = ["RESULT", "UPSTREAM", "Stage", "StageNode", "StagePlan", "StageTask", "TopKTask",
            "needs_stages", "plan_tags", "run_stages", "stage_plan"]
 
 RESULT = "\x00result"
 """The relation the top-k stage reads: the query's result before its window."""
+
+PARTIAL, FULL = "\x00partial:", "\x00full:"
+"""Prefixes of the relations a global finalizer reads from its partial stage: each
+partition's epoch change of its aggregate payloads, and all of them at a snapshot."""
 
 UPSTREAM = -2
 """``atom`` of a close marker sent by a stage partition to its readers' slots (the
@@ -97,6 +110,17 @@ class TopKLayout:
     inputs = {RESULT: [(0, _Whole())]}
 
 
+class FinalizeLayout:
+    """A global finalizer stage's layout: one partition reading the payloads of its
+    partial stage, per epoch (:data:`PARTIAL`) and per snapshot (:data:`FULL`)."""
+
+    partitions = 1
+    partitioner = _OnePartition()
+
+    def __init__(self, name: str) -> None:
+        self.inputs = {PARTIAL + name: [(0, _Whole())], FULL + name: [(1, _Whole())]}
+
+
 @dataclass
 class Stage:
     """One node of the plan: ``name`` (its output relation; ``""`` for the query),
@@ -113,6 +137,13 @@ class Stage:
     final: bool = False
     feeds_window: bool = False
     """Whether the top-k stage reads this one's result (its finalizer keeps no window)."""
+    part: str = ""
+    """``partial``: the partitions of an aggregate whose output keys cannot be hashed
+    (an aggregate without GROUP BY), emitting their payloads' changes; ``finalize``:
+    its one global finalizer (:class:`FinalizeTask`); else ``""``."""
+    enumerates: bool = False
+    """Whether its closes carry the snapshot number (the final stage, and a partial
+    stage feeding a final finalizer)."""
 
     @property
     def slots(self) -> range:
@@ -124,6 +155,10 @@ class Stage:
             return TopKTask(self._window, state)
         if not hasattr(self.query, "plan"):
             return self.query.stage_task(state, self.layout)  # a StageNode
+        if self.part == "finalize":
+            return FinalizeTask(self.query, state, self.feeds_window)
+        if self.part == "partial":
+            return PartialTask(self.query, self.layout, state=state)
         task = PartitionTask(self.query, self.layout, state=state)
         if self.feeds_window:
             # The window is the top-k stage's: this one emits the whole result's change.
@@ -184,15 +219,31 @@ class StagePlan:
     @classmethod
     def of(cls, query: Any, parallelism: int) -> StagePlan:
         nodes = [*getattr(query, "inner", ()), ("", getattr(query, "outer", query))]
-        stages = [Stage(i, name, node, _layout(name, node, parallelism))
-                  for i, (name, node) in enumerate(nodes)]
+        stages: list[Stage] = []
+        for name, node in nodes:
+            layout = _layout(name, node, parallelism)
+            whole = None
+            if layout.partitions == 1 < parallelism and hasattr(node, "plan") and \
+                    finalize_mode(node.plan) == "aggregate":
+                # An aggregate whose output keys cannot be hashed (no GROUP BY, or only
+                # carried ones) would hold its whole join in one partition: its join
+                # runs partitioned and one global finalizer sums the payloads.
+                whole = PartitionLayout(node, parallelism, keyed=True, global_finalizer=True)
+            if whole is not None and whole.partitions > 1:
+                stages.append(Stage(len(stages), PARTIAL + name, node, whole, part="partial"))
+                stages.append(Stage(len(stages), name, node, FinalizeLayout(name),
+                                    part="finalize"))
+            else:
+                stages.append(Stage(len(stages), name, node, layout))
         cq = stages[-1].query.cq
         if cq.limit is not None or cq.offset:
             stages[-1].name, stages[-1].feeds_window = RESULT, True
             window = Stage(len(stages), "", None, TopKLayout())
             window._window = cq
             stages.append(window)
-        stages[-1].final = True
+        stages[-1].final = stages[-1].enumerates = True
+        if stages[-1].part == "finalize":
+            stages[-2].enumerates = True
         return cls(stages)
 
     def tag_base(self, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
@@ -204,12 +255,16 @@ class StagePlan:
         return out
 
     def route_delta(self, stage: Stage, seq: int, epoch: int,
-                    delta: Iterable[tuple[int, Any]]) -> list[tuple[Any, ...]]:
-        """A stage partition's delta of ``epoch`` as tagged rows for the slots of the
-        stages reading it (by their own layouts), then a close marker to each slot."""
+                    delta: Iterable[tuple[int, Any]], full: Iterable[tuple[int, Any]] = ()
+                    ) -> list[tuple[Any, ...]]:
+        """A stage partition's delta of ``epoch`` (and a partial stage's ``full``
+        payloads at a snapshot) as tagged rows for the slots of the stages reading it
+        (by their own layouts), then a close marker to each slot."""
         name = stage.name
         numbered = [NumberedRecord(seq, epoch, UPDATE, Update(
-            "+" if m > 0 else "-", name, row, abs(m), f"view {name}"), 0) for m, row in delta]
+            "+" if m > 0 else "-", rel, row, abs(m), f"view {name}"), 0)
+            for rel, rows in ((name, delta), (FULL + name.removeprefix(PARTIAL), full))
+            for m, row in rows]
         out: list[tuple[Any, ...]] = []
         for i in stage.readers:
             reader = self.stages[i]
@@ -270,6 +325,69 @@ class TopKTask:
 
     def restore_open_epoch(self, blob: Any) -> None:
         self.acc = dict(blob or {})
+
+
+class PartialTask(PartitionTask):
+    """A partition of an aggregate finalized globally: at each close it emits its
+    engine's payload changes ``(1, (group, payload))`` as its delta, and at a snapshot
+    all its payloads, for :class:`FinalizeTask` to sum. Its own finalizer is unused."""
+
+    def close_epoch(self, epoch: int, snapshot: int,
+                    out: dict[tuple[str, int], list[tuple[int, Any]]]) -> None:
+        raw = self.engine.take_delta()
+        if raw:
+            out[("delta", epoch)] = [(1, item) for item in raw.items()]
+        if snapshot:
+            out[("snapshot", snapshot)] = [(1, item) for item in self.engine.full().items()]
+
+
+class FinalizeTask:
+    """The one finalizer of an aggregate whose partitions are :class:`PartialTask`:
+    sums their payload changes per group (the ring's addition) and finalizes them as
+    the local runner's finalizer does, keeping each group's payload one entry in the
+    map ``finalize.output`` (O(changed groups) per epoch)."""
+
+    def __init__(self, query: Any, state: State, window: bool) -> None:
+        from dataflow.api import make_finalizer
+
+        self.state = state
+        self.finalizer = make_finalizer(query.plan, query.kind.engine_emits_bags,
+                                        lambda: state.map(FINALIZE_OUTPUT))
+        if window:
+            self.finalizer.topk = None  # (the top-k stage keeps the window)
+        self.meta = state.map(FINALIZE_META)
+        self.finalizer.emitted_once = bool(self.meta.get("emitted_once", False))
+        self.acc: dict[Any, Any] = {}
+        self.full: dict[Any, Any] = {}
+
+    def process_bundles(self, rows: Sequence[Sequence[Any]]
+                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        add = self.finalizer.ring.add
+        for r in rows:
+            if r[_KIND] == UPDATE:
+                into = self.acc if r[_ATOM] == 0 else self.full
+                key, payload = r[5]
+                into[key] = payload if key not in into else add(into[key], payload)
+                continue
+            delta = self.finalizer.epoch(self.acc)
+            self.acc = {}
+            if delta:
+                out[("delta", r[_EPOCH])] = delta
+            if self.meta.get("emitted_once") is not self.finalizer.emitted_once:
+                self.meta["emitted_once"] = self.finalizer.emitted_once
+            if r[_SNAPSHOT]:
+                full = self.finalizer.snapshot(self.full)
+                self.full = {}
+                if full:
+                    out[("snapshot", r[_SNAPSHOT])] = full
+        return out
+
+    def open_epoch(self) -> Any:
+        return (self.acc, self.full)
+
+    def restore_open_epoch(self, blob: Any) -> None:
+        self.acc, self.full = blob or ({}, {})
 
 
 def _open_epoch(task: Any) -> Any:
@@ -335,7 +453,7 @@ class StageTask:
                 continue
             close = self.reader_close
             assert close is not None
-            if not stage.final:
+            if not stage.enumerates:
                 close = (*close[:_SNAPSHOT], 0)  # (only the final stage enumerates)
             applying.append(close)
             out = self.task.process_bundles(applying)
@@ -344,8 +462,9 @@ class StageTask:
             if stage.final:
                 final.update(out)
             else:
-                downstream += self.plan.route_delta(stage, close[_SEQ], epoch,
-                                                    out.get(("delta", epoch), ()))
+                downstream += self.plan.route_delta(
+                    stage, close[_SEQ], epoch, out.get(("delta", epoch), ()),
+                    out.get(("snapshot", close[_SNAPSHOT]), ()))
             self.closed, self.closes, self.reader_close = epoch, 0, None
             if on_close is not None:
                 on_close(close, out)
