@@ -25,16 +25,19 @@ Example (``A LEFT JOIN B ON A.x = B.y``, B's side):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
 from core.codegen import define
+from core.epochs import UPDATE
 from core.records import EpochDelta, Update
 from core.schema import Column, Relation, Row
 from operators.input import BaseValidator
+from operators.state import DictState, State
 from plans.expr import Code, ExprCompiler, ExprError, SqlType
 from plans.outerjoin import JoinSide, KeyedView
 
@@ -82,31 +85,43 @@ class CompiledKeyedView:
     def maintain(self, *_args: Any, **_kwargs: Any) -> KeyedViewState:
         return KeyedViewState(self)
 
+    def stage_layout(self, parallelism: int) -> KeyedViewLayout:
+        """Its layout as a stage on Spark and Flink: partitioned by join key."""
+        return KeyedViewLayout(self, parallelism)
+
+    def stage_task(self, state: State, layout: Any) -> KeyedViewTask:
+        """One partition of its stage, all its state in ``state``."""
+        return KeyedViewTask(self, state)
+
 
 class KeyedViewState:
-    """A live keyed view: ``apply`` base or view updates, ``end_epoch`` for the delta."""
+    """A live keyed view: ``apply`` base or view updates, ``end_epoch`` for the delta.
+    Its state per key lives in ``state``'s maps (``keyed.own``, ``keyed.other``, and
+    ``keyed.base``, the multiplicities of the base rows it checks deletes against): a
+    dict locally, a runner's keyed state on Spark and Flink."""
 
-    def __init__(self, compiled: CompiledKeyedView) -> None:
+    def __init__(self, compiled: CompiledKeyedView, state: State | None = None) -> None:
         self.compiled = compiled
+        self.state: State = state if state is not None else DictState()
         spec = compiled.spec
         self.preserve = spec.preserve
         self.own_source = spec.own.source.lower()
         self.pad_source = spec.pad.source.lower() if spec.pad else None
         self.width = len(compiled.own.columns)
-        self.own_count: dict[tuple[Any, ...], int] = {}
+        self.own_count = self.state.map("keyed.own")
         """Kept rows of this side per key (padded sides only)."""
-        self.other_count: dict[tuple[Any, ...], int] = {}
+        self.other_count = self.state.map("keyed.other")
         """Rows of the other side per key (padded sides only)."""
+        self.validator = BaseValidator(self.state.map("keyed.base"))
         self.pending: dict[tuple[Any, ...], int] = {}
         self.touched: dict[tuple[Any, ...], bool] = {}
-        self.validator = BaseValidator({})
         self.epoch = 0
         self.updates = 0
 
     def _padded(self, key: tuple[Any, ...]) -> bool:
-        return self.other_count.get(key, 0) > 0 and self.own_count.get(key, 0) == 0
+        return bool(self.other_count.get(key, 0) > 0 and self.own_count.get(key, 0) == 0)
 
-    def _count(self, counts: dict[tuple[Any, ...], int], key: tuple[Any, ...], dm: int) -> None:
+    def _count(self, counts: MutableMapping[Any, Any], key: tuple[Any, ...], dm: int) -> None:
         if key not in self.touched:
             self.touched[key] = self._padded(key)
         n = counts.get(key, 0) + dm
@@ -116,26 +131,34 @@ class KeyedViewState:
             del counts[key]
 
     def apply(self, update: Update) -> None:
+        """A base or view update (of this view's own relation, its padded-from one, or
+        both)."""
         rel = update.relation.lower()
         row, dm = update.row, update.signed_mult
         if rel in self.compiled.base:
             self.validator.update(rel, row, dm, update.source)
-        self.updates += 1
         if rel == self.own_source:
-            keys = tuple(key_of(row) for key_of in self.compiled.own_keys)
-            key = keys[0]
-            if key[0] == 0 or self.preserve:
-                out = keys + tuple(row)
-                m = self.pending.get(out, 0) + dm
-                if m:
-                    self.pending[out] = m
-                else:
-                    del self.pending[out]
-                if self.pad_source is not None:
-                    self._count(self.own_count, key, dm)
+            self.apply_own(row, dm)
         if rel == self.pad_source:
-            assert self.compiled.pad_key is not None
-            self._count(self.other_count, self.compiled.pad_key(row), dm)
+            self.apply_other(row, dm)
+
+    def apply_own(self, row: Row, dm: int) -> None:
+        self.updates += 1
+        keys = tuple(key_of(row) for key_of in self.compiled.own_keys)
+        key = keys[0]
+        if key[0] == 0 or self.preserve:
+            out = keys + tuple(row)
+            m = self.pending.get(out, 0) + dm
+            if m:
+                self.pending[out] = m
+            else:
+                del self.pending[out]
+            if self.pad_source is not None:
+                self._count(self.own_count, key, dm)
+
+    def apply_other(self, row: Row, dm: int) -> None:
+        assert self.compiled.pad_key is not None
+        self._count(self.other_count, self.compiled.pad_key(row), dm)
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
         out = self.pending
@@ -155,6 +178,90 @@ class KeyedViewState:
                            closed_by_marker)
         self.updates = 0
         return delta
+
+
+# -- as a stage on Spark and Flink (dataflow.stages.StageNode) ---------------------------
+_EPOCH, _KIND, _ATOM, _T, _DM = 2, 3, 4, 5, 6  # (TaggedRow's fields)
+OWN, OTHER = 0, 1
+"""The atoms of a keyed view's two inputs (the same relation may be both)."""
+
+
+class _WholeRow:
+    @staticmethod
+    def project(row: Row) -> Row:
+        return row
+
+
+class _ByKey:
+    """Routes a row to the partition of its join key: a key's rows of both sides meet
+    in one partition, which alone counts that key and pads it."""
+
+    def __init__(self, compiled: CompiledKeyedView, partitions: int) -> None:
+        self.keys = {OWN: compiled.own_keys[0], OTHER: compiled.pad_key}
+        self.partitions = partitions
+
+    def route(self, atom: int, row: Row) -> list[int]:
+        key_of = self.keys[atom]
+        assert key_of is not None
+        # (repr, not hash(): the same in every worker process)
+        return [zlib.crc32(repr(key_of(row)).encode()) % self.partitions]
+
+
+class KeyedViewLayout:
+    """A keyed view's stage layout: ``partitions`` by join key; ``inputs`` relation ->
+    [(atom, projector)] (the whole row)."""
+
+    def __init__(self, compiled: CompiledKeyedView, parallelism: int) -> None:
+        self.partitions = max(1, parallelism)
+        self.partitioner = _ByKey(compiled, self.partitions)
+        self.inputs: dict[str, list[tuple[int, Any]]] = {}
+        self.inputs.setdefault(compiled.spec.own.source.lower(), []).append((OWN, _WholeRow()))
+        if compiled.spec.pad is not None:
+            self.inputs.setdefault(compiled.spec.pad.source.lower(), []).append(
+                (OTHER, _WholeRow()))
+
+
+class KeyedViewTask:
+    """One partition of a keyed view's stage: tagged rows in, ``{("delta", epoch):
+    rows}`` out at each close; its counts per key in ``state``'s maps, O(changes) per
+    epoch."""
+
+    def __init__(self, compiled: CompiledKeyedView, state: State) -> None:
+        self.view = KeyedViewState(compiled, state)
+        self.state = state
+        # (a base relation read twice is checked once, on its own side)
+        own_base = compiled.spec.own.source.lower() in compiled.base
+        pad = compiled.spec.pad
+        self.checked = {OWN: compiled.spec.own.source.lower()} if own_base else {}
+        if pad is not None and pad.source.lower() in compiled.base and not (
+                own_base and pad.source.lower() == compiled.spec.own.source.lower()):
+            self.checked[OTHER] = pad.source.lower()
+
+    def process_bundles(self, rows: Sequence[Sequence[Any]]
+                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
+        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        view = self.view
+        for r in rows:
+            if r[_KIND] == UPDATE:
+                atom, row, dm = r[_ATOM], r[_T], r[_DM]
+                rel = self.checked.get(atom)
+                if rel is not None:
+                    view.validator.update(rel, row, dm, f"{rel} (epoch {r[_EPOCH]})")
+                if atom == OWN:
+                    view.apply_own(row, dm)
+                else:
+                    view.apply_other(row, dm)
+                continue
+            delta = view.end_epoch()
+            if delta.rows:
+                out[("delta", r[_EPOCH])] = list(delta.rows)
+        return out
+
+    def open_epoch(self) -> Any:
+        return (self.view.pending, self.view.touched)
+
+    def restore_open_epoch(self, blob: Any) -> None:
+        self.view.pending, self.view.touched = blob or ({}, {})
 
 
 def _index(rel: Relation, column: str) -> int:

@@ -98,6 +98,8 @@ def test_min_max_and_distinct_aggregates_on_runners(tmp_path: Path, runner: str)
 # Q17 (a correlated scalar subquery: a grouped view), Q18 (IN over GROUP BY ... HAVING,
 # then ORDER BY ... LIMIT: views and the global top-k stage) and Q3 (top-k).
 _STAGED = ("q03", "q04", "q17", "q18")
+_KEYED = ("q13", "q16", "q21", "q22")
+"""Outer joins and anti-joins: keyed views as stages (operators/keyedview.py)."""
 
 
 def _staged_outputs(tpch: Path, name: str, out: Path, *args: str) -> tuple[Counter[str], str]:
@@ -112,7 +114,8 @@ def _staged_outputs(tpch: Path, name: str, out: Path, *args: str) -> tuple[Count
 def local_staged(tpch_sf001: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> dict[str, tuple[Counter[str], str]]:
     tmp = tmp_path_factory.mktemp("local_staged")
-    return {name: _staged_outputs(tpch_sf001, name, tmp / f"{name}.csv") for name in _STAGED}
+    return {name: _staged_outputs(tpch_sf001, name, tmp / f"{name}.csv")
+            for name in (*_STAGED, "q22")}
 
 
 @pytest.mark.integration
@@ -122,6 +125,8 @@ def local_staged(tpch_sf001: Path, tmp_path_factory: pytest.TempPathFactory
     # P=1 and 2, Q17 a view keyed apart from its reader (bench/tpch_runners_all.py runs
     # every query on every runner at P=1 and 2).
     ("spark", "q18", 1), ("spark", "q18", 2), ("spark", "q17", 2),
+    # Q22: NOT EXISTS (a keyed view padding customers without orders, by join key)
+    ("flink", "q22", 2), ("spark", "q22", 2),
 ])
 def test_tpch_views_and_topk_on_runner_equal_local(
         tpch_sf001: Path, tmp_path: Path, local_staged: dict[str, tuple[Counter[str], str]],
@@ -159,6 +164,47 @@ def test_stages_in_process_equal_local(tpch_sf001: Path) -> None:
                    if s.query is not None and s.part != "finalize"), name
         got = run_stages(plan, list(EpochCursor().number(records)), late_upstream=True)
         assert {k: sorted(v) for k, v in got.items() if k[0] == "delta"} == want, name
+
+
+def test_keyed_views_as_stages_equal_local(tpch_sf001: Path) -> None:
+    """Outer joins and anti-joins (TPC-H Q13, Q16, Q21, Q22, and the SQL layer's outer
+    join queries on random streams with deletes) as stages at P=1 and 2, channels
+    interleaved: every epoch's delta equals the local runner's."""
+    import random
+
+    from connectors.files import read_updates
+    from core.epochs import EpochCursor
+    from core.records import EPOCH_END, Update
+    from dataflow.api import compile_query
+    from dataflow.stages import StagePlan, run_stages
+    from tests import test_sql_layer as layer
+
+    cases = []
+    for name in _KEYED:
+        q = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text())
+        cases.append((name, q, list(read_updates(str(tpch_sf001 / "updates.csv"), q.schema))))
+    for i, sql in enumerate(layer._OUTER_QUERIES):
+        rng = random.Random(i)
+        records: list[object] = []
+        live: list[tuple[str, tuple[object, ...]]] = []
+        for _epoch in range(5):
+            for _ in range(rng.randrange(1, 15)):
+                if live and rng.random() < 0.4:
+                    rel, row = live.pop(rng.randrange(len(live)))
+                    records.append(Update("-", rel, row))
+                else:
+                    rel, row = layer._random_rows(rng)
+                    live.append((rel, row))
+                    records.append(Update("+", rel, row))
+            records.append(EPOCH_END)
+        cases.append((sql, compile_query(layer._SCHEMA + sql), records))
+    for name, q, records in cases:
+        want = {("delta", d.epoch): sorted(d.rows, key=repr) for d in q.run(records) if d.rows}
+        for parallelism in (1, 2):
+            got = run_stages(StagePlan.of(q, parallelism), list(EpochCursor().number(records)),
+                             late_upstream=True)
+            assert {k: sorted(v, key=repr) for k, v in got.items() if k[0] == "delta"} == \
+                want, (name, parallelism)
 
 
 def test_stage_plan_refuses_a_node_it_cannot_host() -> None:
