@@ -18,6 +18,12 @@ Example:
     >>> view.apply(Update("-", "R", (3, 30)))   # the average drops to 15: (2, 20) enters
     >>> view.end_epoch().rows
     ((1, (2, 20)), (-1, (3, 30)))
+    >>> again = q.maintain()                      # from a checkpoint of that state
+    >>> again.restore(view.base_tuples(), epoch=2)
+    >>> again.apply(Update("+", "R", (4, 40)))
+    >>> d = again.end_epoch()
+    >>> d.epoch, d.rows
+    (3, ((-1, (2, 20)), (1, (4, 40))))
 """
 
 from __future__ import annotations
@@ -150,6 +156,32 @@ class DagView:
     def snapshot(self) -> list[tuple[int, Row]]:
         rows: list[tuple[int, Row]] = self.outer.snapshot()
         return rows
+
+    def base_tuples(self) -> list[tuple[str, Row, int]]:
+        """The base tables' tuples (what a local checkpoint saves): each table's from
+        the first view that reads it (every reader holds the same rows)."""
+        base = {r.lower() for r in self.dag.base_schema.relations}
+        out: list[tuple[str, Row, int]] = []
+        for rel in sorted(base):
+            readers = self.readers.get(rel)
+            if not readers:
+                continue
+            reader = readers[0]
+            items = reader.validator.items() if isinstance(reader, KeyedViewState) else \
+                reader.base_tuples()
+            out += [(r, row, m) for r, row, m in items if r.lower() == rel]
+        return out
+
+    def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:
+        """Load ``base`` into these fresh views as the state after ``epoch`` closed
+        epochs (as :meth:`dataflow.api.View.restore`): the inner views' deltas reach
+        their readers, and the query's restored result is not output."""
+        for rel, row, mult in base:
+            self.apply(Update("+", rel, row, mult, "checkpoint"))
+        self.end_epoch()
+        for _name, view in self.views:
+            view.epoch = epoch
+        self.outer.epoch = epoch
 
 
 def _update(view: str, row: Row, mult: int) -> Update:
