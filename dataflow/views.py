@@ -157,6 +157,17 @@ class DagView:
         rows: list[tuple[int, Row]] = self.outer.snapshot()
         return rows
 
+    def state_entries(self) -> int:
+        """Stored state entries over every view (a keyed view's: its counts per key and
+        the base rows it checks)."""
+        total = 0
+        for _name, view in [*self.views, ("", self.outer)]:
+            if isinstance(view, KeyedViewState):
+                total += sum(len(view.state.map(n)) for n in view.state.names())
+            else:
+                total += view.state_entries()
+        return total
+
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The base tables' tuples (what a local checkpoint saves): each table's from
         the first view that reads it (every reader holds the same rows)."""
