@@ -14,6 +14,7 @@ from typing import Any
 from connectors.kafka.codec import (
     decode_delta,
     encode_update,
+    json_value,
 )
 from connectors.kafka.config import (
     KafkaConfigError,
@@ -144,8 +145,15 @@ def partition_of(update: Update, partitions: int) -> int:
 
     >>> partition_of(Update("+", "G", (1, 2)), 4) == partition_of(Update("-", "G", (1, 2)), 4)
     True
+
+    DECIMAL and DATE values (a row read with the query's schema) hash as their text:
+
+    >>> import datetime, decimal
+    >>> partition_of(Update("+", "R", (decimal.Decimal("1.50"), datetime.date(1995, 3, 15))), 2)
+    1
     """
-    key = json.dumps([update.relation.lower(), list(update.row)], separators=(",", ":"))
+    key = json.dumps([update.relation.lower(), list(update.row)], separators=(",", ":"),
+                     default=json_value)
     return zlib.crc32(key.encode()) % partitions
 
 
