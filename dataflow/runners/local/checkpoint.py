@@ -11,8 +11,9 @@ checkpoint and the last one in the output are recomputed and skipped by the sink
 before.
 
 The file, ``DIR/local-state.jsonl``, is JSON Lines: a header object, then one
-``[relation, [values...], multiplicity]`` array per base tuple (values are ``int``,
-``float``, ``str``, ``bool`` or ``null``, which JSON keeps exactly).  It is written to a
+``[relation, [values...], multiplicity]`` array per base tuple (``int``, ``float``,
+``str``, ``bool`` and ``null`` as JSON keeps them exactly; ``DECIMAL``, ``DATE`` and
+``TIMESTAMP`` values as their text, read back by the query's column types).  It is written to a
 temporary file, fsynced and renamed over the old one, so a crash leaves the old or the new
 checkpoint, never a torn one.
 
@@ -23,6 +24,13 @@ Example:
     ...                 positions={("updates", 0): 9}, base=[("G", (1, 2.5, "x"), 2)])
     >>> write_checkpoint(d, ck)
     >>> read_checkpoint(d, "q1") == ck
+    True
+    >>> import datetime, decimal
+    >>> from core.schema import Column, Relation, Schema
+    >>> s = Schema({"T": Relation("T", (Column("p", "DECIMAL", scale=2), Column("d", "DATE")))})
+    >>> row = (decimal.Decimal("1.50"), datetime.date(1995, 3, 15))
+    >>> write_checkpoint(d, Checkpoint("q2", 1, 0, 1, 1, {}, base=[("T", row, 1)]))
+    >>> read_checkpoint(d, "q2", s).base == [("T", row, 1)]
     True
     >>> try:
     ...     read_checkpoint(d, "another query")
@@ -42,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import IvmflowError
+from core.records import format_value
+from core.schema import Schema
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -112,7 +122,7 @@ def write_checkpoint(directory: str | os.PathLike[str], ckpt: Checkpoint) -> Non
     }
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(header) + "\n")
-        dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=True).encode
+        dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=True, default=format_value).encode
         f.writelines(dumps([rel, list(row), mult]) + "\n" for rel, row, mult in ckpt.base)
         f.flush()
         os.fsync(f.fileno())
@@ -125,9 +135,12 @@ def write_checkpoint(directory: str | os.PathLike[str], ckpt: Checkpoint) -> Non
         os.close(fd)
 
 
-def read_checkpoint(directory: str | os.PathLike[str], expected: str) -> Checkpoint | None:
+def read_checkpoint(directory: str | os.PathLike[str], expected: str,
+                    schema: Schema | None = None) -> Checkpoint | None:
     """The checkpoint in ``directory`` (``None`` if there is none yet); raises
-    :class:`CheckpointError` if it is torn or belongs to another query or source."""
+    :class:`CheckpointError` if it is torn or belongs to another query or source.
+    With ``schema``, each row's values are read back as its relation's column types
+    (a DECIMAL or DATE is stored as text)."""
     path = Path(directory) / CHECKPOINT_FILE
     try:
         f = open(path, encoding="utf-8")  # noqa: SIM115 - closed below, errors name lines
@@ -141,7 +154,7 @@ def read_checkpoint(directory: str | os.PathLike[str], expected: str) -> Checkpo
                    f"start with a new --checkpoint directory, or delete this one to "
                    f"recompute from the beginning of the topic")
             raise CheckpointError(msg)
-        base = list(_tuples(path, f))
+        base = list(_tuples(path, f, schema))
     if len(base) != header["tuples"]:
         raise _torn(path, len(base) + 2, f"{header['tuples']} tuples", f"{len(base)}")
     return Checkpoint(
@@ -164,7 +177,7 @@ def _header(path: Path, line: str) -> dict[str, Any]:
     return header
 
 
-def _tuples(path: Path, lines: Iterable[str]) -> Iterable[BaseTuple]:
+def _tuples(path: Path, lines: Iterable[str], schema: Schema | None) -> Iterable[BaseTuple]:
     for lineno, line in enumerate(lines, 2):
         try:
             rel, row, mult = json.loads(line)
@@ -173,7 +186,14 @@ def _tuples(path: Path, lines: Iterable[str]) -> Iterable[BaseTuple]:
             ok = False
         if not ok or mult < 1:
             raise _torn(path, lineno, "[relation, [values...], multiplicity]", repr(line[:60]))
-        yield rel, tuple(row), mult
+        relation = schema.lookup(rel) if schema is not None else None
+        if relation is None:
+            yield rel, tuple(row), mult
+            continue
+        try:
+            yield rel, relation.coerce_row(row), mult
+        except ValueError:
+            raise _torn(path, lineno, f"values of {rel}'s column types", repr(line[:60])) from None
 
 
 def _torn(path: Path, line: int, expected: str, found: str) -> CheckpointError:

@@ -179,7 +179,7 @@ class _Checkpointer:
         assert opts.checkpoint is not None
         topics = ",".join(t for t, _ in ep.input_topics(ctx.query.schema))
         fp = fingerprint(query_text(opts), f"kafka://{ep.bootstrap}/{topics}")
-        restored = read_checkpoint(opts.checkpoint, fp)
+        restored = read_checkpoint(opts.checkpoint, fp, ctx.query.schema)
         if restored is not None and restored.last_rows_epoch > out.resume_epoch:
             where = opts.deltas or "stdout"
             msg = (f"{opts.checkpoint}: expected a checkpoint no newer than the delta "
