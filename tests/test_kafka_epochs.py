@@ -5,13 +5,15 @@ of everything releases, which is connectors.kafka.EpochAligner's order."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from connectors.kafka import EpochAligner
-from connectors.kafka.epochs import ReadPosition, _Fetched, align
+from connectors.kafka.epochs import EpochReader, ReadPosition, _Fetched, align, parse_kafka_url
 from core.epochs import EpochCursor
 from core.records import EPOCH_END, EpochEnd, Record, Update
+from core.schema import Schema
 
 # A partition's log: updates (by value) and markers (None).
 logs = st.lists(st.lists(st.one_of(st.none(), st.integers(0, 99)), max_size=12),
@@ -64,3 +66,41 @@ def test_read_position_round_trips_through_json() -> None:
 
     pos = ReadPosition({"u:0": 4, "u:1": 0}, None, EpochCursor(9, 3, 2, 1), False)
     assert ReadPosition.from_dict(json.loads(json.dumps(pos.to_dict()))) == pos
+
+
+class _SlowReader(EpochReader):
+    """An EpochReader over in-memory partition logs whose fetch delivers only
+    ``per_second * timeout_s`` records per partition before its timeout: a broker (or a
+    loaded machine) slower than the runners' 1 s tick."""
+
+    def __init__(self, logs: list[list[Record]], per_second: int) -> None:
+        super().__init__(parse_kafka_url("kafka://127.0.0.1:1/u"), Schema({}))
+        self.logs = {f"u:{i}": log for i, log in enumerate(logs)}
+        self.per_second = per_second
+
+    def end_offsets(self) -> dict[str, int]:
+        return {k: len(log) for k, log in self.logs.items()}
+
+    def _fetch(self, starts: dict[str, int], targets: dict[str, int],
+               timeout_s: float) -> list[_Fetched]:
+        out = []
+        for k, log in self.logs.items():
+            end = min(targets[k], starts[k] + int(self.per_second * timeout_s))
+            out.append(_Fetched(list(enumerate(log))[starts[k]:end], end))
+        return out
+
+
+def test_an_epoch_slower_to_fetch_than_the_timeout_is_read_not_retried_forever() -> None:
+    """Before: a fetch that timed out before an epoch's marker returned nothing and the
+    same position, so every 1 s tick of the Flink and Spark Kafka sources started over
+    (TPC-H's 8000-update epochs never arrived on a loaded machine: the job ran for
+    minutes writing nothing). Now the fetch gets more time until the epoch is whole."""
+    epoch = [*as_records(list(range(40))), EPOCH_END]
+    reader = _SlowReader([epoch, epoch], per_second=5)
+    pos = ReadPosition({"u:0": 0, "u:1": 0}, {"u:0": 41, "u:1": 41}, EpochCursor(), False)
+    numbered, nxt = reader.read(pos, max_records=100, timeout_s=1.0)
+    assert len(numbered) == 81 and nxt.done
+    # Records that never arrive (a broker gone) end the read with an error, not a hang.
+    stuck = _SlowReader([epoch], per_second=0)
+    with pytest.raises(TimeoutError, match="expected the records up to offsets"):
+        stuck.read(ReadPosition({"u:0": 0}, None, EpochCursor(), False), timeout_s=60.0)

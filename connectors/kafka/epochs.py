@@ -56,6 +56,10 @@ __all__ = ["EpochReader", "ReadPosition", "align", "parse_kafka_url", "stream_ke
 POLL_MS = 200
 """How long one poll waits for data."""
 
+MAX_FETCH_S = 120.0
+"""The longest :meth:`EpochReader.read` waits for records the end offsets say exist
+before it fails."""
+
 
 def stream_key(topic: str, partition: int) -> str:
     """How a position names a stream (Kafka topic names have no ``:``).
@@ -249,7 +253,14 @@ class EpochReader:
              timeout_s: float = 5.0) -> tuple[list[NumberedRecord], ReadPosition]:
         """The next complete epochs after ``pos``, numbered (``epoch_size``: also close an
         epoch every N updates), and the position after them. At most about
-        ``max_records`` records per stream, unless one epoch is longer."""
+        ``max_records`` records per stream, unless one epoch is longer.
+
+        ``timeout_s`` bounds the wait when there is nothing to read. When the streams
+        hold records (below their end offsets) but fetching them took longer, the fetch
+        is repeated with twice the time until a whole epoch arrives: returning nothing
+        would start the next call over from the same position, forever, on a machine
+        slow enough to never fetch one epoch within ``timeout_s``. Past
+        :data:`MAX_FETCH_S` it raises :class:`TimeoutError`."""
         if pos.done:
             return [], pos
         if epoch_size and len(pos.offsets) > 1:
@@ -269,9 +280,19 @@ class EpochReader:
             recs, nxt = align(fetched, final=at_stop)
             capped = any(f.end >= targets[k] and targets[k] < ends.get(k, 0)
                          for k, f in zip(keys, fetched))
-            if recs or at_stop or not capped:
+            short = any(f.end < targets[k] for k, f in zip(keys, fetched))
+            if recs or at_stop or not (capped or short):
                 break
-            limit *= 2  # an epoch longer than the limit: fetch more of it
+            if capped:
+                limit *= 2  # an epoch longer than the limit: fetch more of it
+            if short:  # timed out before the records that exist arrived
+                if timeout_s >= MAX_FETCH_S:
+                    got = {k: f.end for k, f in zip(keys, fetched)}
+                    msg = (f"reading {self.endpoint.topic!r} on {self.endpoint.bootstrap}: "
+                           f"expected the records up to offsets {targets} within "
+                           f"{timeout_s:.0f} s, got up to {got}")
+                    raise TimeoutError(msg)
+                timeout_s = min(2 * timeout_s, MAX_FETCH_S)
         cursor = EpochCursor(**vars(pos.cursor))
         numbered = list(cursor.number(recs, epoch_size, final=at_stop))
         return numbered, ReadPosition(dict(zip(keys, nxt)), pos.stop, cursor, at_stop)
