@@ -10,8 +10,12 @@ refuses is refused everywhere).
 
     python bench/tpch_runners_all.py [--sf 0.01] [--data DIR] [--queries q03,q18]
                                      [--runners local,spark1,spark2,flink1,flink2]
+                                     [--batch-lines N]
 
-Prints a table and writes bench/results/tpch_runners_all.json (``--out``).
+``--batch-lines N`` is the runners' input lines per micro-batch / tick (their default
+10,000); a larger one makes fewer Spark micro-batches, for a quicker pass on a busy
+machine (epochs, and so the deltas compared, do not depend on it). Prints a table and
+writes bench/results/tpch_runners_all.json (``--out``), rewritten after every query.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", default="", help="comma-separated (default: q01..q22)")
     ap.add_argument("--runners", default=",".join(RUNNERS))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    ap.add_argument("--batch-lines", type=int, default=10_000)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/tpch_runners_all")
     opts = ap.parse_args(argv)
     runners = [r for r in opts.runners.split(",") if r]
@@ -106,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [q for q in opts.queries.split(",") if q] or sorted(
         p.stem for p in (data / "queries").glob("q*.sql"))
     rows: list[dict[str, Any]] = []
+    path = _write(opts, data, runners, rows, done=not names)
     print(f"TPC-H runs over {data / 'updates.csv'}; each cell: vs the local runner, "
           "seconds end to end", flush=True)
     for name in names:
@@ -122,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                 row[runner] = {"status": "skipped", "reason": "refused by the local runner",
                                "seconds": 0.0}
                 continue
-            got = run_one(query, data / "updates.csv", tmp / name / runner, RUNNERS[runner],
+            got = run_one(query, data / "updates.csv", tmp / name / runner,
+                          [*RUNNERS[runner], "--batch-lines", str(opts.batch_lines)],
                           opts.timeout)
             if got["status"] == "ok":
                 same = got["deltas"] == local["deltas"] and \
@@ -131,16 +138,24 @@ def main(argv: list[str] | None = None) -> int:
             row[runner] = got
         rows.append(row)
         print(_line(row, runners), flush=True)
+        # (after every query: a long run stopped midway keeps what it measured)
+        path = _write(opts, data, runners, rows, done=len(rows) == len(names))
     print()
     print(_table(rows, runners))
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    path = opts.out.with_suffix(".json")
-    path.write_text(json.dumps({"sf": opts.sf if opts.data is None else None,
-                                "data": str(data), "runners": runners, "rows": rows},
-                               indent=1) + "\n")
     print(f"\nwrote {path}")
     bad = [r["query"] for r in rows for k in runners if r[k]["status"] in ("differs", "failed")]
     return 1 if bad else 0
+
+
+def _write(opts: argparse.Namespace, data: Path, runners: list[str],
+           rows: list[dict[str, Any]], done: bool) -> Path:
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    path: Path = opts.out.with_suffix(".json")
+    path.write_text(json.dumps({"sf": opts.sf if opts.data is None else None,
+                                "data": str(data), "batch_lines": opts.batch_lines,
+                                "runners": runners, "complete": done, "rows": rows},
+                               indent=1) + "\n")
+    return path
 
 
 def _cell(entry: dict[str, Any]) -> str:
