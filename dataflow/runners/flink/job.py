@@ -145,8 +145,9 @@ class PartitionFunction(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.profiling = Profiling("partition")
         self.phases = PhaseLog()
-        if self.sinks is not None:
-            self.sinks.open()
+        # The sinks open on the first write, not here: a one-slot final stage runs in
+        # an operator of P subtasks, and each subtask opening the Kafka sink's
+        # transactional producer would fence the others, the slot's own included.
         self.maps = {
             name: runtime_context.get_map_state(
                 MapStateDescriptor(f"map:{name}", Types.STRING(), Types.PICKLED_BYTE_ARRAY())
@@ -355,8 +356,10 @@ class EpochSinks:
         """The query's ORDER BY: a snapshot file lists the merged rows in that order."""
         self.deltas: Any = None
         self.snapshots: Any = None
+        self.opened = False
 
     def open(self) -> None:
+        self.opened = True
         opts = self.kafka_options
         self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
         self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts,
@@ -364,7 +367,10 @@ class EpochSinks:
 
     def write(self, epoch: int, snapshot: int,
               merged: Mapping[tuple[str, int], list[tuple[int, Any]]]) -> None:
-        """Write the epoch's merged delta (and the snapshot its marker asked for)."""
+        """Write the epoch's merged delta (and the snapshot its marker asked for),
+        opening the sinks first if :meth:`open` was not called yet."""
+        if not self.opened:
+            self.open()
         if self.deltas is not None:
             self.deltas.write_epoch(EpochDelta(epoch, tuple(merged.get(("delta", epoch), []))))
         if snapshot and self.snapshots is not None:
