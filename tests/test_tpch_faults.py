@@ -72,3 +72,29 @@ def test_tpch_killed_once_and_restarted_writes_every_epoch_once(
     got = tf.topic_epochs(deltas_url)
     assert tf.compare(expected, got) == ([], []), f"seed {seed}"
     assert got == expected
+
+
+def test_flink_subtasks_without_the_final_slot_do_not_fence_its_kafka_sink(
+        kafka_bootstrap: str) -> None:
+    """A one-slot final stage (Q3's top-k window) runs in an operator of P subtasks. Each
+    used to open the Kafka delta sink in ``open()``, so the subtask opening last fenced
+    the other's transactional producer; when the slot was on the fenced one the job
+    failed with KafkaFencedError at its first epoch (seen on a restart of this file's
+    Flink test). Now a sink opens on its first write: only the slot's subtask opens one."""
+    pytest.importorskip("pyflink")
+    from unittest import mock
+
+    from dataflow.runners.flink.job import EpochSinks, PartitionFunction
+
+    url = f"kafka://{kafka_bootstrap}/{unique_name('tpch-deltas')}"
+    plan = mock.Mock(map_names=lambda: [])
+    subtasks = [PartitionFunction(plan, EpochSinks(url, None, ("a",))) for _ in range(2)]
+    for subtask in subtasks:  # both subtasks open; the one hosting the slot first
+        subtask.open(mock.Mock())
+    try:
+        assert subtasks[0].sinks is not None
+        subtasks[0].sinks.write(1, 0, {("delta", 1): [(1, (7,))]})
+        assert tf.topic_epochs(url) == {1: {(1, "7"): 1}}
+    finally:
+        for subtask in subtasks:
+            subtask.close()
