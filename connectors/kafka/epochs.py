@@ -60,6 +60,10 @@ MAX_FETCH_S = 120.0
 """The longest :meth:`EpochReader.read` waits for records the end offsets say exist
 before it fails."""
 
+STALL_S = 8.0
+"""A fetch this long that gets no record at all of those that exist fails the read (a
+broker gone): a failing broker ends the run within seconds, not minutes."""
+
 
 def stream_key(topic: str, partition: int) -> str:
     """How a position names a stream (Kafka topic names have no ``:``).
@@ -260,7 +264,8 @@ class EpochReader:
         is repeated with twice the time until a whole epoch arrives: returning nothing
         would start the next call over from the same position, forever, on a machine
         slow enough to never fetch one epoch within ``timeout_s``. Past
-        :data:`MAX_FETCH_S` it raises :class:`TimeoutError`."""
+        :data:`MAX_FETCH_S`, or when a fetch of :data:`STALL_S` got nothing, it raises
+        :class:`TimeoutError`."""
         if pos.done:
             return [], pos
         if epoch_size and len(pos.offsets) > 1:
@@ -286,7 +291,8 @@ class EpochReader:
             if capped:
                 limit *= 2  # an epoch longer than the limit: fetch more of it
             if short:  # timed out before the records that exist arrived
-                if timeout_s >= MAX_FETCH_S:
+                stalled = all(f.end == pos.offsets[k] for k, f in zip(keys, fetched))
+                if timeout_s >= MAX_FETCH_S or (stalled and timeout_s >= STALL_S):
                     got = {k: f.end for k, f in zip(keys, fetched)}
                     msg = (f"reading {self.endpoint.topic!r} on {self.endpoint.bootstrap}: "
                            f"expected the records up to offsets {targets} within "
