@@ -218,9 +218,13 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--quick", action="store_true", help="SF 0.01, for a smoke run")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--markdown", metavar="JSON", help="print a results file's table")
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())["rows"]))
         return
     sf = 0.01 if args.quick else args.sf
     data = ensure_data(sf, args.refresh_pairs)
@@ -274,6 +278,33 @@ def main() -> None:
                               default=str))
     print(f"wrote {out.relative_to(ROOT)}")
     _plot(rows, ROOT / "bench" / "results" / f"{stem}.png", max(sizes))
+    print(markdown(rows))
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The README's table: per query and epoch size, p50 per epoch of each system,
+    the best ivmflow's speedup over recompute, its crossover, its state."""
+    by = {(r["query"], r["epoch_size"], r["system"]): r for r in rows}
+    lines = ["| query | E | ivmflow p50 ms | native p50 ms | DuckDB recompute p50 ms | "
+             "speedup | crossover E | state entries | state MiB | deltas |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for q, e in sorted({(r["query"], r["epoch_size"]) for r in rows}):
+        ivm, nat, duck = (by.get((q, e, s), {}) for s in SYSTEMS)
+        best = max((x for x in (ivm, nat) if x.get("speedup_p50")),
+                   key=lambda x: x["speedup_p50"], default={})
+
+        def ms(x: dict[str, Any]) -> str:
+            return f"{x['p50_ms']:.1f}" if x.get("p50_ms") else x.get("error", "-")[:30]
+
+        check = "equal" if all(x.get("check") == "equal" for x in (ivm, nat) if x) else \
+            "; ".join(str(x.get("check") or x.get("error")) for x in (ivm, nat) if x)
+        lines.append(
+            f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | "
+            f"{best.get('speedup_p50', 0):.1f}x | {best.get('crossover_epoch_size', 0):.0f} | "
+            f"{ivm.get('state_entries') or '-'} | "
+            f"{ivm['state_mib']:.0f} | {check} |" if ivm.get("state_mib") is not None else
+            f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | - | - | - | - | {check} |")
+    return "\n".join(lines)
 
 
 def _plot(rows: list[dict[str, Any]], path: Path, size: int) -> None:
