@@ -6,10 +6,10 @@ of :mod:`plans.outerjoin`).
 - ``x NOT IN (SELECT y FROM S WHERE p)``, with SQL's NULL rule (TRUE when S is empty,
   NULL when x is NULL or S holds a NULL and no match, FALSE on a match)::
 
-      CASE WHEN (SELECT COUNT(*) FROM S WHERE p) = 0 THEN TRUE
+      CASE WHEN (SELECT COUNT(*) = 0 FROM S WHERE p) THEN TRUE
            WHEN x IS NULL THEN NULL
            WHEN (SELECT COUNT(*) FROM S WHERE p AND y = x) > 0 THEN FALSE
-           WHEN (SELECT COUNT(*) - COUNT(y) FROM S WHERE p) > 0 THEN NULL
+           WHEN (SELECT COUNT(*) - COUNT(y) > 0 FROM S WHERE p) THEN NULL
            ELSE TRUE END
 
 - ``EXISTS (SELECT .. FROM S WHERE p AND s.k = o.k AND s.c <> o.d)`` (TPC-H Q21: same
@@ -82,15 +82,18 @@ def _not_in(node: exp.In) -> exp.Expr:
         raise ExprError(node, "NOT IN (subquery) is supported between columns "
                               "(x NOT IN (SELECT y ...))")
     star = exp.Count(this=exp.Star())
-    total = _count(query, star, [])
-    match = _count(query, star.copy(), [exp.EQ(this=y.copy(), expression=x.copy())])
-    nulls = _count(query, exp.Sub(this=star.copy(), expression=exp.Count(this=y.copy())), [])
     zero = exp.Literal.number(0)
+    # (the uncorrelated scalars are booleans, not counts: their one-row view changes
+    # only when a count crosses zero, so the outer rows are not re-tested per S update)
+    empty = _count(query, exp.EQ(this=star, expression=zero), [])
+    match = _count(query, star.copy(), [exp.EQ(this=y.copy(), expression=x.copy())])
+    nulls = _count(query, exp.GT(this=exp.Sub(this=star.copy(), expression=exp.Count(
+        this=y.copy())), expression=zero.copy()), [])
     case = exp.Case(ifs=[
-        exp.If(this=exp.EQ(this=total, expression=zero), true=exp.true()),
+        exp.If(this=empty, true=exp.true()),
         exp.If(this=exp.Is(this=x.copy(), expression=exp.Null()), true=exp.Null()),
         exp.If(this=exp.GT(this=match, expression=zero.copy()), true=exp.false()),
-        exp.If(this=exp.GT(this=nulls, expression=zero.copy()), true=exp.Null()),
+        exp.If(this=nulls, true=exp.Null()),
     ], default=exp.true())
     return exp.Paren(this=case)
 
