@@ -147,10 +147,10 @@ OPERATORS = [
     Operator("anti_join_not_in",
              "SELECT id, v FROM R WHERE k NOT IN (SELECT k FROM S)",
              JOIN, "O(1) + output change", reads_s=True, aim="keys",
-             note="measured: SQL's NULL rule reads two uncorrelated counts of S (its rows, "
-                  "its NULLs) that change with every S update, so each epoch re-derives "
-                  "every R row; compared inside the subquery (COUNT(*) > 0) they would be "
-                  "booleans that stay put"),
+             note="until 621ac56 SQL's NULL rule read two uncorrelated counts of S (its "
+                  "rows, its NULLs) that changed with every S update, so each epoch "
+                  "re-derived every R row (O(N)); now they are booleans compared inside "
+                  "the subquery, which change only when a count crosses 0"),
 ]
 BY_NAME = {op.name: op for op in OPERATORS}
 
