@@ -474,15 +474,6 @@ def test_topk_is_the_window_of_the_ordered_result(seed: int) -> None:
         assert [tuple(map(str, r)) for r in snap] == [tuple(map(str, r)) for r in want]
 
 
-def test_topk_on_a_distributed_runner_is_refused_in_one_line() -> None:
-    from core.errors import UnsupportedQueryError
-    from dataflow.distributed import WorkerPlan
-
-    q = compile_query(_RS + "SELECT a, b FROM R ORDER BY b LIMIT 3")
-    with pytest.raises(UnsupportedQueryError, match="local runner"):
-        WorkerPlan.of(q, 2)
-
-
 def test_tpch_q15_in_its_create_view_form(tpch_sf001: Path, tmp_path: Path) -> None:
     """Q15 as the spec writes it: CREATE VIEW revenue0 (supplier_no, total_revenue) AS
     ...; then the query over the view (DuckDB's text has it as WITH)."""
@@ -503,14 +494,6 @@ def test_tpch_q15_in_its_create_view_form(tpch_sf001: Path, tmp_path: Path) -> N
                                        tpch_sf001 / "queries" / "q15.sql")
     to.assert_answers_equal(got, want)
     assert all(got)
-
-
-def test_views_over_views_are_refused_on_distributed_runners() -> None:
-    from dataflow.distributed import WorkerPlan
-
-    q = compile_query(_RS + "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
-    with pytest.raises(QueryError, match="local runner"):
-        WorkerPlan.of(q, 1)
 
 
 def test_readme_tpch_snapshot_is_what_the_run_prints(tpch_sf001: Path, tmp_path: Path) -> None:
