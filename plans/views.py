@@ -51,7 +51,7 @@ def split_views(sql: str, source: str) -> ViewSplit | None:
         kept = [s for s in statements if s not in views]
         text = ";\n".join(s.sql("duckdb") for s in kept)
         schema, select = parse_schema_and_select(text, source)
-        for v in reversed(views):
+        for v in views:  # (in file order: a view may read the views before it)
             target = v.this
             name = target.this.name if isinstance(target, exp.Schema) else target.name
             columns = [c.name for c in target.expressions] if isinstance(

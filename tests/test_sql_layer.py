@@ -496,6 +496,28 @@ def test_tpch_q15_in_its_create_view_form(tpch_sf001: Path, tmp_path: Path) -> N
     assert all(got)
 
 
+def test_create_view_over_create_view() -> None:
+    """A CREATE VIEW may read the views declared before it (a chain of three views)."""
+    views = ("CREATE VIEW v1 AS SELECT a, SUM(b) AS s FROM R GROUP BY a;\n"
+             "CREATE VIEW v2 AS SELECT s, COUNT(*) AS n FROM v1 GROUP BY s;\n")
+    query = "SELECT n, COUNT(*) FROM v2 GROUP BY n"
+    rng = random.Random(7)
+    view = compile_query(_SCHEMA + views + query).maintain()
+    con = duckdb.connect()
+    con.execute(_SCHEMA)
+    con.execute(views)
+    live: list[tuple[str, tuple[Any, ...]]] = []
+    acc: dict[tuple[Any, ...], int] = {}
+    for _epoch in range(6):
+        _random_epoch(rng, view, con, live, 12, 0.3)
+        for m, row in view.end_epoch().rows:
+            acc[row] = acc.get(row, 0) + m
+            if acc[row] == 0:
+                del acc[row]
+        assert acc == _duck_result(con, query)
+    assert acc
+
+
 def test_readme_tpch_snapshot_is_what_the_run_prints(tpch_sf001: Path, tmp_path: Path) -> None:
     """The README's TPC-H Q1 snapshot is this run's (the README stays true)."""
     import subprocess
