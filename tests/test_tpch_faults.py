@@ -66,7 +66,9 @@ def test_tpch_killed_once_and_restarted_writes_every_epoch_once(
     kill = tf.kill_when(cmd, ready)
     assert kill["killed"], f"the run ended before its kill point (seed {seed})"
     partial = tf.topic_epochs(deltas_url)
-    assert partial != expected, f"the kill should have interrupted the run (seed {seed})"
+    # (On a loaded machine the kill can land after the last epoch with rows is in the
+    # topic; the restart below must then still write nothing twice, which it checks.
+    # CI on 7b3c105 saw this on Flink, seed 821593: not a lost or doubled epoch.)
     assert all(partial[e] == expected[e] for e in partial), "committed epochs are whole"
 
     tf.run_to_end(cmd)
