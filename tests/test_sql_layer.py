@@ -333,11 +333,12 @@ def test_random_queries_are_refused_or_right(seed: int) -> None:
 
 
 def _check_random_epochs(rng: random.Random, view: Any, sql: str, epochs: int, most: int,
-                         p_delete: float) -> None:
-    """Random epochs on ``view`` and DuckDB alike; after each, the accumulated deltas
-    equal DuckDB's result of ``sql``."""
+                         p_delete: float, ddl: str = "") -> dict[tuple[Any, ...], int]:
+    """Random epochs on ``view`` and DuckDB alike (``ddl``: views DuckDB needs besides
+    the tables); after each, the accumulated deltas equal DuckDB's result of ``sql``.
+    Returns the last accumulated result."""
     con = duckdb.connect()
-    con.execute(_SCHEMA)
+    con.execute(_SCHEMA + ddl)
     live: list[tuple[str, tuple[Any, ...]]] = []
     acc: dict[tuple[Any, ...], int] = {}
     for _epoch in range(epochs):
@@ -349,6 +350,7 @@ def _check_random_epochs(rng: random.Random, view: Any, sql: str, epochs: int, m
         want = _duck_result(con, sql)
         assert to.compare_answers([[r for r, m in acc.items() for _ in range(m)]],
                                   [[r for r, m in want.items() for _ in range(m)]]) == [], sql
+    return acc
 
 
 _OUTER_QUERIES = [
@@ -501,21 +503,8 @@ def test_create_view_over_create_view() -> None:
     views = ("CREATE VIEW v1 AS SELECT a, SUM(b) AS s FROM R GROUP BY a;\n"
              "CREATE VIEW v2 AS SELECT s, COUNT(*) AS n FROM v1 GROUP BY s;\n")
     query = "SELECT n, COUNT(*) FROM v2 GROUP BY n"
-    rng = random.Random(7)
     view = compile_query(_SCHEMA + views + query).maintain()
-    con = duckdb.connect()
-    con.execute(_SCHEMA)
-    con.execute(views)
-    live: list[tuple[str, tuple[Any, ...]]] = []
-    acc: dict[tuple[Any, ...], int] = {}
-    for _epoch in range(6):
-        _random_epoch(rng, view, con, live, 12, 0.3)
-        for m, row in view.end_epoch().rows:
-            acc[row] = acc.get(row, 0) + m
-            if acc[row] == 0:
-                del acc[row]
-        assert acc == _duck_result(con, query)
-    assert acc
+    assert _check_random_epochs(random.Random(7), view, query, 6, 12, 0.3, ddl=views)
 
 
 def test_readme_tpch_snapshot_is_what_the_run_prints(tpch_sf001: Path, tmp_path: Path) -> None:
