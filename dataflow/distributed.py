@@ -218,7 +218,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 9
+STATE_LAYOUT = 10
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -228,7 +228,8 @@ index, maps declared only where used, entries stored unframed:
 merger; 7: set and dict values of over 64 elements stored one entry per element, see
 :class:`~operators.writeback.TrackedMap`; 8: a top leaf with generated code keeps its
 multiplicities in its ``proj`` groups, tuple -> multiplicity dicts, and no ``base``; 9:
-the per-element tags pickle from :mod:`operators.writeback`), so
+the per-element tags pickle from :mod:`operators.writeback`; 10: an entry whose key's
+text reads back stores only its value, :func:`~operators.writeback.encode_entry`), so
 that a checkpoint of another layout fails loud instead of being read wrongly."""
 
 

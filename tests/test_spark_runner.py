@@ -30,6 +30,7 @@ import pytest
 
 from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv
 from core.records import EPOCH_END, Record, Update, format_update
+from operators.writeback import decode_entry
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_HOP = ("CREATE TABLE G(src INT, dst INT);\nSELECT G1.src, COUNT(*) AS n FROM G G1, G G2 "
@@ -213,6 +214,9 @@ class _Map:
     def values(self) -> Any:
         return iter(list(self.d.values()))
 
+    def iterator(self) -> Any:
+        return iter(list(self.d.items()))
+
 
 class _Value:
     def __init__(self) -> None:
@@ -266,7 +270,8 @@ def test_partition_store_caches_are_current_caught_up_or_rebuilt() -> None:
         return hit
 
     def stored() -> dict[Any, Any]:
-        return dict(pickle.loads(bytes(v[0])) for v in handle.maps["map:m"].d.values())
+        return dict(decode_entry(bytes(k[0]).decode(), pickle.loads(bytes(v[0])))
+                    for k, v in handle.maps["map:m"].d.items())
 
     run_batch({1: 1})
     other_worker = st._CACHES.pop(("q", 0))  # worker A's cache, at version 1

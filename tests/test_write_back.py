@@ -36,6 +36,8 @@ from operators.writeback import (
     TrackedMap,
     TrackedSet,
     WriteBackState,
+    decode_entry,
+    encode_entry,
     encode_key,
 )
 
@@ -100,7 +102,7 @@ def _restored(store: dict[str, dict[str, bytes]]) -> WriteBackState:
     """What a runner's restore builds from the stored entries."""
     state = WriteBackState()
     for name, m in store.items():
-        state.load(name, (pickle.loads(b) for b in m.values()))
+        state.load(name, (decode_entry(k, pickle.loads(b)) for k, b in m.items()))
     return state
 
 
@@ -246,7 +248,7 @@ def _write(changes: list[tuple[str, dict[Any, Any], list[Any]]],
         for k in gone:
             m.pop(encode_key(k), None)
         for k, v in puts.items():
-            m[encode_key(k)] = pickle.dumps((k, v))
+            m[encode_key(k)] = encode_entry(k, v)
 
 
 def test_a_restored_map_of_sets_tracks_reads() -> None:

@@ -70,7 +70,7 @@ from dataflow.distributed import (
 from dataflow.runners.flink.reader import PhaseLog, Profiling
 from dataflow.runners.jvm import require_java
 from dataflow.stages import StagePlan, StageTask, stage_plan
-from operators.writeback import WriteBackState, encode_entry, encode_key
+from operators.writeback import WriteBackState, decode_entry, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
 
@@ -109,10 +109,21 @@ def latest_checkpoint(directory: str) -> str | None:
     return None if best is None else best[1]
 
 
-def _stored_entry(value: Any) -> tuple[Any, Any]:
-    """A MapState value back as its (key, value) pair; checkpoints of ivmflow <= 0.2
-    hold the pair pickled once more (bytes)."""
-    return pickle.loads(value) if isinstance(value, bytes) else value
+def _stored_entry(text: str, value: Any) -> tuple[Any, Any]:
+    """A MapState entry back as its (key, value) pair (:func:`decode_entry`); checkpoints
+    of ivmflow <= 0.2 hold the pair pickled once more (bytes)."""
+    return decode_entry(text, pickle.loads(value) if isinstance(value, bytes) else value)
+
+
+def _raw_remove(ms: Any) -> Callable[[str], None]:
+    """``remove`` of the Java MapState behind a thread-mode (embedded) PyFlink MapState,
+    bound once (a key is its text, passed as is), or the public ``remove``."""
+    if type(ms).__module__ == "pyflink.fn_execution.datastream.embedded.state_impl":
+        java = getattr(ms, "_state", None)
+        remove = getattr(java, "remove", None)
+        if remove is not None:
+            return remove
+    return ms.remove
 
 
 def _raw_put_all(ms: Any) -> Callable[[dict[str, bytes]], None] | None:
@@ -129,8 +140,9 @@ class PartitionFunction(KeyedProcessFunction):
     """Hosts one partition's engine per key (the partition number).
 
     The engine works on a :class:`~operators.writeback.WriteBackState` cache; every named map
-    of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value: the
-    pickled (key, value) pair), and at each epoch close only the entries touched during
+    of the State protocol is one Flink ``MapState`` (key: :func:`encode_key`, value:
+    :func:`encode_entry`, the pickled value, or (key, value) pair for keys whose text
+    does not read back), and at each epoch close only the entries touched during
     the epoch are written back (``putAll`` and removals). Rows of the open epoch are
     appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
     a restore rebuilds the cache from the MapStates and replays that list."""
@@ -155,6 +167,7 @@ class PartitionFunction(KeyedProcessFunction):
             for name in self._map_names()
         }
         self.raw_put_all = {name: _raw_put_all(ms) for name, ms in self.maps.items()}
+        self.raw_remove = {name: _raw_remove(ms) for name, ms in self.maps.items()}
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("open_epoch_rows", Types.PICKLED_BYTE_ARRAY())
         )
@@ -169,7 +182,7 @@ class PartitionFunction(KeyedProcessFunction):
         """The cache rebuilt from the MapStates, their layout stamp checked."""
         state = WriteBackState()
         for name, ms in self.maps.items():  # restore: rebuild the cache from MapState
-            state.load(name, (_stored_entry(v) for v in ms.values()))
+            state.load(name, (_stored_entry(k, v) for k, v in ms.items()))
         expected = self.plan.layout_stamp()
         found = self.layout.value()
         check_layout(found, expected, any(len(state.map(n)) for n in self.maps),
@@ -200,14 +213,19 @@ class PartitionFunction(KeyedProcessFunction):
             if puts:
                 raw = self.raw_put_all[name]
                 if raw is not None:
-                    # Bytes PyFlink's PICKLED_BYTE_ARRAY converter reads back (the
-                    # pickled pair), handed to Java in one call: the converter's two
-                    # Python calls per entry were a fifth of the partition's time.
+                    # Bytes PyFlink's PICKLED_BYTE_ARRAY converter reads back
+                    # (encode_entry's pickle), handed to Java in one call: the
+                    # converter's two Python calls per entry were a fifth of the
+                    # partition's time.
                     raw({encode_key(k): encode_entry(k, v) for k, v in puts.items()})
                 else:
                     ms.put_all({encode_key(k): (k, v) for k, v in puts.items()})
-            for k in gone:
-                ms.remove(encode_key(k))
+            if gone:
+                # One Java call each (MapState takes no bulk removal), bound once: the
+                # Python wrapper's converter call per key cost as much again.
+                remove = self.raw_remove[name]
+                for k in gone:
+                    remove(encode_key(k))
         return n_puts, n_gone
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 Binding (docs/runners.md): every named map of the State protocol is one
 ``transformWithStateInPandas`` MapState under the partition key (RocksDB provider),
 whose user key is :func:`~operators.writeback.encode_key` of the entry's key and whose value
-is the pickled ``(key, value)`` pair. The engine works on a
+is :func:`~operators.writeback.encode_entry`'s (the pickled value, or ``(key, value)``
+pair where the key's text does not read back). The engine works on a
 :class:`~operators.writeback.WriteBackState` cache; at the end of each micro-batch only the
 entries it touched are written back.
 
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.distributed import check_layout
-from operators.writeback import WriteBackState, encode_entry, encode_key
+from operators.writeback import WriteBackState, decode_entry, encode_entry, encode_key
 
 STATE_STORE_CONF = {
     # transformWithState needs RocksDB; changelog checkpointing makes a batch's commit
@@ -307,7 +308,8 @@ class PartitionStore:
             self.rebuilds += 1
             state = WriteBackState()
             for name, ms in self.maps.items():
-                state.load(name, (pickle.loads(bytes(v[0])) for v in ms.values()))
+                state.load(name, (decode_entry(bytes(k[0]).decode(), pickle.loads(bytes(v[0])))
+                                  for k, v in ms.iterator()))
             hit = CachedPartition(version, token, make(state), state)
         if restore is not None:
             restore(hit.payload, extra)
