@@ -34,8 +34,10 @@ Example (two partitions per stage, the runner's shuffles done by hand):
     >>> q = compile_query('''CREATE TABLE R(a INT, b INT);
     ...     SELECT a, b FROM R WHERE b > (SELECT AVG(b) FROM R) ORDER BY b DESC LIMIT 1''')
     >>> plan = StagePlan.of(q, 2)
-    >>> [(s.name or "(query)", s.layout.partitions) for s in plan.stages]
-    [('\\x00partial:_u_0', 2), ('_u_0', 1), ('\\x00result', 2), ('(query)', 1)]
+    >>> [(s.name or "(query)", s.layout.partitions)
+    ...  for s in plan.stages]  # doctest: +NORMALIZE_WHITESPACE
+    [('\\x00partial:_u_0', 2), ('_u_0', 1), ('_tv_0', 2), ('_tf_0', 1),
+     ('\\x00result', 2), ('(query)', 1)]
     >>> numbered = EpochCursor().number([Update("+", "R", (1, 10)), Update("+", "R", (2, 20)),
     ...                                  Update("+", "R", (3, 30)), EPOCH_END])
     >>> print(run_stages(plan, list(numbered)))

@@ -35,9 +35,11 @@ from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from dataflow.drive import run_view
 from operators.keyedview import CompiledKeyedView, KeyedViewState
+from operators.threshold import CompiledThreshold, ThresholdState
 from plans.expr import SqlType
 from plans.outerjoin import KeyedView
 from plans.sql import _ddl_type, parse_schema_and_select
+from plans.threshold import ThresholdFilter
 from plans.views import ViewSplit
 
 
@@ -116,7 +118,8 @@ class DagView:
         everyone = [*self.views, ("", self.outer)]
         self.readers: dict[str, list[Any]] = {}
         for _name, view in everyone:
-            reads = view.compiled.reads if isinstance(view, KeyedViewState) else {
+            reads = view.compiled.reads if isinstance(view, (KeyedViewState, ThresholdState)) \
+                else {
                 a.relation.name.lower() for a in view.query.cq.atoms}
             for rel in reads:
                 self.readers.setdefault(rel, []).append(view)
@@ -214,6 +217,13 @@ def compile_dag(split: ViewSplit, source_name: str, compile_one: Any) -> Compile
             kv = CompiledKeyedView(body, own, other, base_names)
             inner.append((name, kv))
             cols = ", ".join(f'"{c.name}" {_ddl_type(SqlType.of_column(c))}' for c in kv.columns)
+        elif isinstance(body, ThresholdFilter):
+            known = _relations(tables, source_name)
+            rows, scalar = known.lookup(body.source), known.lookup(body.scalar)
+            assert rows is not None and scalar is not None
+            tf = CompiledThreshold(body, rows, scalar)
+            inner.append((name, tf))
+            cols = ", ".join(f'"{c.name}" {_ddl_type(SqlType.of_column(c))}' for c in tf.columns)
         else:
             q = compile_one(tables + body + ";\n", f"{source_name} (view {name})")
             inner.append((name, q))

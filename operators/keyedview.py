@@ -186,7 +186,9 @@ OWN, OTHER = 0, 1
 """The atoms of a keyed view's two inputs (the same relation may be both)."""
 
 
-class _WholeRow:
+class WholeRow:
+    """A stage input's projector that takes the row as it is."""
+
     @staticmethod
     def project(row: Row) -> Row:
         return row
@@ -215,10 +217,10 @@ class KeyedViewLayout:
         self.partitions = max(1, parallelism)
         self.partitioner = _ByKey(compiled, self.partitions)
         self.inputs: dict[str, list[tuple[int, Any]]] = {}
-        self.inputs.setdefault(compiled.spec.own.source.lower(), []).append((OWN, _WholeRow()))
+        self.inputs.setdefault(compiled.spec.own.source.lower(), []).append((OWN, WholeRow()))
         if compiled.spec.pad is not None:
             self.inputs.setdefault(compiled.spec.pad.source.lower(), []).append(
-                (OTHER, _WholeRow()))
+                (OTHER, WholeRow()))
 
 
 class KeyedViewTask:

@@ -9,8 +9,8 @@ same epoch (:mod:`dataflow.views`).
 Example:
     >>> split = split_views('''CREATE TABLE R(a INT, b INT);
     ...     SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)''', "q.sql")
-    >>> [name for name, _ in split.views], "CROSS JOIN _u_0" in split.query
-    (['_u_0'], True)
+    >>> [name for name, _ in split.views], split.query
+    (['_u_0', '_tv_0', '_tf_0'], 'SELECT _tf_0._c0 AS a FROM _tf_0 AS _tf_0')
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from plans.expr import ExprError
 from plans.outerjoin import KeyedView, rewrite_outer_joins
 from plans.sql import _normalize, _offset_of, parse_schema_and_select
 from plans.sqlcheck import check_supported, describe
+from plans.threshold import ThresholdFilter, rewrite_thresholds, scalar_view
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class ViewSplit:
     view it reads, typed by that view's output)."""
 
     tables: str
-    views: tuple[tuple[str, str | KeyedView], ...]
+    views: tuple[tuple[str, str | KeyedView | ThresholdFilter], ...]
     query: str
 
 
@@ -72,13 +73,20 @@ def split_views(sql: str, source: str) -> ViewSplit | None:
     try:
         out = _normalize(select, schema, sql_for_positions, source, views=True)
         names = itertools.count()
-        inner: list[tuple[str, str | KeyedView]] = []
+        inner: list[tuple[str, str | KeyedView | ThresholdFilter]] = []
+        scalars: set[str] = set()
+        """the one-row views so far (a comparison with one becomes a threshold view)"""
         with_ = out.args.get("with_")
         for cte in with_.expressions if with_ is not None else []:
             body = cte.this
             inner += [(kv.name, kv) for kv in rewrite_outer_joins(body, names)]
+            if isinstance(body, exp.Select):
+                inner += rewrite_thresholds(body, scalars, names)
+            if scalar_view(body):
+                scalars.add(cte.alias)
             inner.append((cte.alias, body.sql("duckdb")))
         inner += [(kv.name, kv) for kv in rewrite_outer_joins(out, names)]
+        inner += rewrite_thresholds(out, scalars, names)
     except ExprError as err:
         raise QueryError(describe([(_offset_of(err.node), "expression", str(err))],
                                   sql_for_positions, source)) from None

@@ -115,7 +115,7 @@ def local_staged(tpch_sf001: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> dict[str, tuple[Counter[str], str]]:
     tmp = tmp_path_factory.mktemp("local_staged")
     return {name: _staged_outputs(tpch_sf001, name, tmp / f"{name}.csv")
-            for name in (*_STAGED, "q22")}
+            for name in (*_STAGED, "q22", "q11")}
 
 
 @pytest.mark.integration
@@ -127,6 +127,8 @@ def local_staged(tpch_sf001: Path, tmp_path_factory: pytest.TempPathFactory
     ("spark", "q18", 1), ("spark", "q18", 2), ("spark", "q17", 2),
     # Q22: NOT EXISTS (a keyed view padding customers without orders, by join key)
     ("flink", "q22", 2), ("spark", "q22", 2),
+    # Q11: a threshold view (HAVING against a moving uncorrelated scalar), one stage
+    ("flink", "q11", 2),
 ])
 def test_tpch_views_and_topk_on_runner_equal_local(
         tpch_sf001: Path, tmp_path: Path, local_staged: dict[str, tuple[Counter[str], str]],
@@ -152,6 +154,7 @@ def test_stages_in_process_equal_local(tpch_sf001: Path) -> None:
     from core.epochs import EpochCursor
     from dataflow.api import compile_query
     from dataflow.stages import StagePlan, run_stages
+    from operators.threshold import CompiledThreshold
 
     for name in (*_STAGED, "q11", "q15"):
         q = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text())
@@ -159,16 +162,19 @@ def test_stages_in_process_equal_local(tpch_sf001: Path) -> None:
         want = {("delta", d.epoch): sorted(d.rows) for d in q.run(records) if d.rows}
         plan = StagePlan.of(q, 2)
         # Only the global stages (a top-k window, the finalizer of an aggregate
-        # without GROUP BY: Q17's query, Q11's and Q15's scalar views) are one partition.
+        # without GROUP BY: Q17's query, Q11's and Q15's scalar views; the threshold
+        # view comparing Q11's and Q15's rows with that scalar) are one partition.
         assert all(s.layout.partitions == 2 for s in plan.stages
-                   if s.query is not None and s.part != "finalize"), name
+                   if s.query is not None and s.part != "finalize"
+                   and not isinstance(s.query, CompiledThreshold)), name
         got = run_stages(plan, list(EpochCursor().number(records)), late_upstream=True)
         assert {k: sorted(v) for k, v in got.items() if k[0] == "delta"} == want, name
 
 
 def test_keyed_views_as_stages_equal_local(tpch_sf001: Path) -> None:
     """Outer joins and anti-joins (TPC-H Q13, Q16, Q21, Q22, and the SQL layer's outer
-    join queries on random streams with deletes) as stages at P=1 and 2, channels
+    join and threshold view queries on random streams with deletes) as stages at P=1
+    and 2, channels
     interleaved: every epoch's delta equals the local runner's."""
     import random
 
@@ -183,7 +189,7 @@ def test_keyed_views_as_stages_equal_local(tpch_sf001: Path) -> None:
     for name in _KEYED:
         q = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text())
         cases.append((name, q, list(read_updates(str(tpch_sf001 / "updates.csv"), q.schema))))
-    for i, sql in enumerate(layer._OUTER_QUERIES):
+    for i, sql in enumerate(layer._OUTER_QUERIES + layer._THRESHOLD_QUERIES):
         rng = random.Random(i)
         records: list[object] = []
         live: list[tuple[str, tuple[object, ...]]] = []
