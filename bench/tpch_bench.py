@@ -3,8 +3,11 @@ over the spec's refresh stream, side by side with DuckDB recomputing each epoch.
 
 The stream (``ivmflow generate tpch``, DuckDB's dbgen): the initial load, then refresh
 pairs (RF1 inserts SF x 1500 orders with their lineitems, RF2 deletes as many existing
-ones with theirs), re-cut into epochs of ``E`` updates (``--epochs``, e.g. 1, 100,
-1000; with ``E`` = 1 only the first ``--max-epochs`` epochs run).
+ones with theirs, UPD changes a few customer, supplier and partsupp rows). After one
+load, the refresh stream is cut in sequence into epochs of each size of ``--epochs``
+(default 1,100,1000): every size but the largest gets ``min(--max-epochs, 2000 / E)``
+epochs (200 epochs of 1 update, 20 of 100), the largest the rest; every system gets
+the same epochs.
 
 Systems, each query and system in its own subprocess (so peak RSS is its own):
 
@@ -69,14 +72,25 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _chunks(items: list[Any], size: int, most: int | None) -> list[list[Any]]:
-    out = [items[i:i + size] for i in range(0, len(items), size)]
-    return out[:most] if most else out
+def _schedule(items: list[Any], sizes: list[int], most: int) -> list[tuple[int, list[Any]]]:
+    """The refresh stream cut into epochs, in sequence after one load: every epoch size
+    but the largest takes ``min(most, 2000 // size)`` epochs (200 of 1 update, 20 of
+    100), the largest the rest; (size, updates) per epoch."""
+    out: list[tuple[int, list[Any]]] = []
+    i = 0
+    ordered = sorted(sizes)
+    for size in ordered:
+        n = None if size == ordered[-1] else max(1, min(most, 2000 // size))
+        while i < len(items) and (n is None or n > 0):
+            out.append((size, items[i:i + size]))
+            i += size
+            n = None if n is None else n - 1
+    return out
 
 
 # -- one (system, query, epoch size) in this process ------------------------------------
 
-def run_ivmflow(data: Path, name: str, size: int, most: int | None, native: bool
+def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
                 ) -> dict[str, Any]:
     from connectors.files import read_updates
     from core.records import EpochEnd, Update
@@ -111,21 +125,20 @@ def run_ivmflow(data: Path, name: str, size: int, most: int | None, native: bool
     refresh = [r for r in records if isinstance(r, Update)]
     deltas: list[list[tuple[int, Any]]] = [list(first.rows)]
     latencies = []
-    for chunk in _chunks(refresh, size, most):
+    for size, chunk in _schedule(refresh, sizes, most):
         t = time.perf_counter()
         for u in chunk:
             apply(u)
         d = view.end_epoch()
-        latencies.append(time.perf_counter() - t)
+        latencies.append((size, len(chunk), time.perf_counter() - t))
         deltas.append(list(d.rows))
     entries = view.state_entries() if hasattr(view, "state_entries") else None
     return {"load_s": load_s, "load_updates": loaded, "latencies": latencies,
-            "updates": sum(len(c) for c in _chunks(refresh, size, most)),
             "state_entries": entries, "state_mib": state_mib, "peak_mib": _peak_mib(),
             "native": getattr(view, "native_note", None), "deltas": deltas}
 
 
-def run_duckdb(data: Path, name: str, size: int, most: int | None) -> dict[str, Any]:
+def run_duckdb(data: Path, name: str, sizes: list[int], most: int) -> dict[str, Any]:
     import tpch_oracle as to
 
     select = to.query_part((data / "queries" / f"{name}.sql").read_text())
@@ -160,7 +173,7 @@ def run_duckdb(data: Path, name: str, size: int, most: int | None) -> dict[str, 
         prev = Counter(db.query(select))
         deltas: list[list[tuple[int, Any]]] = [[(m, r) for r, m in prev.items()]]
         latencies, applies = [], []
-        for chunk in _chunks(refresh, size, most):
+        for size, chunk in _schedule(refresh, sizes, most):
             t = time.perf_counter()
             db.apply_epoch(chunk)
             applies.append(time.perf_counter() - t)
@@ -169,11 +182,10 @@ def run_duckdb(data: Path, name: str, size: int, most: int | None) -> dict[str, 
             delta = [(m, r) for r, m in (now - prev).items()] + \
                 [(-m, r) for r, m in (prev - now).items()]
             prev = now
-            latencies.append(time.perf_counter() - t)
+            latencies.append((size, len(chunk), time.perf_counter() - t))
             deltas.append(delta)
     return {"load_s": load_s, "load_updates": load_updates, "latencies": latencies,
             "apply_p50_ms": 1000 * statistics.median(applies) if applies else None,
-            "updates": sum(len(c) for c in _chunks(refresh, size, most)),
             "state_entries": None, "state_mib": None, "peak_mib": _peak_mib(),
             "deltas": deltas}
 
@@ -193,10 +205,10 @@ def _after_load(path: Path) -> Path:
 
 
 def worker(args: argparse.Namespace) -> None:
-    system, name, size, data, out = args.worker
-    most = args.max_epochs if int(size) == 1 else None
+    system, name, size_list, data, out = args.worker
+    sizes = [int(x) for x in size_list.split(",")]
     if system == "duckdb":
-        res = run_duckdb(Path(data), name, int(size), most)
+        res = run_duckdb(Path(data), name, sizes, args.max_epochs)
     elif system == "flink-sql":
         from bench.tpch_flink_sql import run_flink_sql
 
@@ -204,7 +216,8 @@ def worker(args: argparse.Namespace) -> None:
         if "final" not in res:  # (run_one reports the last line of stderr)
             raise SystemExit(f"refused: {res.get('refused') or res}")
     else:
-        res = run_ivmflow(Path(data), name, int(size), most, system == "ivmflow-native")
+        res = run_ivmflow(Path(data), name, sizes, args.max_epochs,
+                          system == "ivmflow-native")
     with open(out, "wb") as f:
         pickle.dump(res, f)
 
@@ -222,13 +235,14 @@ def ensure_data(sf: float, pairs: int) -> Path:
     return data
 
 
-def run_one(system: str, name: str, size: int, data: Path, most: int
+def run_one(system: str, name: str, sizes: str | int, data: Path, most: int
             ) -> dict[str, Any] | str:
+    """One worker subprocess; ``sizes``: the epoch sizes, comma-separated."""
     with tempfile.NamedTemporaryFile(suffix=".pickle") as out:
         env = {**os.environ, "PYTHONHASHSEED": "0",
                "IVMFLOW_NATIVE": "1" if system == "ivmflow-native" else "0"}
         p = subprocess.run([sys.executable, __file__, "--max-epochs", str(most), "--worker",
-                            system, name, str(size), str(data), out.name],
+                            system, name, str(sizes), str(data), out.name],
                            capture_output=True, text=True, env=env, timeout=3600)
         if p.returncode != 0:
             return (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
@@ -258,13 +272,21 @@ def _flink_check(final: list[tuple[int, Any]], duck: list[list[tuple[int, Any]]]
     return check_final(final, duck)
 
 
-def summarize(res: dict[str, Any]) -> dict[str, Any]:
-    lat = sorted(res["latencies"])
+def summarize(res: dict[str, Any], size: int | None = None) -> dict[str, Any]:
+    """A run's numbers at one epoch size: its epochs of that size (``latencies`` of
+    (size, updates, seconds); plain seconds: all epochs, ``updates`` in all); every
+    epoch with ``size`` None."""
+    raw = res["latencies"]
+    mine = [(n, t) for s, n, t in raw if size in (None, s)] \
+        if raw and isinstance(raw[0], tuple) else None
+    lat = sorted(t for _n, t in mine) if mine is not None else sorted(raw)
     out = {k: v for k, v in res.items() if k not in ("deltas", "latencies")}
+    if mine is not None:
+        out["updates"] = sum(n for n, _t in mine)
     if lat:
         out["p50_ms"] = 1000 * statistics.median(lat)
         out["p99_ms"] = 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        out["updates_per_s"] = res["updates"] / sum(lat) if sum(lat) else None
+        out["updates_per_s"] = out["updates"] / sum(lat) if sum(lat) else None
         out["epochs"] = len(lat)
     out["load_updates_per_s"] = res["load_updates"] / res["load_s"] if res["load_s"] else None
     return out
@@ -274,7 +296,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sf", type=float, default=0.1)
     ap.add_argument("--refresh-pairs", type=int, default=2)
-    ap.add_argument("--epochs", default="100,1000", help="epoch sizes (updates per epoch)")
+    ap.add_argument("--epochs", default="1,100,1000",
+                    help="epoch sizes (updates per epoch), run in sequence after one load")
     ap.add_argument("--max-epochs", type=int, default=200,
                     help="epochs run at epoch size 1")
     ap.add_argument("--queries", default=",".join(QUERIES))
@@ -303,11 +326,12 @@ def main() -> None:
     print(f"TPC-H SF {sf:g}, {args.refresh_pairs} refresh pairs; 2 shared cores")
     print(header)
     for name in args.queries.split(","):
+        # (one run per system and query: the epoch sizes in sequence after one load)
+        results: dict[str, Any] = {system: run_one(system, name, args.epochs, data,
+                                                    args.max_epochs) for system in systems}
+        duck = results.get("duckdb")
+        checks: dict[str, str] = {}
         for size in sizes:
-            results: dict[str, Any] = {}
-            for system in systems:
-                results[system] = run_one(system, name, size, data, args.max_epochs)
-            duck = results.get("duckdb")
             for system in systems:
                 res = results[system]
                 row: dict[str, Any] = {"query": name, "epoch_size": size, "system": system}
@@ -316,15 +340,18 @@ def main() -> None:
                     print(f"{name:5} {size:>5} {system:15} ERROR {res}")
                     rows.append(row)
                     continue
-                check = "" if system == "duckdb" or not isinstance(duck, dict) else \
-                    same_deltas(res["deltas"], duck["deltas"]) if system != "flink-sql" \
-                    else _flink_check(res.pop("final"), duck["deltas"])
-                row.update(summarize(res))
+                if system not in checks:
+                    checks[system] = "" if system == "duckdb" or not isinstance(duck, dict) \
+                        else same_deltas(res["deltas"], duck["deltas"]) \
+                        if system != "flink-sql" else _flink_check(res["final"], duck["deltas"])
+                check = checks[system]
+                row.update(summarize(res, size))
+                row.pop("final", None)
                 row["check"] = "equal" if not check and isinstance(duck, dict) else check
                 if system != "duckdb" and isinstance(duck, dict) and row.get("p50_ms"):
-                    d = summarize(duck)
+                    d = summarize(duck, size)
                     row["speedup_p50"] = d["p50_ms"] / row["p50_ms"] if row["p50_ms"] else None
-                    per_update = sum(res["latencies"]) / max(1, res["updates"])
+                    per_update = 1 / row["updates_per_s"] if row.get("updates_per_s") else 0
                     row["crossover_epoch_size"] = (d["p50_ms"] / 1000) / per_update \
                         if per_update else None
                 rows.append(row)
