@@ -66,9 +66,10 @@ def _select_only(sql: str) -> str:
     return re.sub(r"CREATE TABLE[^;]*;", "", sql, flags=re.I).strip().rstrip(";")
 
 
-def flink_sql_job(sql: str, updates_csv: str, collect: bool, checkpoint: str) -> dict[str, Any]:
-    """Run the query on Flink SQL over the changelog of ``updates_csv``."""
-    from pyflink.common import Configuration, Row, RowKind, Types
+def table_env(checkpoint: str) -> tuple[Any, Any]:
+    """PyFlink's stream and table environments as every Flink SQL run here uses them:
+    parallelism 1, RocksDB with incremental checkpoints every second into ``checkpoint``."""
+    from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
 
@@ -80,7 +81,24 @@ def flink_sql_job(sql: str, updates_csv: str, collect: bool, checkpoint: str) ->
     conf.set_string("execution.checkpointing.dir", Path(checkpoint).resolve().as_uri())
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(1)
-    t_env = StreamTableEnvironment.create(env)
+    return env, StreamTableEnvironment.create(env)
+
+
+def to_blackhole(t_env: Any, result: Any) -> None:
+    """Run the table ``result`` into a blackhole sink until its sources end."""
+    schema = result.get_schema()
+    fields = ", ".join(f"`{n}` {ty}" for n, ty in zip(schema.get_field_names(),
+                                                       schema.get_field_data_types()))
+    t_env.execute_sql(f"CREATE TEMPORARY TABLE sink_out ({fields}) "
+                      "WITH ('connector' = 'blackhole')")
+    result.execute_insert("sink_out").wait()
+
+
+def flink_sql_job(sql: str, updates_csv: str, collect: bool, checkpoint: str) -> dict[str, Any]:
+    """Run the query on Flink SQL over the changelog of ``updates_csv``."""
+    from pyflink.common import Row, RowKind, Types
+
+    env, t_env = table_env(checkpoint)
     rows = []
     for line in Path(updates_csv).read_text().splitlines():
         op, _rel, src, dst = line.split(",")
@@ -93,12 +111,7 @@ def flink_sql_job(sql: str, updates_csv: str, collect: bool, checkpoint: str) ->
     result = t_env.sql_query(_select_only(sql))
     t = time.perf_counter()
     if not collect:
-        schema = result.get_schema()
-        fields = ", ".join(f"`{n}` {ty}" for n, ty in zip(schema.get_field_names(),
-                                                           schema.get_field_data_types()))
-        t_env.execute_sql(f"CREATE TEMPORARY TABLE sink_out ({fields}) "
-                          "WITH ('connector' = 'blackhole')")
-        result.execute_insert("sink_out").wait()
+        to_blackhole(t_env, result)
         return {"seconds": time.perf_counter() - t}
     acc: Counter[str] = Counter()
     with result.execute().collect() as it:
@@ -263,9 +276,9 @@ def plot(records: list[dict[str, Any]], path: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--flink-sql-worker":
-        sql_path, updates, out, ckpt, mode = sys.argv[2:7]
+        sql_path, updates, rec_path, ckpt, mode = sys.argv[2:7]
         rec = flink_sql_job(Path(sql_path).read_text(), updates, mode == "collect", ckpt)
-        Path(out).write_text(json.dumps(rec))
+        Path(rec_path).write_text(json.dumps(rec))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", default="8000,80000")

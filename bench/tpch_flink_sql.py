@@ -1,0 +1,554 @@
+"""Flink SQL on the TPC-H refresh stream (issue 33), side by side with ivmflow and DuckDB.
+
+The stream is ``bench/tpch_bench.py``'s (``ivmflow generate tpch``: the load, then
+refresh pairs RF1/RF2 and the UPD epochs), with more refresh pairs than its default
+(``--refresh-pairs``, 100 at SF 0.01) so that the refresh phase lasts seconds in Flink
+and the difference of two runs below is not start-up noise.
+
+**Flink SQL** (PyFlink 2.3 Table API, streaming mode, parallelism 1, RocksDB with
+incremental checkpoints every second, as ``bench/flink_sql_peer.py``): every TPC-H table
+a typed changelog source, a ``filesystem`` table in ``debezium-json`` format (a ``+``
+line an insert ``"op": "c"``, a ``-`` line a delete ``"op": "d"`` of the same row), one
+file per table in stream order, so each table's deletes follow the inserts they remove.
+Types as the TPC-H schema (``schema.sql``): INTEGER -> INT, DECIMAL(15,2), DATE;
+CHAR(n) and VARCHAR(n) -> STRING (Flink's CHAR(n) would compare padded values against
+the unpadded literals of the queries; the data has no trailing blanks, so nothing
+changes but that).
+
+The query text is DuckDB's ``tpch_queries()`` text (the ``queries/qNN.sql`` of the
+stream), changed only where Flink's dialect or types demand it:
+
+=====================  ===========================================  ===============================
+query                  change                                       why
+=====================  ===========================================  ===============================
+all without LIMIT      the final ``ORDER BY`` dropped               a streaming ``ORDER BY`` on
+                                                                    non-time attributes without
+                                                                    LIMIT is refused; the result
+                                                                    is the same multiset
+q02/03/10/18/21        ``ORDER BY .. LIMIT k`` kept                 streaming Top-N (a rank)
+q01, q22, q17          ``avg(x)`` -> ``avg(CAST(x AS DOUBLE))``     DuckDB's avg of a DECIMAL is a
+                                                                    DOUBLE; Flink's is a DECIMAL
+                                                                    rounded to 6 places
+q08, q14, q17          ``a / b`` -> ``CAST(a AS DOUBLE) /           DuckDB divides DECIMALs as
+                       CAST(b AS DOUBLE)``                          DOUBLE; Flink rounds to scale 6
+q11                    column alias ``value`` -> ```value```        a reserved word in Flink
+=====================  ===========================================  ===============================
+
+A query Flink's planner refuses is recorded as ``refused: <its error, one line>``.
+
+**Check** (``check`` in the JSON): Flink SQL's collected changelog over the whole
+stream, summed, must equal DuckDB's result after the last epoch (as bags, numbers to
+1e-9 relative, ``tests/tpch_oracle.compare_answers``, as tpch_bench) before any number of
+it is reported: ``"final equal"``. Per epoch is not checked: Flink SQL has no epochs (it
+emits per record, and its two-input operators interleave the tables' changelogs in no
+fixed order), so its intermediate results match no epoch boundary.
+
+**Measures**: time per update on the refresh phase = (the run over load + refresh minus
+the run over the load alone) / refresh updates, each run a fresh job to a blackhole
+sink (start-up, planning and the load cancel; the fastest of ``--repeat`` runs of each).
+It includes the JSON decoding of the sources (a few us per row), which ivmflow's number
+(records parsed before timing) does not. Load updates/s from the load-only run (start-up
+included). State = the largest checkpoint directory seen during the full run (sampled
+every 0.25 s), with the number of checkpoints completed: a run that ends before its
+first checkpoint reports no state size. Peak RSS = the JVM's VmHWM. ivmflow (and DuckDB
+recomputing) run through ``tpch_bench.run_one`` on the same stream, epochs of ``E``
+updates (1000 by default); their state: ivmflow's entries and the RSS its load added
+(in-process Python objects, not a checkpoint: a different measure than Flink's bytes on
+disk; see docs/benchmarks.md).
+
+    python bench/tpch_flink_sql.py [--sf 0.01] [--refresh-pairs 100] [--queries q01,q06]
+        [--epoch 1000] [--repeat 1] [--out bench/results/tpch_flink_sql.json]
+
+Prints a table, writes the JSON (rows like tpch_bench's, system ``flink-sql`` among
+them); ``--markdown JSON`` prints a results file's table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench.runner_state_bench import _dir_bytes  # noqa: E402
+from bench.tpch_bench import QUERIES, ensure_data, run_one, summarize  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+WHOLE = 10**9  # an epoch size larger than any stream: the refresh as one epoch
+DOUBLE = "CAST({} AS DOUBLE)"
+# (old, new) text replacements per query; each must occur (see the module docstring).
+TRANSLATIONS: dict[str, list[tuple[str, str]]] = {
+    "q01": [(f"avg({c})", f"avg({DOUBLE.format(c)})")
+            for c in ("l_quantity", "l_extendedprice", "l_discount")],
+    "q08": [("sum(\n        CASE WHEN nation = 'BRAZIL' THEN\n            volume\n"
+             "        ELSE\n            0\n        END) / sum(volume)",
+             "CAST(sum(\n        CASE WHEN nation = 'BRAZIL' THEN\n            volume\n"
+             "        ELSE\n            0\n        END) AS DOUBLE) / CAST(sum(volume) AS DOUBLE)")],
+    "q11": [("AS value", "AS `value`")],
+    "q14": [("100.00 * sum(", "CAST(100.00 * sum("),
+            ("END) / sum(l_extendedprice * (1 - l_discount))",
+             "END) AS DOUBLE) / CAST(sum(l_extendedprice * (1 - l_discount)) AS DOUBLE)")],
+    "q17": [("sum(l_extendedprice) / 7.0", "CAST(sum(l_extendedprice) AS DOUBLE) / 7.0"),
+            ("avg(l_quantity)", f"avg({DOUBLE.format('l_quantity')})")],
+    "q22": [("avg(c_acctbal)", f"avg({DOUBLE.format('c_acctbal')})")],
+}
+
+
+def flink_query(name: str, text: str) -> str:
+    """The Flink SQL text of query ``name`` from its ivmflow query file's ``text``."""
+    import tpch_oracle as to
+
+    sql = to.query_part(text).strip().rstrip(";")
+    for old, new in TRANSLATIONS.get(name, []):
+        if old not in sql:
+            raise ValueError(f"{name}: {old!r} not in the query text")
+        sql = sql.replace(old, new)
+    if not re.search(r"\bLIMIT\s+\d+\s*$", sql, re.I):
+        # The last ORDER BY of the outer query: nothing after it but its sort keys.
+        sql = re.sub(r"\bORDER\s+BY\s+[^()]*$", "", sql, flags=re.I | re.S).rstrip()
+    return sql
+
+
+def flink_schema(schema_sql: str) -> dict[str, list[tuple[str, str]]]:
+    """Table -> [(column, Flink type)] from ``schema.sql``'s CREATE TABLEs."""
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, body in re.findall(r"CREATE TABLE (\w+)\s*\((.*?)\);", schema_sql, re.S):
+        cols = []
+        for col in body.split(",\n"):
+            cname, ctype = col.split(None, 1)
+            ctype = ctype.strip().upper()
+            ctype = ("INT" if ctype == "INTEGER" else
+                     "STRING" if ctype.startswith(("CHAR", "VARCHAR")) else ctype)
+            cols.append((cname, ctype))
+        tables[table.lower()] = cols
+    return tables
+
+
+def write_changelogs(data: Path) -> Path:
+    """``data/flink/{load,full}/<table>/data.json``: the stream as debezium-json, the
+    load alone and the whole stream (cached)."""
+    out = data / "flink"
+    if (out / "done").exists():
+        return out
+    schema = flink_schema((data / "schema.sql").read_text())
+    files = {(part, t): _open(out / part / t / "data.json")
+             for part in ("load", "full") for t in schema}
+    in_load = True
+    with open(data / "updates.csv", encoding="utf-8", newline="") as f:
+        for fields in csv.reader(f, strict=True):
+            if not fields or fields[0].startswith("#"):
+                continue
+            if fields[0] == "*":
+                in_load = False
+                continue
+            table = fields[1].lower()
+            row = {c: _json_value(v, ty) for (c, ty), v in zip(schema[table], fields[2:])}
+            op = fields[0]
+            rec = json.dumps({"before": None, "after": row, "op": "c"} if op[0] == "+"
+                             else {"before": row, "after": None, "op": "d"}) + "\n"
+            for _ in range(int(op[1:] or 1)):
+                files["full", table].write(rec)
+                if in_load:
+                    files["load", table].write(rec)
+    for fh in files.values():
+        fh.close()
+    (out / "done").write_text("")
+    return out
+
+
+def _open(path: Path) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("w", encoding="utf-8")
+
+
+def _json_value(text: str, ty: str) -> Any:
+    if text == "":
+        return None
+    # DECIMALs as strings: Flink's JSON decoder reads their text exactly.
+    return int(text) if ty == "INT" else text
+
+
+# -- the Flink job (in its own process: one PyFlink job per process) -------------------
+
+def flink_job(query: str, tables: Path, schema: dict[str, list[tuple[str, str]]],
+              collect: bool, checkpoint: str) -> dict[str, Any]:
+    """Run ``query`` over the changelog files under ``tables``: seconds from submission
+    to the end of the job, and with ``collect`` the summed changelog as (mult, row)."""
+    from pyflink.common import RowKind
+
+    from bench.flink_sql_peer import table_env
+
+    _env, t_env = table_env(checkpoint)
+    if collect:
+        # Only the check collects: mini-batches make its changelog (into Python, about a
+        # ms per row) small without changing the result; the timed runs go row by row.
+        t_env.get_config().set("table.exec.mini-batch.enabled", "true")
+        t_env.get_config().set("table.exec.mini-batch.allow-latency", "2 s")
+        t_env.get_config().set("table.exec.mini-batch.size", "20000")
+    for table, cols in schema.items():
+        fields = ", ".join(f"`{c}` {ty}" for c, ty in cols)
+        t_env.execute_sql(f"CREATE TEMPORARY TABLE {table} ({fields}) WITH ("
+                          f"'connector' = 'filesystem', 'path' = '{tables / table}', "
+                          "'format' = 'debezium-json')")
+    result = t_env.sql_query(query)
+    jvm = _descendants(os.getpid())  # PyFlink's gateway JVM: the job runs in it
+    cpu0, t = _cpu_s(jvm), time.perf_counter()
+    if not collect:
+        from bench.flink_sql_peer import to_blackhole
+
+        to_blackhole(t_env, result)
+        return {"seconds": time.perf_counter() - t, "cpu_s": _cpu_s(jvm) - cpu0}
+    acc: Counter[tuple[Any, ...]] = Counter()
+    with result.execute().collect() as it:
+        for row in it:
+            sign = 1 if row.get_row_kind() in (RowKind.INSERT, RowKind.UPDATE_AFTER) else -1
+            acc[tuple(row)] += sign
+    return {"seconds": time.perf_counter() - t,
+            "final": [(m, r) for r, m in acc.items() if m]}
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in task.read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` (all their threads) so far."""
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _hwm_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Path,
+            timeout: float) -> dict[str, Any]:
+    """``flink_job`` in a subprocess, sampling its checkpoint directory's size and its
+    JVM's peak RSS; a planner refusal comes back as ``{"refused": message}``."""
+    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=work))
+    out = ckpt.with_suffix(".pickle")
+    spec = {"query": query, "tables": str(tables), "schema": str(schema_sql),
+            "collect": collect, "checkpoint": str(ckpt), "out": str(out)}
+    proc = subprocess.Popen([sys.executable, __file__, "--job", json.dumps(spec)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    peak = {"ckpt": 0, "rss": 0.0}
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def sample() -> None:  # (the JVM is PyFlink's child process, gone when the job ends)
+        while not stop.wait(0.25):
+            peak["ckpt"] = max(peak["ckpt"], _dir_bytes(ckpt))
+            seen.update(p.name for p in ckpt.glob("*/chk-*"))
+            for pid in _descendants(proc.pid):
+                peak["rss"] = max(peak["rss"], _hwm_mib(pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        _stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"timeout": timeout}
+    finally:
+        stop.set()
+        sampler.join()
+    if proc.returncode != 0:
+        return {"refused": _flink_error(stderr)}
+    with open(out, "rb") as f:
+        rec: dict[str, Any] = pickle.load(f)
+    # (Flink removes a finished job's checkpoints: count the ones the sampler saw)
+    rec["checkpoints"] = len(seen)
+    rec["checkpoint_bytes"] = peak["ckpt"]
+    rec["jvm_peak_mib"] = peak["rss"]
+    return rec
+
+
+def _flink_error(stderr: str) -> str:
+    """The first line of the Java exception's root message (the planner's reason)."""
+    lines = [ln.strip() for ln in stderr.splitlines()]
+    for pattern in (r"org\.apache\.flink\.table\.api\.\w+Exception: (.+)",
+                    r"org\.apache\.calcite\.\S+Exception: (.+)",
+                    r"(\w+Exception: .+)"):
+        hits = [m.group(1) for ln in lines if (m := re.search(pattern, ln))]
+        if hits:
+            return hits[-1][:300]
+    return (lines or ["failed"])[-1][:300]
+
+
+def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.0,
+                  check_only: bool = False) -> dict[str, Any]:
+    """Flink SQL on query ``name`` over the stream in ``data``, in tpch_bench's result
+    shape (``final`` instead of per-epoch ``deltas``; ``refused`` when refused)."""
+    import tpch_oracle as to
+
+    logs = write_changelogs(data)
+    query = flink_query(name, (data / "queries" / f"{name}.sql").read_text())
+    epochs = to.read_epochs(data / "updates.csv")
+    load_n = sum(m for _op, m, _r, _f in epochs[0])
+    refresh_n = sum(m for e in epochs[1:] for _op, m, _r, _f in e)
+    with tempfile.TemporaryDirectory(prefix="tpch-flink-") as tmp:
+        work = Path(tmp)
+        checked = run_job(query, logs / "full", data / "schema.sql", True, work, timeout)
+        if "final" not in checked:
+            return {**checked, "query_text": query}
+        res: dict[str, Any] = {"final": checked["final"], "query_text": query,
+                               "load_updates": load_n, "updates": refresh_n,
+                               "latencies": [], "state_entries": None, "state_mib": None}
+        if check_only:
+            return res
+        runs = {part: [run_job(query, logs / part, data / "schema.sql", False, work,
+                               timeout) for _ in range(repeat)] for part in ("full", "load")}
+    if any("seconds" not in r for rs in runs.values() for r in rs):
+        return {"refused": f"a timed run failed: {runs}", "query_text": query}
+    full = min(runs["full"], key=lambda r: r["cpu_s"])
+    load = min(runs["load"], key=lambda r: r["cpu_s"])
+    steady_cpu = full["cpu_s"] - load["cpu_s"]
+    steady = full["seconds"] - load["seconds"]
+    res.update({
+        "load_s": load["seconds"], "full_s": full["seconds"], "steady_s": steady,
+        "load_cpu_s": load["cpu_s"], "full_cpu_s": full["cpu_s"], "steady_cpu_s": steady_cpu,
+        "us_per_update": 1e6 * steady_cpu / refresh_n if refresh_n else None,
+        "wall_us_per_update": 1e6 * steady / refresh_n if refresh_n else None,
+        "runs_s": {p: [round(r["seconds"], 3) for r in rs] for p, rs in runs.items()},
+        "runs_cpu_s": {p: [round(r["cpu_s"], 3) for r in rs] for p, rs in runs.items()},
+        "checkpoint_bytes": full["checkpoint_bytes"] or None,
+        "checkpoints": full["checkpoints"],
+        "peak_mib": max(r["jvm_peak_mib"] for rs in runs.values() for r in rs),
+    })
+    return res
+
+
+def final_of(deltas: list[list[tuple[int, Any]]]) -> list[Any]:
+    """The result after the last epoch from per-epoch deltas (mult, row)."""
+    acc: Counter[Any] = Counter()
+    for epoch in deltas:
+        for m, r in epoch:
+            acc[r] += m
+    return [r for r, m in acc.items() if m > 0 for _ in range(m)]
+
+
+def check_final(final: list[tuple[int, Any]], duck_deltas: list[list[tuple[int, Any]]]
+                ) -> str:
+    """"final equal" or the difference between Flink SQL's and DuckDB's final results."""
+    import tpch_oracle as to
+
+    if any(m < 0 for m, _r in final):
+        return "final has negative multiplicities"
+    got = [r for m, r in final for _ in range(m)]
+    problems = to.compare_answers([got], [final_of(duck_deltas)])
+    return "; ".join(problems)[:300] if problems else "final equal"
+
+
+# -- the comparison --------------------------------------------------------------------
+
+def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat: int,
+            timeout: float, done: Any = None) -> list[dict[str, Any]]:
+    """Per query: DuckDB (the reference: the load, then the whole refresh stream as one
+    epoch), ivmflow and Flink SQL rows (tpch_bench's row fields; Flink SQL's ``check``
+    is against DuckDB's final result, ivmflow's against DuckDB's two epochs summed);
+    ``done(rows)`` after each query."""
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        duck = run_one("duckdb", name, WHOLE, data, 0)
+        results: dict[str, Any] = {"duckdb": duck}
+        for system in systems:
+            if system == "flink-sql":
+                results[system] = run_flink_sql(data, name, repeat, timeout)
+            elif system != "duckdb":
+                results[system] = run_one(system, name, epoch, data, 0)
+        for system, res in results.items():
+            row: dict[str, Any] = {"query": name, "system": system,
+                                   "epoch_size": "whole" if system == "duckdb" else epoch}
+            rows.append(row)
+            if isinstance(res, str) or "refused" in res or "timeout" in res:
+                row["error"] = res if isinstance(res, str) else \
+                    (f"refused: {res['refused']}" if "refused" in res
+                     else f"timeout {res['timeout']:.0f} s")
+                print(f"{name} {system:15} {row['error']}", flush=True)
+                continue
+            if system == "flink-sql":
+                row["check"] = check_final(res["final"], duck["deltas"]) \
+                    if isinstance(duck, dict) else "no DuckDB result"
+                row.update({k: v for k, v in res.items() if k not in ("final",)})
+                row["load_updates_per_s"] = res["load_updates"] / res["load_s"]
+            else:
+                from bench.tpch_bench import same_deltas
+
+                row.update(summarize(res))
+                row["wall_us_per_update"] = 1e6 / row["updates_per_s"] \
+                    if row.get("updates_per_s") else None
+                # CPU against CPU: on 2 shared cores, wall time is mostly other jobs'.
+                row["us_per_update"] = 1e6 * res["refresh_cpu_s"] / row["updates"] \
+                    if res.get("refresh_cpu_s") is not None and row.get("updates") \
+                    else row["wall_us_per_update"]
+                row["check"] = "" if system == "duckdb" else "no DuckDB result" \
+                    if isinstance(duck, str) else \
+                    same_deltas(_summed(res["deltas"]), duck["deltas"]) or "equal"
+            print(f"{name} {system:15} {row.get('us_per_update') or 0:9.1f} us/update "
+                  f"check {row['check'] or '-'}", flush=True)
+        add_ratios(rows)
+        if done:
+            done(rows)
+    return rows
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """ivmflow's rows get ``vs_flink_sql_time`` (its CPU per update over Flink SQL's)
+    and ``vs_flink_sql_wall``, where both results were checked equal to DuckDB's."""
+    flink = {r["query"]: r for r in rows
+             if r["system"] == "flink-sql" and r.get("check") == "final equal"}
+    for row in rows:
+        f = flink.get(row["query"])
+        if f and row["system"].startswith("ivmflow") and row.get("check") == "equal":
+            row["vs_flink_sql_time"] = row["us_per_update"] / f["us_per_update"] \
+                if f.get("us_per_update", 0) > 0 else None
+            row["vs_flink_sql_wall"] = row["wall_us_per_update"] / f["wall_us_per_update"] \
+                if f.get("wall_us_per_update", 0) > 0 else None
+
+
+def merge(paths: list[Path], out: Path) -> list[dict[str, Any]]:
+    """Runs of several result files (of one SF: ivmflow's and Flink SQL's written apart)
+    as one, later files' rows replacing earlier ones of the same query and system."""
+    runs: dict[float, dict[str, Any]] = {}
+    for path in paths:
+        for run in json.loads(path.read_text())["runs"]:
+            have = runs.setdefault(run["sf"], {**run, "rows": []})
+            new = {(r["query"], r["system"]) for r in run["rows"]}
+            have["rows"] = [r for r in have["rows"] if (r["query"], r["system"]) not in new] \
+                + run["rows"]
+    for run in runs.values():
+        run["rows"].sort(key=lambda r: (r["query"], r["system"]))
+        add_ratios(run["rows"])
+    out.write_text(json.dumps({"runs": [runs[sf] for sf in sorted(runs)]}, indent=1,
+                              default=str))
+    return [r for run in runs.values() for r in run["rows"]]
+
+
+def _summed(deltas: list[list[tuple[int, Any]]]) -> list[list[tuple[int, Any]]]:
+    """Per-epoch deltas as two: the load's, then the refresh epochs' summed (DuckDB's
+    reference runs the refresh as one epoch)."""
+    acc: Counter[Any] = Counter()
+    for epoch in deltas[1:]:
+        for m, r in epoch:
+            acc[r] += m
+    return [deltas[0], [(m, r) for r, m in acc.items() if m]]
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """Per query: Flink SQL's and ivmflow's time per update and state, the ratios."""
+    by = {(r["query"], r["system"]): r for r in rows}
+    lines = ["| query | Flink SQL us/update | ivmflow us/update | vs flink-sql (time) | "
+             "Flink SQL checkpoint MiB (n) | ivmflow state MiB (entries) | "
+             "Flink SQL JVM peak MiB | check |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for q in sorted({r["query"] for r in rows}):
+        f, i = by.get((q, "flink-sql"), {}), by.get((q, "ivmflow"), {})
+        if "error" in f:
+            lines.append(f"| {q} | {f['error'][:110]} | "
+                         f"{i.get('us_per_update', 0):.1f} | - | - | - | - | - |")
+            continue
+        ratio = i.get("vs_flink_sql_time")
+        ck = f.get("checkpoint_bytes")
+        lines.append(
+            f"| {q} | {f.get('us_per_update', 0):.1f} | {i.get('us_per_update', 0):.1f} | "
+            f"{f'{ratio:.2f}x' if ratio else '-'} | "
+            f"{f'{ck / 2**20:.1f}' if ck else '-'} ({f.get('checkpoints', 0)}) | "
+            f"{i.get('state_mib') or 0:.1f} ({i.get('state_entries') or '-'}) | "
+            f"{f.get('peak_mib') or 0:.0f} | {f.get('check', '-')}; ivmflow "
+            f"{i.get('check', '-')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """The command line (see the module docstring)."""
+    if len(sys.argv) > 2 and sys.argv[1] == "--job":
+        spec = json.loads(sys.argv[2])
+        schema = flink_schema(Path(spec["schema"]).read_text())
+        rec = flink_job(spec["query"], Path(spec["tables"]), schema, spec["collect"],
+                        spec["checkpoint"])
+        with open(spec["out"], "wb") as f:
+            pickle.dump(rec, f)
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sf", type=float, default=0.01)
+    ap.add_argument("--refresh-pairs", type=int, default=100)
+    ap.add_argument("--epoch", type=int, default=1000, help="ivmflow's epoch size")
+    ap.add_argument("--queries", default=",".join(QUERIES))
+    ap.add_argument("--systems", default="ivmflow,flink-sql")
+    ap.add_argument("--repeat", type=int, default=1, help="timed Flink runs (fastest)")
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--out", type=Path, default=RESULTS / "tpch_flink_sql.json")
+    ap.add_argument("--markdown", metavar="JSON", help="print a results file's table")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                    help="merge result files into --out")
+    args = ap.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        args.markdown = str(args.out)
+    if args.markdown:
+        for run in json.loads(Path(args.markdown).read_text())["runs"]:
+            print(f"\nSF {run['sf']:g}, {run['refresh_pairs']} refresh pairs, ivmflow "
+                  f"epochs of {run['epoch']}\n")
+            print(markdown(run["rows"]))
+        return
+    data = ensure_data(args.sf, args.refresh_pairs)
+    old = json.loads(args.out.read_text()) if args.out.exists() else {}
+    runs = [r for r in old.get("runs", []) if r["sf"] != args.sf]
+    mine: dict[str, Any] = next((r for r in old.get("runs", []) if r["sf"] == args.sf),
+                                {"rows": []})
+    # A run over some queries replaces those queries' rows of the same SF, keeps others.
+    kept = [r for r in mine["rows"] if r["query"] not in set(args.queries.split(","))]
+
+    def write(rows: list[dict[str, Any]]) -> None:  # after each query: partial runs count
+        run = {"sf": args.sf, "refresh_pairs": args.refresh_pairs, "epoch": args.epoch,
+               "machine": "2 shared cores", "rows": kept + rows}
+        args.out.write_text(json.dumps({"runs": sorted(runs + [run], key=lambda r: r["sf"])},
+                                       indent=1, default=str))
+
+    rows = compare(data, args.queries.split(","), args.systems.split(","), args.epoch,
+                   args.repeat, args.timeout, write)
+    print(f"wrote {args.out}")
+    print(markdown(kept + rows))
+
+
+if __name__ == "__main__":
+    main()
