@@ -1,34 +1,55 @@
-"""What an epoch of a DAG of views costs on the Flink runner as the state grows: a
-TPC-H query that runs as keyed stages (default Q17: a correlated scalar subquery, a
-grouped view read by the query) over ``ivmflow generate tpch`` streams at several
-scale factors (state ~ SF), timed per stage slot and epoch
-(``IVMFLOW_FLINK_PHASES``: engine and finalizer, write-back; entries put and removed).
+"""What an update costs on the Spark and Flink runners, next to the local runner, on the
+TPC-H refresh stream: per query, the steady (refresh) epochs' cost per update on each
+runner and parallelism, the local runner's on the same epochs in the same run, their
+ratio, the checkpoint's size, and on Flink the split of an epoch between engine (and
+finalizer) and write-back with the state entries written per update
+(``IVMFLOW_FLINK_PHASES``).
 
-The refresh epochs after the load are the steady part: each inserts and deletes
-~0.1% of the orders with their lineitems (so their updates grow with SF too). Their
-cost per update (summed over every stage) staying flat while the state grows 10x is
-IVM's promise, O(changes) per epoch; a whole-state write or scan per epoch would grow
-with the state.
+The stream is ``ivmflow generate tpch`` (the initial load, then per refresh pair an RF1
+epoch inserting SF x 1500 orders with their lineitems, an RF2 epoch deleting as many,
+and an UPD epoch changing customer, supplier and partsupp rows). The load is left out
+(and so is the JVM's start): a runner's steady cost is the time from the commit of the
+load's epoch to the last epoch's commit in its delta file, over the refresh epochs'
+updates. Their cost per update staying flat while the state grows 10x (``--sfs
+0.01,0.1``) is IVM's promise, O(changes) per epoch.
 
-    python bench/stage_cost_bench.py [--sfs 0.01,0.1] [--query q17] [--parallelism 1]
+Spark cuts micro-batches by lines, not epochs: its copy of the stream has each epoch
+padded with comment lines to a multiple of ``--batch-lines``, so no micro-batch holds
+the load and a refresh epoch together (each refresh epoch is one micro-batch). The
+checkpoint size is the largest the run's ``--checkpoint`` directory got (sampled every
+half second): RocksDB files (Flink: incremental; Spark: the state store's snapshots and
+changelogs) and the runner's own.
 
-Prints a table and writes bench/results/stage_cost.json (``--out``).
+    python bench/stage_cost_bench.py [--sfs 0.1] [--queries q01,q17]
+        [--runners local,flink1,flink2,spark1,spark2] [--batch-lines 100000]
+    python bench/stage_cost_bench.py --write-back-only --sfs 0.01 --queries q01,q17
+
+Prints a table and writes bench/results/stage_cost.json (``--out``), rewritten after
+every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
+import pickle
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+RUNNERS = {"flink1": ("flink", 1), "flink2": ("flink", 2),
+           "spark1": ("spark", 1), "spark2": ("spark", 2)}
 
 
 def epoch_updates(path: Path) -> list[int]:
@@ -46,60 +67,311 @@ def epoch_updates(path: Path) -> list[int]:
     return counts
 
 
-def run(sf: float, query: str, parallelism: int, work: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    data = work / f"sf{sf}"
-    subprocess.run([sys.executable, "-m", "dataflow", "generate", "tpch", "--sf", str(sf),
-                    "--out", str(data), "--refresh-pairs", "2", "--seed", "0"],
-                   cwd=ROOT, env=env, check=True, capture_output=True)
-    prefix = str(work / f"phases-sf{sf}")
+def _env() -> dict[str, str]:
+    return {**os.environ, "IVMFLOW_NATIVE": os.environ.get("IVMFLOW_NATIVE", "0"),
+            "PYTHONPATH": str(ROOT)}
+
+
+def generate(sf: float, work: Path) -> Path:
+    """The stream of ``bench/tpch_bench.py`` (2 refresh pairs, seed 0), cached."""
+    data = ROOT / "bench" / ".cache" / f"tpch_sf{sf:g}_rf2"
+    if not (data / "manifest.json").exists():
+        data = work / f"sf{sf:g}"
+        subprocess.run([sys.executable, "-m", "dataflow", "generate", "tpch", "--sf", str(sf),
+                        "--out", str(data), "--refresh-pairs", "2", "--seed", "0"],
+                       cwd=ROOT, env=_env(), check=True, capture_output=True)
+    return data
+
+
+def padded(updates: Path, batch: int, out: Path) -> Path:
+    """``updates`` with each epoch (its ``*`` line included) padded with comment lines
+    to a multiple of ``batch`` lines: a runner reading ``batch`` lines per micro-batch
+    then starts every epoch in a fresh one."""
+    if out.exists():
+        return out
+    with open(updates) as src, open(out, "w") as dst:
+        n = 0
+        for line in src:
+            dst.write(line)
+            n += 1
+            if line.startswith("*"):
+                pad = -n % batch
+                dst.write("#\n" * pad)
+                n = 0
+    return out
+
+
+def local_worker(query: Path, updates: Path, out: Path) -> None:
+    """The local runner in this process (interpreted unless IVMFLOW_NATIVE=1): the clock
+    at each epoch's close, pickled to ``out``."""
+    sys.path.insert(0, str(ROOT))
+    from connectors.files import read_updates
+    from dataflow.api import compile_query
+    from dataflow.drive import drive
+
+    q = compile_query(query.read_text())
+    view = q.maintain()
+    marks: dict[int, float] = {}
+    records = read_updates(str(updates), q.schema)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dataflow", "run", str(data / "queries" / f"{query}.sql"),
-                    "--updates", str(data / "updates.csv"), "--deltas", str(work / "d.csv"),
-                    "--quiet", "--runner", "flink", "--parallelism", str(parallelism),
-                    "--checkpoint", str(work / f"ckpt-{sf}")],
-                   cwd=ROOT, env={**env, "IVMFLOW_FLINK_PHASES": prefix}, check=True)
-    wall = time.perf_counter() - t0
+    # The clock at each epoch's delta (every epoch has one, empty or not); no
+    # snapshots: the local runner enumerates a result with ORDER BY ... LIMIT whole
+    # (O(result)), where the runners' top-k stage keeps its window.
+    drive(view, records, on_delta=lambda d: marks.__setitem__(d.epoch, time.perf_counter()))
+    with open(out, "wb") as f:
+        pickle.dump({"marks": marks, "load_s": marks.get(1, t0) - t0,
+                     "state_entries": view.state_entries()}, f)
+
+
+def run_local(query: Path, updates: Path, counts: list[int], work: Path) -> dict[str, Any]:
+    out = work / "local.pickle"
+    subprocess.run([sys.executable, __file__, "--local-worker", str(query), str(updates),
+                    str(out)], cwd=ROOT, env=_env(), check=True, timeout=3600)
+    with open(out, "rb") as f:
+        got = pickle.load(f)
+    marks = got["marks"]
+    last = max(marks)
+    n = sum(counts[1:last])
+    secs = marks[last] - marks[1]
+    per_epoch = [1e6 * (marks[e] - marks[e - 1]) / max(1, counts[e - 1])
+                 for e in range(2, last + 1)]
+    return {"steady_updates": n, "steady_s": secs, "us_per_update": 1e6 * secs / n,
+            "epoch_us_per_update": per_epoch, "load_s": got["load_s"],
+            "state_entries": got["state_entries"]}
+
+
+def write_back_only(query: Path, updates: Path) -> dict[str, Any]:
+    """The write-back's Python side alone, as the Flink runner does it at each close
+    (``changes()``, then ``encode_key`` and ``encode_entry`` per entry), over every stage
+    slot of the query at P=1 in this process: its time, entries and bytes per refresh
+    update (``--write-back-only``; no JVM, so a change to the encoding shows here first)."""
+    sys.path.insert(0, str(ROOT))
+    from connectors.files import read_updates
+    from core.epochs import CLOSE, EpochCursor
+    from dataflow.api import compile_query
+    from dataflow.stages import StagePlan, StageTask
+    from operators.writeback import WriteBackState, encode_entry, encode_key
+
+    q = compile_query(query.read_text())
+    plan = StagePlan.of(q, 1)
+    numbered = list(EpochCursor().number(read_updates(str(updates), q.schema), final=True))
+    inbox: dict[int, list[tuple[Any, ...]]] = {}
+    for r in plan.tag_base(numbered):
+        inbox.setdefault(r[0], []).append(r)
+    acc = {"s": 0.0, "entries": 0, "bytes": 0}
+    for slot in range(plan.slots):
+        state = WriteBackState()
+        task = StageTask(plan, slot, state)
+        rows = sorted(inbox.pop(slot, []), key=lambda r: (r[2], r[3] == CLOSE))
+
+        def on_close(close: tuple[Any, ...], _out: Any, state: WriteBackState = state) -> None:
+            t0 = time.perf_counter()
+            for _name, puts, gone in state.changes():
+                blobs = {encode_key(k): encode_entry(k, v) for k, v in puts.items()}
+                keys = [encode_key(k) for k in gone]
+                if close[2] >= 2:
+                    acc["entries"] += len(blobs) + len(keys)
+                    acc["bytes"] += sum(len(k) + len(b) for k, b in blobs.items())
+            if close[2] >= 2:
+                acc["s"] += time.perf_counter() - t0
+
+        down, _final = task.feed(rows, on_close)
+        for r in down:
+            inbox.setdefault(r[0], []).append(r)
+    n = sum(1 for r in numbered if r.kind != CLOSE and r.epoch >= 2)
+    return {"query": query.stem, "steady_updates": n,
+            "write_back_us_per_update": 1e6 * acc["s"] / n,
+            "us_per_entry": 1e6 * acc["s"] / max(1, acc["entries"]),
+            "entries_per_update": acc["entries"] / n, "put_bytes_per_update": acc["bytes"] / n}
+
+
+def _dir_bytes(path: Path) -> int:
+    """Bytes under ``path``; files and folders removed meanwhile are skipped."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
+def _committed_epoch(commit: Path) -> int:
+    try:
+        return int(json.loads(commit.read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def read_phases(prefix: str) -> dict[int, list[float]]:
+    """Flink's phase logs summed per epoch over every partition and stage slot: engine
+    s, write-back s, sink s, puts, removes."""
     per_epoch: dict[int, list[float]] = {}
     for path in glob.glob(prefix + ".*.tsv"):
         for line in Path(path).read_text().splitlines():
-            epoch, engine, write_back, _sink, puts, removes, _rows = line.split("\t")
-            acc = per_epoch.setdefault(int(epoch), [0.0, 0.0, 0.0])
-            acc[0] += float(engine)
-            acc[1] += float(write_back)
-            acc[2] += float(puts) + float(removes)
-    updates = epoch_updates(data / "updates.csv")
-    load = updates[0]
-    steady = [e for e in sorted(per_epoch) if e >= 2]
-    n = sum(updates[e - 1] for e in steady)
-    engine = sum(per_epoch[e][0] for e in steady)
-    written = sum(per_epoch[e][1] for e in steady)
-    entries = sum(per_epoch[e][2] for e in steady)
-    return {"sf": sf, "load_updates": load, "steady_epochs": len(steady), "steady_updates": n,
-            "engine_us_per_update": 1e6 * engine / n, "write_back_us_per_update": 1e6 * written / n,
-            "us_per_update": 1e6 * (engine + written) / n, "entries_per_update": entries / n,
-            "load_entries": per_epoch.get(1, [0, 0, 0])[2], "wall_s": wall}
+            epoch, *values = line.split("\t")
+            acc = per_epoch.setdefault(int(epoch), [0.0] * 5)
+            for i, v in enumerate(values[:5]):
+                acc[i] += float(v)
+    return per_epoch
+
+
+def run_runner(name: str, query: Path, updates: Path, counts: list[int], work: Path,
+               batch_lines: int) -> dict[str, Any]:
+    """One ``ivmflow run --runner R --parallelism P`` in a subprocess, timed between the
+    delta file's epoch commits (polled), its checkpoint directory sampled for size."""
+    runner, parallelism = RUNNERS[name]
+    deltas, snaps, ckpt = work / f"{name}.csv", work / f"{name}-snap.csv", work / f"ckpt-{name}"
+    # Every epoch ends with a ``*``, so each commits a snapshot (an epoch without
+    # changes commits no delta block).
+    commits = (Path(f"{deltas}.commit"), Path(f"{snaps}.commit"))
+    prefix = str(work / f"phases-{name}")
+    marks: dict[int, float] = {}
+    walls: dict[int, float] = {}
+    trace = work / f"trace-{name}.jsonl"
+    sizes = [0]
+    done = threading.Event()
+
+    def poll() -> None:
+        last, next_size = 0, 0.0
+        while not done.is_set():
+            now = time.perf_counter()
+            if now >= next_size:
+                sizes.append(_dir_bytes(ckpt))
+                next_size = time.perf_counter() + 0.5
+            k = max(map(_committed_epoch, commits))
+            if k != last:
+                t = time.perf_counter()
+                for e in range(last + 1, k + 1):
+                    marks.setdefault(e, t)
+                    walls.setdefault(e, time.time())
+                last = k
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    t0 = time.perf_counter()
+    env = {**_env(), "IVMFLOW_FLINK_PHASES": prefix, "IVMFLOW_SPARK_TRACE": str(trace)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
+         "--deltas", str(deltas), "--snapshots", str(snaps), "--quiet", "--runner", runner,
+         "--parallelism", str(parallelism), "--checkpoint", str(ckpt),
+         *(["--batch-lines", str(batch_lines)] if runner == "spark" else [])],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=5400)
+    wall = time.perf_counter() - t0
+    done.set()
+    watcher.join()
+    if proc.returncode != 0:
+        return {"status": "failed", "error": proc.stderr.strip()[-600:], "wall_s": wall}
+    last = len(counts)
+    for e in range(1, last + 1):
+        marks.setdefault(e, time.perf_counter())
+    n = sum(counts[1:last])
+    secs = marks[last] - marks[1]
+    out: dict[str, Any] = {
+        "status": "ok", "steady_updates": n, "steady_s": secs,
+        "latency_us_per_update": 1e6 * secs / n, "wall_s": wall,
+        "checkpoint_mib": max(sizes) / 2**20,
+        "epoch_us_per_update": [1e6 * (marks[e] - marks[e - 1]) / max(1, counts[e - 1])
+                                for e in range(2, last + 1)]}
+    phases = read_phases(prefix)
+    steady = [e for e in phases if e >= 2]
+    if steady:
+        engine = sum(phases[e][0] for e in steady)
+        written = sum(phases[e][1] for e in steady)
+        out.update({
+            "engine_us_per_update": 1e6 * engine / n,
+            "write_back_us_per_update": 1e6 * written / n,
+            "puts_per_update": sum(phases[e][3] for e in steady) / n,
+            "removes_per_update": sum(phases[e][4] for e in steady) / n,
+            "load_entries": sum(phases.get(1, [0.0] * 5)[3:5])})
+        out["us_per_update"] = out["engine_us_per_update"] + out["write_back_us_per_update"]
+        # Per epoch too: on a shared machine one epoch's pause (GC, a RocksDB flush, a
+        # neighbour's job) can double a run's total; the median epoch shows it.
+        per_epoch = [1e6 * (phases[e][0] + phases[e][1]) / max(1, counts[e - 1])
+                     for e in sorted(steady)]
+        out["epoch_cost_us_per_update"] = per_epoch
+        out["median_epoch_us_per_update"] = statistics.median(per_epoch)
+    tasks = [json.loads(line) for line in trace.read_text().splitlines()] \
+        if trace.exists() else []
+    tasks = [t for t in tasks if "engine_s" in t and t["task_start"] > walls.get(1, 0.0)]
+    if tasks and "us_per_update" not in out:
+        # Spark's partition tasks of the refresh micro-batches (IVMFLOW_SPARK_TRACE):
+        # their time in Python, without the micro-batch's scheduling around them.
+        engine = sum(t["cache_s"] + t["read_s"] + t["engine_s"] for t in tasks)
+        written = sum(t["write_back_s"] for t in tasks)
+        out.update({"engine_us_per_update": 1e6 * engine / n,
+                    "write_back_us_per_update": 1e6 * written / n,
+                    "us_per_update": 1e6 * (engine + written) / n})
+    out.setdefault("us_per_update", out["latency_us_per_update"])
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return out
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sfs", default="0.01,0.1")
-    ap.add_argument("--query", default="q17")
-    ap.add_argument("--parallelism", type=int, default=1)
+    ap.add_argument("--sfs", default="0.1")
+    ap.add_argument("--queries", default="q17")
+    ap.add_argument("--runners", default="local,flink1,flink2,spark1,spark2")
+    ap.add_argument("--batch-lines", type=int, default=100_000,
+                    help="Spark's input lines per micro-batch")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/stage_cost")
+    ap.add_argument("--write-back-only", action="store_true",
+                    help="only the write-back's Python side, in this process (no runner)")
+    ap.add_argument("--local-worker", nargs=3, metavar=("QUERY", "UPDATES", "OUT"),
+                    help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
+    if opts.local_worker:
+        local_worker(*map(Path, opts.local_worker))
+        return 0
     work = Path(tempfile.mkdtemp(prefix="ivmflow-stage-cost-"))
-    rows = [run(float(sf), opts.query, opts.parallelism, work) for sf in opts.sfs.split(",")]
-    head = ("sf", "load_updates", "load_entries", "steady_updates", "engine_us_per_update",
-            "write_back_us_per_update", "us_per_update", "entries_per_update", "wall_s")
-    print(f"{opts.query} on flink P={opts.parallelism}: steady (refresh) epochs, all stages")
-    print(" | ".join(head))
-    for r in rows:
-        print(" | ".join(f"{r[h]:.4g}" if isinstance(r[h], float) else str(r[h]) for h in head))
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    if opts.write_back_only:
+        for sf in map(float, opts.sfs.split(",")):
+            data = generate(sf, work)
+            for qname in opts.queries.split(","):
+                got = write_back_only(data / "queries" / f"{qname}.sql", data / "updates.csv")
+                print(json.dumps({"sf": sf, **got}), flush=True)
+        return 0
+    runners = opts.runners.split(",")
+    rows: list[dict[str, Any]] = []
     path = opts.out.with_suffix(".json")
-    path.write_text(json.dumps({"query": opts.query, "runner": "flink",
-                                "parallelism": opts.parallelism, "rows": rows}, indent=1) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = ("sf", "query", "runner", "us_per_update", "local_us_per_update", "ratio",
+            "latency_us_per_update",
+            "checkpoint_mib", "engine_us_per_update", "write_back_us_per_update",
+            "puts_per_update", "removes_per_update", "wall_s")
+    print(" | ".join(head), flush=True)
+    for sf in map(float, opts.sfs.split(",")):
+        data = generate(sf, work)
+        updates = data / "updates.csv"
+        spark_updates = padded(updates, opts.batch_lines,
+                               work / f"sf{sf:g}-padded{opts.batch_lines}.csv")
+        counts = epoch_updates(updates)
+        for qname in opts.queries.split(","):
+            query = data / "queries" / f"{qname}.sql"
+            qwork = work / f"sf{sf:g}-{qname}"
+            qwork.mkdir(parents=True, exist_ok=True)
+            local = run_local(query, updates, counts, qwork) if "local" in runners else None
+            base = {"sf": sf, "query": qname, "load_updates": counts[0],
+                    "local_us_per_update": local and local["us_per_update"]}
+            if local is not None:
+                rows.append({**base, "runner": "local", **local, "ratio": 1.0})
+                print(" | ".join(_fmt(rows[-1].get(h, "")) for h in head), flush=True)
+            for name in (r for r in runners if r != "local"):
+                src = spark_updates if name.startswith("spark") else updates
+                got = run_runner(name, query, src, counts, qwork, opts.batch_lines)
+                row = {**base, "runner": name, **got}
+                if local is not None and "us_per_update" in got:
+                    row["ratio"] = got["us_per_update"] / local["us_per_update"]
+                rows.append(row)
+                print(" | ".join(_fmt(row.get(h, "")) for h in head), flush=True)
+                path.write_text(json.dumps({"sfs": opts.sfs, "batch_lines": opts.batch_lines,
+                                            "rows": rows}, indent=1) + "\n")
+    path.write_text(json.dumps({"sfs": opts.sfs, "batch_lines": opts.batch_lines,
+                                "rows": rows}, indent=1) + "\n")
     print(f"wrote {path}")
     return 0
 
