@@ -3,8 +3,9 @@ whose value compares true with a one-row scalar view, maintained in O(the rows t
 change or flip) per epoch.
 
 State: the rows view's rows with their multiplicities (map ``threshold.rows``) and the
-scalar view's row (map ``threshold.scalar``); derived from them, the rows ordered by
-their value (rebuilt when the view is made, e.g. after a restore). Per epoch:
+scalar view's rows (map ``threshold.scalar``: one row, or one per key for a correlated
+scalar); derived from them, per key the rows ordered by their value (rebuilt when the
+view is made, e.g. after a restore). Per epoch:
 
 - a changed row is tested against the scalar after the epoch (and, for what it
   contributed before, against the one before);
@@ -38,6 +39,7 @@ Example (``R.b > (SELECT AVG(b) FROM R)``):
 from __future__ import annotations
 
 import datetime
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,15 +68,20 @@ def _as_timestamp(v: Any) -> Any:
 
 class CompiledThreshold:
     """A :class:`~plans.threshold.ThresholdFilter` bound to its inputs' schemas:
-    ``rows`` (the compared value its last column) and ``scalar`` (one column)."""
+    ``rows`` (its first columns the keys, if any, its last the compared value) and
+    ``scalar`` (the value column, and the key columns of a correlated scalar)."""
 
     def __init__(self, spec: ThresholdFilter, rows: Relation, scalar: Relation) -> None:
         self.spec = spec
         self.rows = rows
         self.scalar = scalar
         self.columns = rows.columns
+        names_of = [c.name.lower() for c in scalar.columns]
+        self.n_keys = len(spec.keys)
+        self.scalar_keys = tuple(names_of.index(k.lower()) for k in spec.keys)
+        self.scalar_value = names_of.index(spec.value.lower())
         a = SqlType.of_column(rows.columns[-1])
-        b = SqlType.of_column(scalar.columns[0])
+        b = SqlType.of_column(scalar.columns[self.scalar_value])
         names = {a.name, b.name}
         self.domain: Callable[[Any], Any]
         if a.numeric and b.numeric:
@@ -100,7 +107,8 @@ class CompiledThreshold:
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
         s = self.spec
-        return (f"threshold view: rows of {s.source} with value {s.op} the one value of "
+        per = f"its key's value ({', '.join(s.keys)}) of" if s.keys else "the one value of"
+        return (f"threshold view: rows of {s.source} with value {s.op} {per} "
                 f"{s.scalar}, ordered by value (a moving scalar reads the rows between "
                 "its old and new value)")
 
@@ -108,9 +116,9 @@ class CompiledThreshold:
         return ThresholdState(self)
 
     def stage_layout(self, parallelism: int) -> ThresholdLayout:
-        """Its layout on Spark and Flink: one global partition (the scalar meets every
-        row)."""
-        return ThresholdLayout(self)
+        """Its layout on Spark and Flink: partitioned by key (a key's rows meet its
+        scalar); one global partition for an uncorrelated scalar (it meets every row)."""
+        return ThresholdLayout(self, parallelism)
 
     def stage_task(self, state: State, layout: Any) -> ThresholdTask:
         """Its one partition, all its state in ``state``."""
@@ -123,7 +131,7 @@ def _identity(v: Any) -> Any:
 
 class ThresholdState:
     """A live threshold view: ``apply`` its inputs' updates, ``end_epoch`` for the
-    delta."""
+    delta. Everything is per key (the empty key for an uncorrelated scalar)."""
 
     def __init__(self, compiled: CompiledThreshold, state: State | None = None) -> None:
         self.compiled = compiled
@@ -131,16 +139,38 @@ class ThresholdState:
         self.rows = self.state.map("threshold.rows")
         """The rows view's rows -> multiplicity."""
         self.scalar = self.state.map("threshold.scalar")
-        """The scalar view's rows (one, or none) -> multiplicity."""
+        """The scalar view's rows (at most one per key) -> multiplicity."""
         domain = compiled.domain
+        k = compiled.n_keys
         self.key: Callable[[Row], Any] = lambda row: domain(row[-1])
-        self.index = SortedKeyList((r for r in self.rows if r[-1] is not None), key=self.key)
+        self.index: dict[tuple[Any, ...], SortedKeyList] = {}
+        """key -> its rows with a non-NULL value, ordered by value (derived)"""
+        for r in self.rows:
+            if r[-1] is not None:
+                self._index_of(r[:k]).add(r)
+        self.values: dict[tuple[Any, ...], Any] = {}
+        """key -> its scalar's value, in the comparison's domain (derived; None: NULL)"""
+        self.live: dict[tuple[Any, ...], dict[Row, int]] = {}
+        """key -> its scalar rows (derived)"""
+        for srow, m in self.scalar.items():
+            self.live.setdefault(self._scalar_key(srow), {})[srow] = m
+        for key in self.live:
+            self.values[key] = self._value(key)
         self.source = compiled.spec.source.lower()
         self.scalar_name = compiled.spec.scalar.lower()
         self.pending: dict[Row, int] = {}
         self.pending_scalar: dict[Row, int] = {}
         self.epoch = 0
         self.updates = 0
+
+    def _index_of(self, key: tuple[Any, ...]) -> SortedKeyList:
+        sl = self.index.get(key)
+        if sl is None:
+            sl = self.index[key] = SortedKeyList(key=self.key)
+        return sl
+
+    def _scalar_key(self, srow: Row) -> tuple[Any, ...]:
+        return tuple(srow[i] for i in self.compiled.scalar_keys)
 
     def apply(self, update: Update) -> None:
         rel = update.relation.lower()
@@ -157,28 +187,46 @@ class ThresholdState:
         self.updates += 1
         self.pending_scalar[row] = self.pending_scalar.get(row, 0) + dm
 
-    def _value(self) -> Any:
-        live = [r for r, m in self.scalar.items() if m > 0]
+    def _value(self, key: tuple[Any, ...]) -> Any:
+        live = [r for r, m in self.live.get(key, {}).items() if m > 0]
         if len(live) > 1:
-            msg = (f"scalar subquery {self.compiled.spec.scalar} has {len(live)} rows: "
-                   "a scalar subquery must return at most one row")
+            msg = (f"scalar subquery {self.compiled.spec.scalar} has {len(live)} rows"
+                   + (f" for {key}" if key else "") + ": a scalar subquery must return "
+                   "at most one row")
             raise QueryError(msg)
-        v = live[0][0] if live else None
+        v = live[0][self.compiled.scalar_value] if live else None
         return None if v is None else self.compiled.domain(v)
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
-        before = self._value()
-        for row, dm in self.pending_scalar.items():
-            if dm:
-                m = self.scalar.get(row, 0) + dm
-                if m:
-                    self.scalar[row] = m
-                else:
-                    del self.scalar[row]
-        after = self._value()
+        k = self.compiled.n_keys
+        moved: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        """key -> its scalar's value (before, after) where it changed"""
+        before_of: dict[tuple[Any, ...], Any] = {}
+        for srow, dm in self.pending_scalar.items():
+            if not dm:
+                continue
+            key = self._scalar_key(srow)
+            before_of.setdefault(key, self.values.get(key))
+            m = self.scalar.get(srow, 0) + dm
+            of_key = self.live.setdefault(key, {})
+            if m:
+                self.scalar[srow] = of_key[srow] = m
+            else:
+                del self.scalar[srow]
+                of_key.pop(srow, None)
+        for key, before in before_of.items():
+            after = self._value(key)
+            if after is None:
+                self.values.pop(key, None)
+                if not self.live.get(key):
+                    self.live.pop(key, None)
+            else:
+                self.values[key] = after
+            if before != after:
+                moved[key] = (before, after)
         old: dict[Row, int] = {}
         """changed row -> its multiplicity before the epoch"""
-        rows, index = self.rows, self.index
+        rows = self.rows
         for row, dm in self.pending.items():
             if not dm:
                 continue
@@ -191,31 +239,38 @@ class ThresholdState:
                 del rows[row]
             if row[-1] is not None and (was == 0) != (now == 0):
                 if was == 0:
-                    index.add(row)
+                    self._index_of(row[:k]).add(row)
                 else:
-                    index.remove(row)
-        candidates: set[Row] | Any = old.keys()
-        if before != after:
-            if before is None or after is None:
-                candidates = list(rows) + [r for r in old if r not in rows]
-            else:
-                # (closed ranges of values whose test can differ between the two)
-                spans = [(before, before), (after, after)] \
-                    if self.compiled.spec.op in ("=", "<>") else \
-                    [(min(before, after), max(before, after))]
-                candidates = set(old)
-                for lo, hi in spans:
-                    candidates.update(index.irange_key(lo, hi))
-        test = self.compiled.test
-        key = self.key
-        out: list[tuple[int, Row]] = []
-        for row in candidates:
-            v = row[-1]
-            if v is None:
+                    sl = self.index[row[:k]]
+                    sl.remove(row)
+                    if not sl:
+                        del self.index[row[:k]]
+        candidates: set[Row] = set(old)
+        equality = self.compiled.spec.op in ("=", "<>")
+        for key, (before, after) in moved.items():
+            sl = self.index.get(key)
+            if sl is None:
                 continue
-            k = key(row)
-            now = rows.get(row, 0) if after is not None and test(k, after) else 0
-            was = old.get(row, rows.get(row, 0)) if before is not None and test(k, before) \
+            if before is None or after is None:
+                candidates.update(sl)  # (NULL compares to nothing: every row flips)
+                continue
+            # (closed ranges of values whose test can differ between the two)
+            spans = [(before, before), (after, after)] if equality else \
+                [(min(before, after), max(before, after))]
+            for lo, hi in spans:
+                candidates.update(sl.irange_key(lo, hi))
+        test = self.compiled.test
+        out: list[tuple[int, Row]] = []
+        values = self.values
+        for row in candidates:
+            key = row[:k]
+            if row[-1] is None or None in key:
+                continue  # (SQL's = never matches a NULL key: no scalar for it)
+            after = values.get(key)
+            before = moved[key][0] if key in moved else after
+            v = self.key(row)
+            now = rows.get(row, 0) if after is not None and test(v, after) else 0
+            was = old.get(row, rows.get(row, 0)) if before is not None and test(v, before) \
                 else 0
             if now != was:
                 out.append((now - was, row))
@@ -235,21 +290,30 @@ ROWS, SCALAR = 0, 1
 """The atoms of the stage's two inputs."""
 
 
-class _OnePartition:
-    partitions = 1
+class _ByKey:
+    """Routes a row and its key's scalar to one partition (a crc32 of the key's repr:
+    the same in every worker process)."""
 
-    @staticmethod
-    def route(atom: int, row: Row) -> list[int]:
-        return [0]
+    def __init__(self, compiled: CompiledThreshold, partitions: int) -> None:
+        k, idx = compiled.n_keys, compiled.scalar_keys
+        self.keys: dict[int, Callable[[Row], tuple[Any, ...]]] = {
+            ROWS: lambda row: tuple(row[:k]),
+            SCALAR: lambda row: tuple(row[i] for i in idx)}
+        self.partitions = partitions
+
+    def route(self, atom: int, row: Row) -> list[int]:
+        if self.partitions == 1:
+            return [0]
+        return [zlib.crc32(repr(self.keys[atom](row)).encode()) % self.partitions]
 
 
 class ThresholdLayout:
-    """One partition reading both inputs whole."""
+    """Both inputs whole, by key over ``parallelism`` partitions (one partition for an
+    uncorrelated scalar)."""
 
-    partitions = 1
-    partitioner = _OnePartition()
-
-    def __init__(self, compiled: CompiledThreshold) -> None:
+    def __init__(self, compiled: CompiledThreshold, parallelism: int) -> None:
+        self.partitions = max(1, parallelism) if compiled.n_keys else 1
+        self.partitioner = _ByKey(compiled, self.partitions)
         self.inputs: dict[str, list[tuple[int, Any]]] = {
             compiled.spec.source.lower(): [(ROWS, WholeRow())],
             compiled.spec.scalar.lower(): [(SCALAR, WholeRow())]}

@@ -15,6 +15,11 @@ supplier or partsupp row changes). Rewritten here, the query becomes
   scalar moves from s to s', only the rows with ``_thr`` between s and s' change;
 - the query over ``_tf_n`` (the rest of it: SELECT, GROUP BY, ORDER BY, LIMIT).
 
+A correlated scalar (unnested into a view grouped by its correlation keys, joined on
+them: ``JOIN _u_0 ON _u_0._u_1 = part.p_partkey``) is a threshold per key: the rows view
+carries the expressions its keys are joined with as its first columns ``_k0``, ...
+(TPC-H Q2, Q17, Q20).
+
 Anything else (the scalar read elsewhere, more than one comparison with it, a FROM
 shape it cannot take apart) is left as it was: correct, only slower.
 
@@ -22,7 +27,7 @@ Example:
     >>> import itertools, sqlglot
     >>> q = sqlglot.parse_one("SELECT r.a AS a FROM r AS r CROSS JOIN _u_0 AS _u_0 "
     ...                       "WHERE r.b > _u_0._col_0 AND r.a > 0")
-    >>> views = rewrite_thresholds(q, {"_u_0"}, itertools.count())
+    >>> views = rewrite_thresholds(q, {"_u_0": ScalarShape("_col_0")}, itertools.count())
     >>> print(views[0][1])
     SELECT r.a AS _c0, r.b AS _thr FROM r AS r WHERE r.a > 0
     >>> views[1][1].op, q.sql()
@@ -54,27 +59,53 @@ class ThresholdFilter:
     source: str
     scalar: str
     op: str
+    keys: tuple[str, ...] = ()
+    """A correlated scalar's key columns (in ``scalar``, matched in order with the rows
+    view's first columns ``_k0``, ...): one scalar per key, a row compared with its
+    key's (no row for its key, or a NULL in it: it passes nothing)."""
+    value: str = "_col_0"
+    """The scalar's column in ``scalar``."""
 
 
-def scalar_view(body: exp.Expr) -> bool:
-    """Whether a view body always has exactly one row of one column: an aggregate
-    without GROUP BY, HAVING, LIMIT or a set operation."""
-    return (isinstance(body, exp.Select) and len(body.expressions) == 1
-            and body.expressions[0].find(exp.AggFunc) is not None
-            and body.find(exp.Window) is None
-            and not any(body.args.get(k) for k in ("group", "having", "limit", "offset",
-                                                   "distinct", "with_", "with")))
+@dataclass(frozen=True)
+class ScalarShape:
+    """A view with at most one row per key: its value column and key columns (none:
+    exactly one row)."""
+
+    value: str
+    keys: tuple[str, ...] = ()
 
 
-def rewrite_thresholds(select: exp.Select, scalars: set[str], names: Iterator[int]
-                       ) -> list[tuple[str, str | ThresholdFilter]]:
+def scalar_view(body: exp.Expr) -> ScalarShape | None:
+    """A view body's shape when it has one value per key: an aggregate without GROUP BY
+    (one row; what uncorrelated scalar subqueries become), or one aggregate grouped by
+    the other output columns (a correlated scalar, decorrelated); else None."""
+    if not isinstance(body, exp.Select) or body.find(exp.Window) is not None or any(
+            body.args.get(k) for k in ("having", "limit", "offset", "distinct", "with_",
+                                       "with")):
+        return None
+    aggs = [e for e in body.expressions if e.find(exp.AggFunc) is not None]
+    if len(aggs) != 1 or not all(isinstance(e, exp.Alias) for e in body.expressions):
+        return None
+    group = body.args.get("group")
+    keys = [e for e in body.expressions if e is not aggs[0]]
+    if group is None:
+        return ScalarShape(aggs[0].alias) if not keys else None
+    grouped = list(group.expressions)
+    if len(grouped) != len(keys) or any(k.this not in grouped for k in keys):
+        return None
+    return ScalarShape(aggs[0].alias, tuple(k.alias for k in keys))
+
+
+def rewrite_thresholds(select: exp.Select, scalars: dict[str, ScalarShape],
+                       names: Iterator[int]) -> list[tuple[str, str | ThresholdFilter]]:
     """Rewrite ``select`` (qualified, in place) over a threshold view when it compares
-    with one of the one-row views ``scalars`` as the module says; return the new views
-    (the rows view's SQL, then the filter), or [] and leave it unchanged."""
-    found = _find(select, {s.lower() for s in scalars})
+    with one of the views ``scalars`` (name -> shape) as the module says; return the new
+    views (the rows view's SQL, then the filter), or [] and leave it unchanged."""
+    found = _find(select, {s.lower(): shape for s, shape in scalars.items()})
     if found is None:
         return []
-    join, conjunct, where, value, op, scalar_side = found
+    join, conjunct, where, value, op, scalar_side, key_exprs, shape = found
     aliases = [e.alias_or_name for e in select.expressions]
     order = select.args.get("order")
     ordered: list[tuple[exp.Expr, str | None]] = []
@@ -113,8 +144,9 @@ def rewrite_thresholds(select: exp.Select, scalars: set[str], names: Iterator[in
         for c in outside:
             mapping.setdefault((c.table.lower(), c.name.lower()), f"_c{len(mapping)}")
         cols = {(c.table.lower(), c.name.lower()): c for c in outside}
-        body.set("expressions", [exp.alias_(cols[k].copy(), a, quoted=False)
-                                 for k, a in mapping.items()]
+        body.set("expressions", [exp.alias_(e.copy(), f"_k{i}", quoted=False)
+                                 for i, e in enumerate(key_exprs)]
+                 + [exp.alias_(cols[k].copy(), a, quoted=False) for k, a in mapping.items()]
                  + [exp.alias_(value.copy(), VALUE, quoted=False)])
         for part in ("group", "having"):
             body.set(part, None)
@@ -146,13 +178,15 @@ def rewrite_thresholds(select: exp.Select, scalars: set[str], names: Iterator[in
         views.append((f"_ts_{n}", exp.select(exp.alias_(scalar_side, "_col_0", quoted=False))
                       .from_(join.this.copy()).sql("duckdb")))
         scalar = f"_ts_{n}"
-    return [*views, (filter_name, ThresholdFilter(filter_name, rows_name, scalar, op))]
+    return [*views, (filter_name, ThresholdFilter(filter_name, rows_name, scalar, op,
+                                                  shape.keys, shape.value))]
 
 
-def _find(select: exp.Select, scalars: set[str]
-          ) -> tuple[exp.Join, exp.Expr, bool, exp.Expr, str, exp.Expr] | None:
+def _find(select: exp.Select, scalars: dict[str, ScalarShape]) -> tuple[
+        exp.Join, exp.Expr, bool, exp.Expr, str, exp.Expr, list[exp.Expr], ScalarShape] | None:
     """(the scalar's join, the comparison, whether in WHERE, the compared value, op
-    (value op scalar), the scalar side: an expression of the scalar's column)."""
+    (value op scalar), the scalar side: an expression of the scalar's column, the
+    expressions its keys are joined with, its shape)."""
     if not isinstance(select, exp.Select) or select.args.get("distinct") or \
             select.find(exp.Window) is not None or any(
                 isinstance(e, exp.Star) or isinstance(e.this, exp.Star)
@@ -160,15 +194,37 @@ def _find(select: exp.Select, scalars: set[str]
         return None
     for join in select.args.get("joins") or []:
         t = join.this
-        if not isinstance(t, exp.Table) or t.name.lower() not in scalars or \
-                join.args.get("on") or join.args.get("using") or join.args.get("side") or \
-                (join.args.get("kind") or "CROSS").upper() != "CROSS":
+        shape = scalars.get(t.name.lower()) if isinstance(t, exp.Table) else None
+        if shape is None or join.args.get("using") or join.args.get("side"):
             continue
         alias = t.alias_or_name.lower()
-        refs = [c for c in _columns(select) if c.table.lower() == alias]
-        if len(refs) != 1:
+        kind = (join.args.get("kind") or "").upper()
+        on = join.args.get("on")
+        key_exprs: list[exp.Expr] = []
+        if not shape.keys:
+            if on is not None or kind not in ("", "CROSS"):
+                continue
+        else:
+            # (a correlated scalar is joined on its keys, each equated with an
+            # expression of the other FROM items, and on nothing else)
+            if on is None or kind not in ("", "INNER"):
+                continue
+            by_key: dict[str, exp.Expr] = {}
+            for c in _conjuncts(exp.Where(this=on)):
+                pair = _key_equality(c, alias)
+                if pair is None or pair[0] in by_key:
+                    break
+                by_key[pair[0]] = pair[1]
+            else:
+                if set(by_key) == {k.lower() for k in shape.keys}:
+                    key_exprs = [by_key[k.lower()] for k in shape.keys]
+            if not key_exprs:
+                continue
+        refs = [c for c in _columns(select) if c.table.lower() == alias
+                and (on is None or c not in set(on.find_all(exp.Column)))]
+        if len(refs) != 1 or refs[0].name.lower() != shape.value.lower():
             continue
-        for where in (True, False):
+        for where in (True, False) if not shape.keys else (True,):
             for conj in _conjuncts(select.args.get("where" if where else "having")):
                 op = _OPS.get(type(conj))
                 if op is None or refs[0] not in set(conj.find_all(exp.Column)):
@@ -187,6 +243,8 @@ def _find(select: exp.Select, scalars: set[str]
                 if side.find(exp.AggFunc) is not None or any(
                         c.table.lower() != alias for c in _columns(side)):
                     return None
+                if shape.keys and not isinstance(side, exp.Column):
+                    return None
                 if any(c.table.lower() == alias for c in _columns(value)):
                     return None
                 if where and value.find(exp.AggFunc) is not None:
@@ -194,7 +252,19 @@ def _find(select: exp.Select, scalars: set[str]
                 if not where and not (select.args.get("group") or
                                       value.find(exp.AggFunc) is not None):
                     return None
-                return join, conj, where, value, op if i == 1 else _FLIP[op], side
+                return (join, conj, where, value, op if i == 1 else _FLIP[op], side,
+                        key_exprs, shape)
+    return None
+
+
+def _key_equality(c: exp.Expr, alias: str) -> tuple[str, exp.Expr] | None:
+    """``alias.k = e`` (either way round, e not reading alias) as (k, e)."""
+    if not isinstance(c, exp.EQ):
+        return None
+    for mine, other in ((c.this, c.expression), (c.expression, c.this)):
+        if isinstance(mine, exp.Column) and mine.table.lower() == alias and not any(
+                x.table.lower() == alias for x in _columns(other)):
+            return mine.name.lower(), other
     return None
 
 

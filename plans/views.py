@@ -26,7 +26,7 @@ from plans.expr import ExprError
 from plans.outerjoin import KeyedView, rewrite_outer_joins
 from plans.sql import _normalize, _offset_of, parse_schema_and_select
 from plans.sqlcheck import check_supported, describe
-from plans.threshold import ThresholdFilter, rewrite_thresholds, scalar_view
+from plans.threshold import ScalarShape, ThresholdFilter, rewrite_thresholds, scalar_view
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,18 @@ def split_views(sql: str, source: str) -> ViewSplit | None:
         out = _normalize(select, schema, sql_for_positions, source, views=True)
         names = itertools.count()
         inner: list[tuple[str, str | KeyedView | ThresholdFilter]] = []
-        scalars: set[str] = set()
-        """the one-row views so far (a comparison with one becomes a threshold view)"""
+        scalars: dict[str, ScalarShape] = {}
+        """the views so far with one value (per key): a comparison with one becomes a
+        threshold view"""
         with_ = out.args.get("with_")
         for cte in with_.expressions if with_ is not None else []:
             body = cte.this
             inner += [(kv.name, kv) for kv in rewrite_outer_joins(body, names)]
             if isinstance(body, exp.Select):
                 inner += rewrite_thresholds(body, scalars, names)
-            if scalar_view(body):
-                scalars.add(cte.alias)
+            shape = scalar_view(body)
+            if shape is not None:
+                scalars[cte.alias] = shape
             inner.append((cte.alias, body.sql("duckdb")))
         inner += [(kv.name, kv) for kv in rewrite_outer_joins(out, names)]
         inner += rewrite_thresholds(out, scalars, names)

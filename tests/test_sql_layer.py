@@ -415,10 +415,16 @@ _THRESHOLD_QUERIES = [
     "HAVING COUNT(*) < (SELECT COUNT(*) FROM S) AND R.c IS NOT NULL",
     "SELECT R.a, R.b FROM R WHERE R.b < (SELECT AVG(S.e) FROM S) ORDER BY R.b, R.a LIMIT 3",
     "SELECT R.a, R.b FROM R WHERE R.d >= (SELECT MIN(R2.d) FROM R AS R2) + INTERVAL '1' DAY",
+    "SELECT R.a, R.b FROM R WHERE R.b < (SELECT 0.5 * AVG(R2.b) FROM R AS R2 WHERE R2.a = R.a)",
+    "SELECT S.a, S.e FROM S WHERE S.e = (SELECT MAX(S2.e) FROM S AS S2 WHERE S2.a = S.a)",
+    "SELECT R.c, SUM(R.b) FROM R, S WHERE R.a = S.a AND S.e > "
+    "(SELECT SUM(R2.b) FROM R AS R2 WHERE R2.a = S.a AND R2.c = R.c) GROUP BY R.c",
+    "SELECT R.a, R.d FROM R WHERE R.d <> (SELECT MIN(R2.d) FROM R AS R2 WHERE R2.c = R.c)",
 ]
-"""Comparisons with an uncorrelated scalar (threshold views): each operator, either side,
-in WHERE and HAVING, DOUBLE against DECIMAL, DATE against TIMESTAMP, a scalar that is
-NULL (no rows) for a while, under an ORDER BY ... LIMIT."""
+"""Comparisons with a scalar subquery (threshold views): uncorrelated (each operator,
+either side, in WHERE and HAVING, DOUBLE against DECIMAL, DATE against TIMESTAMP, a
+scalar that is NULL (no rows) for a while, under an ORDER BY ... LIMIT) and correlated
+on one or two keys (one scalar per key, NULL keys matching nothing)."""
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -446,8 +452,9 @@ def test_threshold_view_reads_only_the_rows_it_flips() -> None:
     assert len(view.end_epoch().rows) == 499
     (flt,) = [v for _n, v in view.views if isinstance(v, ThresholdState)]
     read: list[tuple[Any, Any]] = []
-    irange = flt.index.irange_key
-    flt.index.irange_key = lambda lo, hi: read.append((lo, hi)) or irange(lo, hi)  # type: ignore
+    index = flt.index[()]  # (the rows of the one key an uncorrelated scalar has)
+    irange = index.irange_key
+    index.irange_key = lambda lo, hi: read.append((lo, hi)) or irange(lo, hi)  # type: ignore
     view.apply(Update("-", "S", (0, 500)))
     view.apply(Update("+", "S", (0, 510)))
     assert sorted(view.end_epoch().rows) == [(-1, (a,)) for a in range(501, 511)]
