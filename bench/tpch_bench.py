@@ -403,11 +403,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
         check = "equal" if all(x.get("check") == "equal" for x in (ivm, nat) if x) else \
             "; ".join(str(x.get("check") or x.get("error")) for x in (ivm, nat) if x)
+        st = ivm if ivm.get("state_mib") is not None else nat  # (a run of one of them)
         lines.append(
             f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | "
             f"{best.get('speedup_p50', 0):.1f}x | {best.get('crossover_epoch_size', 0):.0f} | "
-            f"{ivm.get('state_entries') or '-'} | "
-            f"{ivm['state_mib']:.0f} | {check} |" if ivm.get("state_mib") is not None else
+            f"{st.get('state_entries') or '-'} | "
+            f"{st['state_mib']:.0f} | {check} |" if st.get("state_mib") is not None else
             f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | - | - | - | - | {check} |")
     return "\n".join(lines)
 
