@@ -209,21 +209,21 @@ def compile_dag(split: ViewSplit, source_name: str, compile_one: Any) -> Compile
     base_names = set(_relations(tables, source_name).relations)
     inner: list[tuple[str, Any]] = []
     for name, body in split.views:
-        if isinstance(body, KeyedView):
+        if isinstance(body, (KeyedView, ThresholdFilter)):
             known = _relations(tables, source_name)
-            own = known.lookup(body.own.source)
-            other = known.lookup(body.pad.source) if body.pad else None
-            assert own is not None and (other is not None or body.pad is None)
-            kv = CompiledKeyedView(body, own, other, base_names)
-            inner.append((name, kv))
-            cols = ", ".join(f'"{c.name}" {_ddl_type(SqlType.of_column(c))}' for c in kv.columns)
-        elif isinstance(body, ThresholdFilter):
-            known = _relations(tables, source_name)
-            rows, scalar = known.lookup(body.source), known.lookup(body.scalar)
-            assert rows is not None and scalar is not None
-            tf = CompiledThreshold(body, rows, scalar)
-            inner.append((name, tf))
-            cols = ", ".join(f'"{c.name}" {_ddl_type(SqlType.of_column(c))}' for c in tf.columns)
+            node: CompiledKeyedView | CompiledThreshold
+            if isinstance(body, KeyedView):
+                own = known.lookup(body.own.source)
+                other = known.lookup(body.pad.source) if body.pad else None
+                assert own is not None and (other is not None or body.pad is None)
+                node = CompiledKeyedView(body, own, other, base_names)
+            else:
+                rows, scalar = known.lookup(body.source), known.lookup(body.scalar)
+                assert rows is not None and scalar is not None
+                node = CompiledThreshold(body, rows, scalar)
+            inner.append((name, node))
+            cols = ", ".join(f'"{c.name}" {_ddl_type(SqlType.of_column(c))}'
+                             for c in node.columns)
         else:
             q = compile_one(tables + body + ";\n", f"{source_name} (view {name})")
             inner.append((name, q))

@@ -194,6 +194,12 @@ class WholeRow:
         return row
 
 
+def partition_of(key: Any, partitions: int) -> int:
+    """The stage partition of a key: a crc32 of its repr (not hash(): the same in every
+    worker process)."""
+    return zlib.crc32(repr(key).encode()) % partitions
+
+
 class _ByKey:
     """Routes a row to the partition of its join key: a key's rows of both sides meet
     in one partition, which alone counts that key and pads it."""
@@ -205,8 +211,7 @@ class _ByKey:
     def route(self, atom: int, row: Row) -> list[int]:
         key_of = self.keys[atom]
         assert key_of is not None
-        # (repr, not hash(): the same in every worker process)
-        return [zlib.crc32(repr(key_of(row)).encode()) % self.partitions]
+        return [partition_of(key_of(row), self.partitions)]
 
 
 class KeyedViewLayout:

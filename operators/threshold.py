@@ -39,7 +39,6 @@ Example (``R.b > (SELECT AVG(b) FROM R)``):
 from __future__ import annotations
 
 import datetime
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,7 +48,7 @@ from core.epochs import UPDATE
 from core.errors import QueryError
 from core.records import EpochDelta, Update
 from core.schema import Relation, Row
-from operators.keyedview import WholeRow
+from operators.keyedview import WholeRow, partition_of
 from operators.state import DictState, State
 from plans.expr import SqlType
 from plans.threshold import ThresholdFilter
@@ -291,8 +290,8 @@ ROWS, SCALAR = 0, 1
 
 
 class _ByKey:
-    """Routes a row and its key's scalar to one partition (a crc32 of the key's repr:
-    the same in every worker process)."""
+    """Routes a row and its key's scalar to one partition (:func:`partition_of` its
+    key, as keyed views do)."""
 
     def __init__(self, compiled: CompiledThreshold, partitions: int) -> None:
         k, idx = compiled.n_keys, compiled.scalar_keys
@@ -304,7 +303,7 @@ class _ByKey:
     def route(self, atom: int, row: Row) -> list[int]:
         if self.partitions == 1:
             return [0]
-        return [zlib.crc32(repr(self.keys[atom](row)).encode()) % self.partitions]
+        return [partition_of(self.keys[atom](row), self.partitions)]
 
 
 class ThresholdLayout:
