@@ -340,6 +340,7 @@ class View:
         """The generated entry points and what a native build patches: bound and
         rebound only through it (:meth:`_register`)."""
         self._bind_fast()
+        self._flush = self._bind_flush()
         self._register(self._bind_apply(), self._bind_close())
         self.native = False
         """Whether the hot path runs compiled."""
@@ -404,6 +405,9 @@ class View:
         code). It returns False, having changed nothing, when the update needs the
         checked path."""
         self._direct: dict[str, Any] = {}
+        self._nets: list[tuple[dict[Any, int], Any]] = []
+        """Per FROM item, the open epoch's net change of its tuples (none zero) and its
+        node's apply: :meth:`_flush` applies them."""
         if len(self.engines) != 1:
             return
         nodes = self.engines[0].atom_nodes
@@ -453,6 +457,11 @@ class View:
                     env["HELD"] = node.base.get
                     have = "HELD(row, 0)"
                 test = tests[held][0]
+                # (the node's count lags by the epoch's net change of the row, not
+                # applied yet: the flush applies it)
+                held_net: dict[Any, int] = {}
+                env["HELD_NET"] = held_net.get
+                have = f"{have} + HELD_NET(row, 0)"
                 check = [f"    {'elif' if test else 'if'} dm < 0 and {have} + dm < 0:",
                          "        check(NAME, row, dm, u.source)"]
                 if test:  # (rows the holding node does not take are counted here)
@@ -461,15 +470,42 @@ class View:
             for n, (atom, ri) in enumerate(route.atoms):
                 test, bound = tests[n]
                 env.update(bound)
-                env[f"apply{n}"] = nodes[atom].apply
+                # Each FROM item's tuples are netted over the epoch before its node
+                # sees them: a delete and an insert of rows that agree on the columns
+                # the query reads (an update of a column it does not read) cancel here
+                # instead of running through the join twice.
+                net: dict[Any, int] = held_net if held is not None and n == held else {}
+                self._nets.append((net, nodes[atom].apply))
+                env[f"NET{n}"] = net
+                env[f"NET{n}_get"] = net.get
                 ind = "    "
                 if test:
                     lines.append(f"    if not ({test}):")
                     ind = "        "
-                lines.append(f"{ind}apply{n}({ri.result_expr}, dm)")
+                lines += [f"{ind}t{n} = {ri.result_expr}",
+                          f"{ind}v{n} = NET{n}_get(t{n}, 0) + dm",
+                          f"{ind}if v{n}:", f"{ind}    NET{n}[t{n}] = v{n}", f"{ind}else:",
+                          f"{ind}    del NET{n}[t{n}]"]
             lines.append("    return True")
             define("\n".join(lines), f"<apply {rel.name}>", env)
             self._direct[rel.name] = env["fast"]
+
+    def _bind_flush(self) -> Callable[[], None]:
+        """The generated function that applies the open epoch's netted tuples
+        (:attr:`_nets`) to their nodes and empties them: the epoch's close runs it
+        first, and so does everything that reads the engine's state (a snapshot, the
+        base tuples, the checked input path)."""
+        env: dict[str, Any] = {}
+        lines = ["def flush():"]
+        for n, (net, apply) in enumerate(self._nets):
+            env[f"NET{n}"], env[f"apply{n}"] = net, apply
+            lines += [f"    if NET{n}:", f"        for t, v in NET{n}.items():",
+                      f"            apply{n}(t, v)", f"        NET{n}.clear()"]
+        if not self._nets:
+            lines.append("    return None")
+        define("\n".join(lines), "<flush>", env)
+        fn: Callable[[], None] = env["flush"]
+        return fn
 
     def _interpreted_because(self, mode: str, flag: bool | None) -> str | None:
         """Why this view runs interpreted before any build is tried (None: try one);
@@ -500,6 +536,7 @@ class View:
         bindings = self._bindings
         if apply is not None:
             bindings.entry("apply", apply, self._set_apply)
+            bindings.entry("flush", self._flush, partial(setattr, self, "_flush"))
         bindings.entry("end_epoch", close_env["end_epoch"], self._set_close)
         for name, fast in self._direct.items():
             bindings.entry(f"fast {name}", fast, partial(self._direct.__setitem__, name))
@@ -565,14 +602,18 @@ class View:
         is a C method). Returns it, None without fast paths."""
         if not self._direct:
             return None
-        env: dict[str, Any] = {"checked": self._apply_checked, "pending": self._pending}
+        env: dict[str, Any] = {"checked": self._apply_checked, "pending": self._pending,
+                               "flush": self._flush}
         lines = ["def apply(update):", "    rel = update.relation"]
         for i, (name, fast) in enumerate(self._direct.items()):
             env[f"NAME{i}"] = name
             env[f"fast{i}"] = fast
             lines += [f"    {'elif' if i else 'if'} rel == NAME{i}:",
                       f"        if not fast{i}(update):", "            checked(update)"]
-        lines += ["    else:", "        checked(update)", "    pending[0] += 1"]
+        # (the netted tuples are applied every 2**15 updates too: a long epoch, the
+        # initial load, holds no more of them than that)
+        lines += ["    else:", "        checked(update)", "    n = pending[0] + 1",
+                  "    pending[0] = n", "    if not n & 32767:", "        flush()"]
         define("\n".join(lines), "<apply>", env)
         fn: Callable[[Update], None] = env["apply"]
         return fn
@@ -586,7 +627,8 @@ class View:
         engines = self.engines
         finalizer = self.finalizer
         env: dict[str, Any] = {"counters": self._counters, "pending": self._pending,
-                               "new_delta": EpochDelta, "finalizer": finalizer}
+                               "new_delta": EpochDelta, "finalizer": finalizer,
+                               "flush": self._flush}
         share = getattr(engines[0], "share_acc", None)
         if len(engines) == 1 and share is not None:
             share(env)
@@ -606,7 +648,8 @@ class View:
         # ungrouped aggregate's first epoch shows its one row even so).
         always = finalizer.mode == "aggregate" and not finalizer.final_grouped
         test = "raw or not finalizer.silent_when_unchanged" if always else "raw"
-        lines = ["def end_epoch(closed_by_marker=False):", *take, f"    if {test}:",
+        lines = ["def end_epoch(closed_by_marker=False):", "    flush()", *take,
+                 f"    if {test}:",
                  *finish, "        rows = tuple(out)", *clear, "    else:",
                  "        rows = ()", "    epoch = counters[0] + 1", "    counters[0] = epoch",
                  "    n = pending[0]", "    pending[0] = 0", "    counters[1] += n",
@@ -649,6 +692,7 @@ class View:
         return self._counters[1] + self._pending[0]
 
     def _apply_checked(self, update: Update) -> None:
+        self._flush()  # (the validator and the nodes below read the nodes' counts)
         row = update.row
         fast = self._fast.get(update.relation)
         if fast is None or tuple(map(type, row)) != fast[2] or update.mult < 1:
@@ -693,6 +737,7 @@ class View:
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The database the view holds: ``(relation, row, multiplicity)`` per distinct
         base tuple (what :mod:`dataflow.runners.local.checkpoint` saves)."""
+        self._flush()
         return list(self.validator.items())
 
     def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:
@@ -718,10 +763,12 @@ class View:
 
     def snapshot(self) -> list[tuple[int, Row]]:
         """The whole current result, enumerated from the maintained structure."""
+        self._flush()
         return self.finalizer.snapshot(self._merged([e.full() for e in self.engines]))
 
     def state_entries(self) -> int:
         """Stored state entries over all partitions (base validator and output included)."""
+        self._flush()
         total = sum(e.state_entries() for e in self.engines)
         total += len(self.validator.counts) + len(self.finalizer.state)
         return total
