@@ -407,20 +407,38 @@ class PartitionTask:
         per change: what a runner that writes or ships bundles wants."""
         out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
         nodes = self.atom_nodes
+        # The epoch's tuples are netted per FROM item before a node sees them (as the
+        # local view does): an update of columns the query does not read cancels
+        # here, and neither runs through the joins nor touches the keyed state.
+        net: dict[tuple[int, Any], int] = {}
         for _p, seq, epoch, kind, atom, t, dm, snapshot in sorted(rows, key=_SEQ):
             if kind == UPDATE:
-                node = nodes[atom]
-                if dm < 0 and node.base.get(t, 0) + dm < 0:
-                    where = f"update #{seq + 1}"
-                    have = f"{node.base.get(t, 0)} copies present"
-                    raise InputError(
-                        where, repr(t), f"a delete of at most {have}",
-                        f"a delete of {-dm}", "fix the update stream",
-                    )
-                node.apply(t, dm)
+                key = (atom, t)
+                pending = net.get(key, 0)
+                if dm < 0:
+                    have = nodes[atom].base.get(t, 0) + pending
+                    if have + dm < 0:
+                        raise InputError(
+                            f"update #{seq + 1}", repr(t),
+                            f"a delete of at most {have} copies present",
+                            f"a delete of {-dm}", "fix the update stream",
+                        )
+                if pending + dm:
+                    net[key] = pending + dm
+                else:
+                    del net[key]
                 continue
+            self._apply_net(net)
             self.close_epoch(epoch, snapshot, out)
+        self._apply_net(net)
         return out
+
+    def _apply_net(self, net: dict[tuple[int, Any], int]) -> None:
+        """Apply the netted tuples to their nodes and empty ``net``."""
+        nodes = self.atom_nodes
+        for (atom, t), dm in net.items():
+            nodes[atom].apply(t, dm)
+        net.clear()
 
     def close_epoch(self, epoch: int, snapshot: int,
                     out: dict[tuple[str, int], list[tuple[int, Any]]]) -> None:
