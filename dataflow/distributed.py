@@ -418,8 +418,9 @@ class PartitionTask:
                 if dm < 0:
                     have = nodes[atom].base.get(t, 0) + pending
                     if have + dm < 0:
+                        where = f"update #{seq + 1}"
                         raise InputError(
-                            f"update #{seq + 1}", repr(t),
+                            where, repr(t),
                             f"a delete of at most {have} copies present",
                             f"a delete of {-dm}", "fix the update stream",
                         )
