@@ -106,6 +106,8 @@ class KafkaDeltaSink:
         self._seen = 0
         self.failed_attempts = 0
         """Epoch transactions aborted because the broker did not take a record."""
+        self._committing = False
+        """Whether the current transaction's commit was sent (a failure: in doubt)."""
         self.closed = False
 
     @property
@@ -149,6 +151,7 @@ class KafkaDeltaSink:
         from kafka.errors import KafkaError
 
         failure = ""
+        in_doubt = False  # (the last transaction's commit was sent and not answered)
         for _ in range(EPOCH_ATTEMPTS):
             if self._producer is None:
                 try:
@@ -158,10 +161,12 @@ class KafkaDeltaSink:
                     continue
                 # The failed attempt's commit may have reached the broker; the new
                 # producer's fencing has settled it either way, so the topic now says.
+                in_doubt = False
                 if rows and read_last_epoch(self.endpoint, key=self.kind) >= k:
                     failure = ""
                     break
             failure = self._transaction(k, rows, offsets) or ""
+            in_doubt = bool(failure) and self._committing
             if not failure:
                 break
             self.failed_attempts += 1
@@ -171,10 +176,23 @@ class KafkaDeltaSink:
                 self._producer.close(timeout=1)
             self._producer = None
         else:
-            msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} could not be written "
-                   f"in {EPOCH_ATTEMPTS} attempts ({failure}); nothing of it was committed, "
-                   "nor were its source offsets. Check the broker, then run again: the run "
-                   f"resumes after the last committed {self.kind} ({self.last_committed}).")
+            last = self.last_committed
+            if in_doubt:
+                # No producer could be made since: nothing has settled that commit, and
+                # a broker that takes it late commits the epoch whole (the restart's
+                # fencing producer settles it either way before the topic is read).
+                msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} could not be "
+                       f"confirmed in {EPOCH_ATTEMPTS} attempts ({failure}); its last "
+                       "commit was sent but not answered, so the broker may still commit "
+                       "it, whole, with its source offsets; nothing else of it can land. "
+                       "Check the broker, then run again: the run resumes after the last "
+                       f"{self.kind} the topic holds ({last}, or {k} if that commit landed).")
+            else:
+                msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} could not be "
+                       f"written in {EPOCH_ATTEMPTS} attempts ({failure}); nothing of it was "
+                       "committed, nor were its source offsets. Check the broker, then run "
+                       f"again: the run resumes after the last committed {self.kind} "
+                       f"({last}).")
             raise KafkaDeliveryError(msg)
         self._dead.clear()
         if rows:
@@ -203,6 +221,7 @@ class KafkaDeltaSink:
         from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 
         p = self._producer
+        self._committing = False
         p.begin_transaction()
         try:
             key = str(k).encode()
@@ -221,6 +240,7 @@ class KafkaDeltaSink:
             # so committing now would lose its records silently.
             failed = next((f.exception for f in sent if f.failed()), None)
             if failed is None:
+                self._committing = True  # (from here a failure leaves the epoch in doubt)
                 p.commit_transaction()
                 return None
         except KafkaError as e:
