@@ -444,6 +444,11 @@ class View:
                                  if t is not type(None))
             tests = [ri.typed_test(non_null, f"_{n}") for n, (_a, ri) in enumerate(route.atoms)]
             held = self._held.get(rel.name)
+            # Each FROM item's tuples are netted over the epoch before its node sees
+            # them: a delete and an insert of rows that agree on the columns the query
+            # reads (an update of a column it does not read) cancel here instead of
+            # running through the join twice.
+            nets: list[dict[Any, int]] = [{} for _ in route.atoms]
             if held is None:
                 lines += count_lines
             else:
@@ -459,8 +464,7 @@ class View:
                 test = tests[held][0]
                 # (the node's count lags by the epoch's net change of the row, not
                 # applied yet: the flush applies it)
-                held_net: dict[Any, int] = {}
-                env["HELD_NET"] = held_net.get
+                env["HELD_NET"] = nets[held].get
                 have = f"{have} + HELD_NET(row, 0)"
                 check = [f"    {'elif' if test else 'if'} dm < 0 and {have} + dm < 0:",
                          "        check(NAME, row, dm, u.source)"]
@@ -470,11 +474,7 @@ class View:
             for n, (atom, ri) in enumerate(route.atoms):
                 test, bound = tests[n]
                 env.update(bound)
-                # Each FROM item's tuples are netted over the epoch before its node
-                # sees them: a delete and an insert of rows that agree on the columns
-                # the query reads (an update of a column it does not read) cancel here
-                # instead of running through the join twice.
-                net: dict[Any, int] = held_net if held is not None and n == held else {}
+                net = nets[n]
                 self._nets.append((net, nodes[atom].apply))
                 env[f"NET{n}"] = net
                 env[f"NET{n}_get"] = net.get

@@ -106,8 +106,6 @@ class KafkaDeltaSink:
         self._seen = 0
         self.failed_attempts = 0
         """Epoch transactions aborted because the broker did not take a record."""
-        self._committing = False
-        """Whether the current transaction's commit was sent (a failure: in doubt)."""
         self.closed = False
 
     @property
@@ -165,10 +163,10 @@ class KafkaDeltaSink:
                 if rows and read_last_epoch(self.endpoint, key=self.kind) >= k:
                     failure = ""
                     break
-            failure = self._transaction(k, rows, offsets) or ""
-            in_doubt = bool(failure) and self._committing
-            if not failure:
+            failed = self._transaction(k, rows, offsets)
+            if failed is None:
                 break
+            failure, in_doubt = failed
             self.failed_attempts += 1
             # The epoch was aborted (or is in doubt); a fresh producer with the same id
             # fences this one, then the epoch is written again, whole.
@@ -214,14 +212,15 @@ class KafkaDeltaSink:
         return producer
 
     def _transaction(self, k: int, rows: Sequence[tuple[int, Row]],
-                     offsets: Mapping[TopicPartitionKey, int]) -> str | None:
+                     offsets: Mapping[TopicPartitionKey, int]) -> tuple[str, bool] | None:
         """Write one epoch in one transaction: None when committed, else why not (a
-        Kafka error; the transaction is aborted, or in doubt if the commit failed)."""
+        Kafka error) and whether it is in doubt (its commit was sent and not answered;
+        otherwise the transaction is aborted)."""
         from kafka import OffsetAndMetadata, TopicPartition
         from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 
         p = self._producer
-        self._committing = False
+        committing = False  # (from the commit on, a failure leaves the epoch in doubt)
         p.begin_transaction()
         try:
             key = str(k).encode()
@@ -240,7 +239,7 @@ class KafkaDeltaSink:
             # so committing now would lose its records silently.
             failed = next((f.exception for f in sent if f.failed()), None)
             if failed is None:
-                self._committing = True  # (from here a failure leaves the epoch in doubt)
+                committing = True
                 p.commit_transaction()
                 return None
         except KafkaError as e:
@@ -258,7 +257,7 @@ class KafkaDeltaSink:
             raise KafkaFencedError(msg) from failed
         with contextlib.suppress(Exception):
             p.abort_transaction()
-        return f"{type(failed).__name__}: {failed}"
+        return f"{type(failed).__name__}: {failed}", committing
 
     def _offsets(self) -> dict[TopicPartitionKey, int]:
         return self._source.positions() if self._source is not None else {}
