@@ -172,6 +172,12 @@ class WorkerPlan:
     eps: float = 0.5
     """IVM-epsilon's exponent and partitioning (triangle queries)."""
     partitioning: str = "single"
+    snapshots: bool = True
+    """Whether the run writes snapshots. Without a snapshot sink the closes reach the
+    partitions asking for none (:func:`~dataflow.stages.plan_tags`): a snapshot costs
+    the whole result (and a staged query's partial stages ship all their payloads), so
+    a run that writes none must not build one per ``*`` marker. Not part of the layout
+    stamp: it changes no state."""
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:

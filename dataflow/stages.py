@@ -531,7 +531,23 @@ def stage_plan(plan: WorkerPlan) -> StagePlan:
 
 def plan_tags(plan: WorkerPlan, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
     """:func:`~dataflow.distributed.tag_rows` for a worker plan: by its one layout, or,
-    for a plan run as stages, for the slots of every stage reading each table."""
+    for a plan run as stages, for the slots of every stage reading each table. A plan
+    without snapshots (``plan.snapshots``) tags every close as asking for none.
+
+    >>> from core.epochs import EpochCursor
+    >>> from core.records import EPOCH_END, Update
+    >>> from dataflow.api import compile_query
+    >>> q = compile_query("CREATE TABLE R(a INT); SELECT a FROM R")
+    >>> numbered = list(EpochCursor().number([Update("+", "R", (1,)), EPOCH_END]))
+    >>> [r[-1] for r in plan_tags(WorkerPlan.of(q, 1), numbered)]
+    [0, 1]
+    >>> from dataclasses import replace
+    >>> [r[-1] for r in plan_tags(replace(WorkerPlan.of(q, 1), snapshots=False), numbered)]
+    [0, 0]
+    """
+    if not plan.snapshots:
+        numbered = [n._replace(snapshot=0) if n.kind == CLOSE and n.snapshot else n
+                    for n in numbered]
     if plan.staged:
         return stage_plan(plan).tag_base(numbered)
     return tag_rows(plan.compiled()[1], numbered)

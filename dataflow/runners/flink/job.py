@@ -34,7 +34,7 @@ import pickle
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -532,6 +532,7 @@ class FlinkJob:
         (:mod:`dataflow.runners.flink.files`), ``-`` for stdin (spooled first)."""
         from dataflow.runners.flink.files import FileEpochSource, start_position
 
+        self._snapshots_wanted(snapshots)
         ckpt, restore = self._checkpoint_dir()
         if path == "-":
             path = str(_spool_stdin(ckpt, fresh=restore is None))
@@ -550,12 +551,18 @@ class FlinkJob:
         start (``stop_at_end``) or until ``should_stop()``."""
         from dataflow.runners.flink.kafka import KafkaEpochSource, start_position
 
+        self._snapshots_wanted(snapshots)
         ckpt, restore = self._checkpoint_dir()
         start, ticks = start_position(url, self.query.schema, ckpt, stop_at_end,
                                       fresh=restore is None, kafka_options=kafka_options)
         kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
                                  batch_records, kafka_options)
         self._run(kafka, ticks, ckpt, restore, deltas, snapshots, kafka_options, should_stop)
+
+    def _snapshots_wanted(self, snapshots: str | None) -> None:
+        """Ship a plan whose closes ask for snapshots only if this run writes them
+        (:attr:`~dataflow.distributed.WorkerPlan.snapshots`)."""
+        self.plan = replace(self.plan, snapshots=snapshots is not None)
 
     def _run(self, reader: Any, ticks: int, ckpt: Path, restore: str | None,
              deltas: str | None, snapshots: str | None, kafka_options: Sequence[str],

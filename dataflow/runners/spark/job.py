@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -403,6 +404,8 @@ class SparkJob:
         """Run until the bounded source is consumed (or forever for a growing
         directory or a Kafka topic, until stopped: :meth:`stop`, or ``should_stop()``
         turning true, e.g. on SIGTERM), writing each closed epoch once."""
+        # (closes ask the partitions for snapshots only if this run writes them)
+        self.plan = replace(self.plan, snapshots=getattr(outputs, "snapshots", None) is not None)
         self._stamp_checkpoint()
         log = None if self.verbose else new_log("spark")
         try:
