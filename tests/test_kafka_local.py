@@ -643,6 +643,37 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
         stop()
 
 
+def test_an_epoch_committed_after_a_retry_is_read_back_and_a_stray_record_stops_the_run(
+        kafka_bootstrap: str) -> None:
+    """The check a sink runs after an epoch that took more than one attempt: the topic
+    must hold exactly the epoch's records. A broker that lets a record of the aborted
+    attempt into the retry's transaction is imitated by a second producer writing one
+    more record of the epoch; the sink then stops with what it found."""
+    from kafka import KafkaProducer
+
+    from connectors.kafka import KafkaDeltaSink, KafkaEpochMismatchError
+    from connectors.kafka.codec import encode_delta
+    from core.records import EpochDelta
+
+    url = f"kafka://{kafka_bootstrap}/{_topic('deltas')}"
+    sink = KafkaDeltaSink(parse_kafka_url(url), ["v"], transactional_id=_topic("tx"))
+    rows = tuple((1, (v,)) for v in range(3, 40))
+    try:
+        sink.write_epoch(EpochDelta(1, ((1, (1,)),)))
+        sink.write_epoch(EpochDelta(2, rows))
+        sink._check_committed(2, rows)  # what it wrote: nothing to say
+        stray = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+        stray.send(sink.topic, encode_delta(2, 1, (7,), ["v"]), key=b"2", partition=0)
+        stray.flush()
+        stray.close()
+        with pytest.raises(KafkaEpochMismatchError, match=(
+                r"epoch 2 was committed after 0 failed attempt\(s\), but the topic '.*' "
+                r"holds 38 records for it where this run wrote 37 \(1 extra, 0 missing")):
+            sink._check_committed(2, rows)
+    finally:
+        sink.close()
+
+
 def test_a_fenced_sink_stops_instead_of_taking_its_id_back(kafka_bootstrap: str) -> None:
     from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink
     from core.records import EpochDelta

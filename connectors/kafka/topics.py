@@ -130,6 +130,26 @@ def read_last_epoch(endpoint: KafkaEndpoint, *, key: str = "epoch") -> int:
         window *= 16
 
 
+def read_epoch_records(endpoint: KafkaEndpoint, k: int, *, key: str = "epoch"
+                       ) -> list[bytes]:
+    """The committed record values of epoch (or snapshot) ``k`` in the endpoint's topic,
+    whose last epoch is ``k``: read from the end in growing windows, until a window
+    starts at an earlier epoch or at the topic's beginning."""
+    window = 1024
+    while True:
+        recs, whole = _read_committed(endpoint, endpoint.topic,
+                                      lambda b, e, w=window: e - w)  # type: ignore[misc]
+        epochs = []
+        for r in recs:
+            try:
+                epochs.append(decode_delta(r.value, key=key)[0])
+            except (ValueError, KeyError, TypeError):
+                epochs.append(None)
+        if whole or any(e is not None and e < k for e in epochs):
+            return [r.value for r, e in zip(recs, epochs) if e == k]
+        window *= 16
+
+
 def read_deltas(endpoint: KafkaEndpoint, *, key: str = "epoch"
                 ) -> list[tuple[int, int, dict[str, Value]]]:
     """All committed delta (or snapshot) records of the topic as ``(epoch, mult, row)``,
