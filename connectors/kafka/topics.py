@@ -139,7 +139,7 @@ def read_epoch_records(endpoint: KafkaEndpoint, k: int, *, key: str = "epoch"
     while True:
         recs, whole = _read_committed(endpoint, endpoint.topic,
                                       lambda b, e, w=window: e - w)  # type: ignore[misc]
-        epochs = []
+        epochs: list[int | None] = []
         for r in recs:
             try:
                 epochs.append(decode_delta(r.value, key=key)[0])
