@@ -761,10 +761,28 @@ class View:
         self.end_epoch()  # the finalizer learns the restored result; its delta is dropped
         self.epoch = epoch
 
-    def snapshot(self) -> list[tuple[int, Row]]:
-        """The whole current result, enumerated from the maintained structure."""
+    def snapshot(self, enumerate_join: bool = False) -> list[tuple[int, Row]]:
+        """The whole current result, from the maintained structure: an aggregate's
+        maintained groups after a closed epoch, else (and with ``enumerate_join``) a
+        full enumeration of the engines' state.
+
+        >>> q = compile_query("CREATE TABLE R(a INT, b INT); SELECT a, SUM(b) FROM R GROUP BY a")
+        >>> v = q.maintain()
+        >>> for row in [(1, 10), (1, 5), (2, 7)]:
+        ...     v.apply(Update("+", "R", row))
+        >>> _ = v.end_epoch()
+        >>> v.snapshot() == v.snapshot(enumerate_join=True) == [(1, (1, 15)), (1, (2, 7))]
+        True
+        """
         self._flush()
-        return self.finalizer.snapshot(self._merged([e.full() for e in self.engines]))
+
+        def enumerate_rows() -> dict[Any, Any]:
+            return self._merged([e.full() for e in self.engines])
+
+        if enumerate_join or any(e.acc for e in self.engines):
+            # (an open epoch's changes are in the engines, not yet in the groups)
+            return self.finalizer.snapshot(enumerate_rows())
+        return self.finalizer.full(enumerate_rows)
 
     def state_entries(self) -> int:
         """Stored state entries over all partitions (base validator and output included)."""

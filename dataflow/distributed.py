@@ -458,7 +458,7 @@ class PartitionTask:
         if self._meta is not None and self._meta.get("emitted_once") is not True:
             self._meta["emitted_once"] = self.finalizer.emitted_once
         if snapshot:
-            full = self.finalizer.snapshot(self.engine.full())
+            full = self.finalizer.full(self.engine.full)
             if full:
                 out[("snapshot", snapshot)] = full
 

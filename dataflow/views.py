@@ -156,8 +156,9 @@ class DagView:
         out: EpochDelta = self.outer.end_epoch(closed_by_marker=closed_by_marker)
         return out
 
-    def snapshot(self) -> list[tuple[int, Row]]:
-        rows: list[tuple[int, Row]] = self.outer.snapshot()
+    def snapshot(self, enumerate_join: bool = False) -> list[tuple[int, Row]]:
+        """The whole current result (the outer view's, :meth:`View.snapshot`)."""
+        rows: list[tuple[int, Row]] = self.outer.snapshot(enumerate_join)
         return rows
 
     def state_entries(self) -> int:

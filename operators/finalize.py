@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from core.codegen import define
@@ -250,6 +250,35 @@ class OutputFinalizer:
                 groups[key] = new
             yield key, old, new
 
+    @property
+    def keeps_groups(self) -> bool:
+        """Whether :attr:`state` holds every group's payload (an aggregate whose engine
+        does not keep them, without a top-k window sharing the map): a snapshot is
+        then read from it, O(groups), instead of from a full enumeration of the join
+        (an ungrouped aggregate over a join enumerates every joined row)."""
+        return (self.mode == "aggregate" and self.topk is None
+                and (self.reagg is not None or self.current is None))
+
+    def full(self, enumerate_rows: Callable[[], dict[Any, Any]]) -> list[tuple[int, Row]]:
+        """The whole current result: from the maintained groups when :attr:`state`
+        holds them all (:attr:`keeps_groups`), else from ``enumerate_rows()``, a full
+        enumeration's row payloads (:meth:`snapshot`).
+
+        >>> from operators.ring import IntRing
+        >>> f = OutputFinalizer("aggregate", IntRing(), None, (("key", 0), ("agg", 0)), {})
+        >>> f.epoch({("a",): 2, ("b",): 1})
+        [(1, ('a', 2)), (1, ('b', 1))]
+        >>> f.full(lambda: {})  # (not enumerated: the groups are in state)
+        [(1, ('a', 2)), (1, ('b', 1))]
+        """
+        if not self.keeps_groups:
+            return self.snapshot(enumerate_rows())
+        if self.reagg is None:
+            return self._snapshot_of_groups(self.state, self.ring.zero)
+        finals = {key[1]: acc for key, acc in self.state.items()
+                  if type(key) is tuple and len(key) == 2 and key[0] == REAGG_TAG}
+        return self._snapshot_of_groups(finals, self.reagg.zero)
+
     def snapshot(self, raw: dict[Any, Any]) -> list[tuple[int, Row]]:
         """The full result from a full enumeration's row payloads."""
         out: list[tuple[int, Row]] = []
@@ -259,23 +288,34 @@ class OutputFinalizer:
             out = [(int(m), row) for row, m in raw.items() if m]
         elif self.mode == "distinct":
             out = [(1, row) for row, m in raw.items() if m]
+        elif self.reagg is not None:
+            return self._snapshot_of_groups(self.reagg.groups(raw), self.reagg.zero)
         else:
-            counts: dict[Row, int] = {}
-            zero = self.ring.zero
-            if self.reagg is not None:
-                raw = self.reagg.groups(raw)
-                zero = self.reagg.zero
-            for key, payload in raw.items():
-                if payload[0] if self.reagg is not None else self.ring.count(payload):
-                    row = self._agg_row(key, payload)
-                    if row is not None:
-                        counts[row] = counts.get(row, 0) + 1
-            out = [(m, row) for row, m in counts.items()]
-            if not self.final_grouped and not any(
-                    (p[0] if self.reagg is not None else self.ring.count(p)) for p in raw.values()):
-                row = self._agg_row((), zero)
+            return self._snapshot_of_groups(raw, self.ring.zero)
+        return self._in_order(out)
+
+    def _snapshot_of_groups(self, groups: Mapping[Any, Any], zero: Any
+                            ) -> list[tuple[int, Row]]:
+        """An aggregate's whole result from its final groups' payloads (accumulators,
+        with a reaggregation)."""
+        def live(payload: Any) -> Any:
+            return payload[0] if self.reagg is not None else self.ring.count(payload)
+
+        counts: dict[Row, int] = {}
+        for key, payload in groups.items():
+            if live(payload):
+                row = self._agg_row(key, payload)
                 if row is not None:
-                    out.append((1, row))
+                    counts[row] = counts.get(row, 0) + 1
+        out = [(m, row) for row, m in counts.items()]
+        if not self.final_grouped and not any(live(p) for p in groups.values()):
+            row = self._agg_row((), zero)
+            if row is not None:
+                out.append((1, row))
+        return self._in_order(out)
+
+    def _in_order(self, out: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
+        """A whole result sorted, then through the top-k window or in ORDER BY order."""
         sort_rows(out)
         if self.topk is not None:
             return self.topk.snapshot(out)
