@@ -19,7 +19,6 @@ state reaches the driver, and no output row either when the sinks are Kafka topi
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 import sys
@@ -64,24 +63,14 @@ from dataflow.runners.spark.output import (
 from dataflow.runners.spark.source import SOURCE_NAME, TAGGED_SCHEMA, UpdateCsvSource
 from dataflow.runners.spark.stages import staged_job, tagged_frame
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
+from dataflow.runners.spark.trace import TRACE as _TRACE
+from dataflow.runners.spark.trace import trace as _trace
 from dataflow.stages import StagePlan, needs_stages, plan_tags
 
 OUTPUT_SCHEMA = WRITTEN_SCHEMA
 """One row per (kind, epoch) and partition: ``n`` changes, and ``rows`` the pickled list
 of that partition's consolidated ``(mult, row)`` changes, or null when the partition
 wrote them to Kafka itself (the only partition of a run with a Kafka sink)."""
-
-_TRACE = os.environ.get("IVMFLOW_SPARK_TRACE")
-"""``IVMFLOW_SPARK_TRACE=FILE``: every partition task appends a JSON line of where its
-time went (cache lookup, reading the batch's rows, engine, write-back) to FILE."""
-
-
-def _trace(**record: Any) -> None:
-    """Append ``record`` as a JSON line to the ``IVMFLOW_SPARK_TRACE`` file, if set."""
-    if _TRACE:
-        with open(_TRACE, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-
 
 def _restore_open_epoch(task: PartitionTask, extra: bytes | None) -> None:
     task.engine.acc = pickle.loads(extra) if extra else {}

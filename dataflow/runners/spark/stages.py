@@ -20,6 +20,7 @@ This module imports pyspark; ``operators/`` and ``plans/`` never do.
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,8 @@ from dataflow.distributed import WorkerPlan
 from dataflow.runners.spark.output import OUTPUT_COLUMNS, write_bundles
 from dataflow.runners.spark.source import TAGGED_SCHEMA
 from dataflow.runners.spark.state import PartitionStore
+from dataflow.runners.spark.trace import TRACE as _TRACE
+from dataflow.runners.spark.trace import trace as _trace
 from dataflow.stages import StageTask, stage_plan
 
 TAGGED_COLUMNS = ["partition", "seq", "epoch", "kind", "atom", "tup", "dm", "snapshot"]
@@ -66,10 +69,13 @@ class StageProcessor(StatefulProcessor):
             for pdf in rows:  # a later stage's rows: on to it
                 yield pdf[TAGGED_COLUMNS]
             return
+        clock = time.perf_counter
+        t0 = clock()
         hit = self.store.cache(slot, self.plan,
                                lambda state: StageTask(stages, slot, state),
                                lambda task, extra: task.restore_open_epoch(extra))
         task: StageTask = hit.payload
+        t1 = clock()
         loads = pickle.loads
         tagged: list[tuple[Any, ...]] = []
         for pdf in rows:
@@ -79,8 +85,16 @@ class StageProcessor(StatefulProcessor):
         # A shuffle keeps no channel's order: epochs in order, an epoch's updates (in
         # stream order) before its closes - what each channel sent, in its order.
         tagged.sort(key=lambda r: (r[2], r[3] == CLOSE, r[1]))
+        t2 = clock()
         downstream, final = task.feed(tagged)
+        t3 = clock()
         self.store.commit(slot, self.plan, hit, task.open_epoch())
+        t4 = clock()
+        if _TRACE:
+            end = time.time()
+            _trace(task_start=end - (t4 - t0), task_end=end, partition=slot,
+                   stage=self.index, rows=len(tagged), cache_s=t1 - t0, read_s=t2 - t1,
+                   engine_s=t3 - t2, write_back_s=t4 - t3)
         if stage.final:
             yield pd.DataFrame(write_bundles(final, {}), columns=OUTPUT_COLUMNS)
         elif downstream:
