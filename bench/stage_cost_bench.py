@@ -303,7 +303,11 @@ def run_runner(name: str, query: Path, updates: Path, counts: list[int], work: P
         written = sum(t["write_back_s"] for t in tasks)
         out.update({"engine_us_per_update": 1e6 * engine / n,
                     "write_back_us_per_update": 1e6 * written / n,
-                    "us_per_update": 1e6 * (engine + written) / n})
+                    "us_per_update": 1e6 * (engine + written) / n,
+                    # (of the engine's: bringing a worker's cache to the store's stamp,
+                    # by the journal or, after a restart or a long absence, a rebuild)
+                    "cache_us_per_update": 1e6 * sum(t["cache_s"] for t in tasks) / n,
+                    "tasks": len(tasks)})
     if "us_per_update" not in out:
         if "latency_us_per_update" not in out:
             return {"status": "failed", "wall_s": wall, "error": "no phases, no trace and "

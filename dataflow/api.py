@@ -779,7 +779,7 @@ class View:
         def enumerate_rows() -> dict[Any, Any]:
             return self._merged([e.full() for e in self.engines])
 
-        if enumerate_join or any(e.acc for e in self.engines):
+        if enumerate_join or self.pending_updates:
             # (an open epoch's changes are in the engines, not yet in the groups)
             return self.finalizer.snapshot(enumerate_rows())
         return self.finalizer.full(enumerate_rows)

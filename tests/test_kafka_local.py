@@ -588,7 +588,7 @@ def test_consumer_group_resume_continues_where_the_group_stopped(
 def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() -> None:
     import kafka_broker as kb
 
-    from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink
+    from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink, KafkaEpochMismatchError
     from core.records import EpochDelta
 
     if kb.noida_version() is None:
@@ -598,6 +598,20 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
     fast = {"delivery.timeout.ms": "2000", "request.timeout.ms": "1000", "linger.ms": "0",
             "max.block.ms": "2000", "retry.backoff.ms": "50"}
     url, tx = f"kafka://{broker.bootstrap}/{_topic('deltas')}", _topic("tx")
+
+    def stopped_loudly(sink: KafkaDeltaSink, delta: EpochDelta) -> bool:
+        """Write ``delta``; True if the sink stopped because the broker let a record of
+        the producer it fenced into the epoch (noida-db frozen under CPU starvation
+        does, about once in 8 trials; Kafka rejects such records): then the topic holds
+        more records of the epoch than were written, as the error says."""
+        try:
+            sink.write_epoch(delta)
+        except KafkaEpochMismatchError as err:
+            held = sum(1 for e, _m, _r in read_deltas(parse_kafka_url(url)) if e == delta.epoch)
+            assert held > len(delta.rows) and f"holds {held} records" in str(err), str(err)
+            return True
+        return False
+
     sink = KafkaDeltaSink(parse_kafka_url(url, fast), ["v"], transactional_id=tx)
     again = None
     try:
@@ -607,8 +621,10 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
         t0 = time.monotonic()
         thaw = threading.Timer(3.0, os.kill, (broker.pid, signal.SIGCONT))
         thaw.start()
-        sink.write_epoch(EpochDelta(2, tuple((1, (v,)) for v in range(3, 40))))
+        stopped = stopped_loudly(sink, EpochDelta(2, tuple((1, (v,)) for v in range(3, 40))))
         thaw.join()
+        if stopped:
+            return
         assert sink.failed_attempts >= 1 and time.monotonic() - t0 >= 2.0
         want = {1: Counter({(1, 1): 1, (1, 2): 1}),
                 2: Counter({(1, v): 1 for v in range(3, 40)})}
@@ -632,7 +648,8 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
         assert again.last_committed == 2 or (in_doubt and again.last_committed == 3)
         three = {3: Counter({(1, 99): 1})}
         assert _kafka_epochs(url) == (want if again.last_committed == 2 else {**want, **three})
-        again.write_epoch(EpochDelta(3, ((1, (99,)),)))
+        if stopped_loudly(again, EpochDelta(3, ((1, (99,)),))):
+            return
         assert _kafka_epochs(url) == {**want, **three}
         assert read_last_epoch(parse_kafka_url(url)) == 3
     finally:
@@ -659,7 +676,7 @@ def test_an_epoch_committed_after_a_retry_is_read_back_and_a_stray_record_stops_
     sink = KafkaDeltaSink(parse_kafka_url(url), ["v"], transactional_id=_topic("tx"))
     rows = tuple((1, (v,)) for v in range(3, 40))
     try:
-        sink.write_epoch(EpochDelta(1, ((1, (1,)),)))
+        sink.write_epoch(EpochDelta(1, ((1, (1,)),)))  # (read back: the sink's first)
         sink.write_epoch(EpochDelta(2, rows))
         sink._check_committed(2, rows)  # what it wrote: nothing to say
         stray = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
@@ -667,7 +684,8 @@ def test_an_epoch_committed_after_a_retry_is_read_back_and_a_stray_record_stops_
         stray.flush()
         stray.close()
         with pytest.raises(KafkaEpochMismatchError, match=(
-                r"epoch 2 was committed after 0 failed attempt\(s\), but the topic '.*' "
+                r"epoch 2, the first committed after this sink fenced an older producer "
+                r"\(a restart or a failed attempt: 0 so far\), was read back: the topic '.*' "
                 r"holds 38 records for it where this run wrote 37 \(1 extra, 0 missing")):
             sink._check_committed(2, rows)
     finally:

@@ -54,10 +54,10 @@ duplicates one.  An epoch whose records the broker did not take (kafka-python fa
 timed-out batch without failing the transaction, so the sink checks every record before
 committing) is aborted and retried whole by a fresh producer, at most
 :data:`EPOCH_ATTEMPTS` times, then :class:`KafkaDeliveryError` stops the run; a sink
-fenced by another producer with its ``transactional.id`` stops at once. An epoch that
-needed a retry is read back once committed: if the broker took a record of the aborted
-attempt into it, :class:`KafkaEpochMismatchError` stops the run (it cannot be undone,
-but it is never silent).
+fenced by another producer with its ``transactional.id`` stops at once. The first epoch
+a producer commits after fencing an older one (a restart, a retry) is read back: if the
+broker took a record of the fenced producer into it, :class:`KafkaEpochMismatchError`
+stops the run (it cannot be undone, but it is never silent).
 
 Engine state on restart (local runner): the update topic is re-read from its beginning
 and the state rebuilt, already-committed epochs suppressed -- the same path as the file

@@ -35,8 +35,9 @@ class KafkaDeliveryError(IvmflowError):
 
 
 class KafkaEpochMismatchError(KafkaDeliveryError):
-    """An epoch committed after a failed attempt does not hold what the sink wrote: the
-    broker took records of the aborted attempt into the committed transaction."""
+    """An epoch committed right after a fencing (a restart, a retry) does not hold what
+    the sink wrote: the broker took records of the fenced producer into the committed
+    transaction."""
 
 
 class KafkaFencedError(KafkaDeliveryError):
@@ -107,6 +108,9 @@ class KafkaDeltaSink:
         # epoch can be committed between reading the topic's last epoch and writing.
         self._producer: Any = self._new_producer()
         self.last_committed = read_last_epoch(endpoint, key=kind)
+        self._read_back = True
+        """Read the next committed epoch back (:meth:`_check_committed`): this sink's
+        producer has just fenced every older one with its id."""
         self._source: KafkaUpdateSource | None = None
         self._dead: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
         self._seen = 0
@@ -202,16 +206,18 @@ class KafkaDeltaSink:
             raise KafkaDeliveryError(msg)
         self._dead.clear()
         if rows:
-            if retried:
+            if retried or self._read_back:
+                self._read_back = False
                 self._check_committed(k, rows)
             self.last_committed = k
 
     def _check_committed(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
-        """After an epoch that took more than one attempt: fail loud unless the topic
-        holds exactly its records. A broker should reject a record of the fenced
-        attempt that reaches it after the abort (its producer epoch is stale); one that
-        does not (seen with a broker frozen under CPU starvation, about 1 in 8 trials)
-        commits it with the retry, and readers would see the epoch wrong."""
+        """After the first epoch a producer commits once it has fenced an older one (a
+        restart, or a retry after a failed attempt): fail loud unless the topic holds
+        exactly the epoch's records. A broker must reject a record of the fenced
+        producer that reaches it after the fencing (its producer epoch is stale); one
+        that does not (noida-db frozen under CPU starvation, about 1 in 8 trials)
+        commits it with the new transaction, and readers would see the epoch wrong."""
         from collections import Counter
 
         wrote = Counter(encode_delta(k, mult, row, self.columns, key=self.kind)
@@ -220,12 +226,13 @@ class KafkaDeltaSink:
         if found == wrote:
             return
         extra, missing = found - wrote, wrote - found
-        msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k} was committed after "
-               f"{self.failed_attempts} failed attempt(s), but the topic {self.topic!r} "
+        msg = (f"Kafka sink {self.endpoint.url}: {self.kind} {k}, the first committed "
+               "after this sink fenced an older producer (a restart or a failed attempt: "
+               f"{self.failed_attempts} so far), was read back: the topic {self.topic!r} "
                f"holds {sum(found.values())} records for it where this run wrote "
                f"{len(rows)} ({sum(extra.values())} extra, {sum(missing.values())} "
                f"missing; e.g. {next(iter(extra or missing))!r}): the broker took a record "
-               "of an aborted attempt into the committed transaction. Readers of the "
+               "of the fenced producer into the committed transaction. Readers of the "
                f"topic see {self.kind} {k} wrong from here on. Check the broker's "
                "transaction fencing, then write the deltas again from the start to a "
                "new topic.")
