@@ -112,29 +112,11 @@ def _read_committed(endpoint: KafkaEndpoint, topic: str, start: Callable[[int, i
         consumer.close()
 
 
-def read_last_epoch(endpoint: KafkaEndpoint, *, key: str = "epoch") -> int:
-    """The highest ``epoch`` (or ``snapshot``) among the committed records of the
-    endpoint's topic, 0 when there is none: read from the end in growing windows."""
-    window = 1024
-    while True:
-        recs, whole = _read_committed(endpoint, endpoint.topic,
-                                      lambda b, e, w=window: e - w)  # type: ignore[misc]
-        best = 0
-        for r in recs:
-            try:
-                best = max(best, decode_delta(r.value, key=key)[0])
-            except (ValueError, KeyError, TypeError):
-                continue
-        if best or whole:
-            return best
-        window *= 16
-
-
-def read_epoch_records(endpoint: KafkaEndpoint, k: int, *, key: str = "epoch"
-                       ) -> list[bytes]:
-    """The committed record values of epoch (or snapshot) ``k`` in the endpoint's topic,
-    whose last epoch is ``k``: read from the end in growing windows, until a window
-    starts at an earlier epoch or at the topic's beginning."""
+def _read_tail(endpoint: KafkaEndpoint, key: str,
+               enough: Callable[[list[int | None]], bool]) -> tuple[list[Any], list[int | None]]:
+    """The committed records at the end of the endpoint's topic and their epochs (None:
+    not a delta record), read in growing windows until ``enough(epochs)`` or the window
+    reaches the topic's beginning."""
     window = 1024
     while True:
         recs, whole = _read_committed(endpoint, endpoint.topic,
@@ -145,9 +127,28 @@ def read_epoch_records(endpoint: KafkaEndpoint, k: int, *, key: str = "epoch"
                 epochs.append(decode_delta(r.value, key=key)[0])
             except (ValueError, KeyError, TypeError):
                 epochs.append(None)
-        if whole or any(e is not None and e < k for e in epochs):
-            return [r.value for r, e in zip(recs, epochs) if e == k]
+        if whole or enough(epochs):
+            return recs, epochs
         window *= 16
+
+
+def read_last_epoch(endpoint: KafkaEndpoint, *, key: str = "epoch") -> int:
+    """The highest ``epoch`` (or ``snapshot``) among the committed records of the
+    endpoint's topic, 0 when there is none: read from the end in growing windows."""
+    def last(epochs: list[int | None]) -> int:
+        return max((e for e in epochs if e is not None), default=0)
+
+    return last(_read_tail(endpoint, key, lambda epochs: last(epochs) > 0)[1])
+
+
+def read_epoch_records(endpoint: KafkaEndpoint, k: int, *, key: str = "epoch"
+                       ) -> list[bytes]:
+    """The committed record values of epoch (or snapshot) ``k`` in the endpoint's topic,
+    whose last epoch is ``k``: read from the end in growing windows, until a window
+    starts at an earlier epoch or at the topic's beginning."""
+    recs, epochs = _read_tail(
+        endpoint, key, lambda epochs: any(e is not None and e < k for e in epochs))
+    return [r.value for r, e in zip(recs, epochs) if e == k]
 
 
 def read_deltas(endpoint: KafkaEndpoint, *, key: str = "epoch"
