@@ -37,8 +37,10 @@ from types import TracebackType
 from typing import Any, BinaryIO, Literal, TextIO
 
 from connectors.base import DeadLetterSink
+from connectors.position import InputCommit, InputTracker
 from core.consolidate import order_rows
 from core.errors import InputError, IvmflowError
+from core.faults import fault_point
 from core.records import EpochDelta, EpochEnd, Op, Record, Update, csv_line, format_value
 from core.schema import ColumnType, Relation, Row, Schema, Value, ValueParseError
 
@@ -52,6 +54,7 @@ __all__ = [
     "ResumeError",
     "SnapshotCsvSink",
     "holds_records",
+    "source_files",
     "read_updates",
     "read_updates_from_lines",
 ]
@@ -117,6 +120,17 @@ def holds_records(path: str | Path) -> bool:
     return False
 
 
+def source_files(path: str | Path) -> list[Path]:
+    """The files an update source reads, in order: the file itself, or a directory's
+    ``*.csv`` files in name order (stdin, ``-``, and a missing path: none)."""
+    p = Path(path)
+    if str(path) == "-" or not p.exists():
+        return []
+    if p.is_dir():
+        return sorted(f for f in p.iterdir() if f.suffix == ".csv" and f.is_file())
+    return [p]
+
+
 def _check_on_error(on_error: str) -> None:
     if on_error not in ("fail", "skip"):
         msg = f"on_error must be 'fail' or 'skip', not {on_error!r}"
@@ -130,11 +144,14 @@ def read_updates(
     on_error: OnError = "fail",
     dead_letter: DeadLetterSink | None = None,
     opened: Callable[[BinaryIO], object] | None = None,
+    tracker: InputTracker | None = None,
 ) -> Iterator[Record]:
     """Read an update CSV file, a directory of them (``*.csv`` in name order), or stdin
     (``"-"``), yielding :class:`Update` and :class:`EpochEnd` records in file order.
     ``opened`` is called with each file as it is opened (a progress line reads its
-    position from it).
+    position from it). ``tracker`` follows the bytes read (the files of a directory as
+    one stream) and notes the position after every record yielded
+    (:mod:`connectors.position`).
 
     Each record's ``source`` is ``"<path>:<line>"``.  A bad record raises
     :class:`InputError`, or with ``on_error="skip"`` goes to ``dead_letter`` and reading
@@ -151,8 +168,11 @@ def read_updates(
     _check_on_error(on_error)
     name = str(path)
     if name == "-":
+        raw = getattr(sys.stdin, "buffer", None)  # (a test's StringIO has none)
         return read_updates_from_lines(
-            sys.stdin, schema, "<stdin>", on_error=on_error, dead_letter=dead_letter
+            sys.stdin if raw is None else _decode_lines(raw, tracker), schema, "<stdin>",
+            on_error=on_error, dead_letter=dead_letter,
+            tracker=tracker if raw is not None else None,
         )
     p = Path(path)
     if p.is_dir():
@@ -162,7 +182,7 @@ def read_updates(
         paths = [(p, name)]
     else:
         raise FileNotFoundError(errno.ENOENT, "update source not found", name)
-    return _read_files(paths, schema, on_error, dead_letter, opened)
+    return _read_files(paths, schema, on_error, dead_letter, opened, tracker)
 
 
 def _read_files(
@@ -171,18 +191,25 @@ def _read_files(
     on_error: OnError,
     dead_letter: DeadLetterSink | None,
     opened: Callable[[BinaryIO], object] | None = None,
+    tracker: InputTracker | None = None,
 ) -> Iterator[Record]:
     for p, name in paths:
         with open(p, "rb") as f:
             if opened is not None:
                 opened(f)
             yield from read_updates_from_lines(
-                _decode_lines(f), schema, name, on_error=on_error, dead_letter=dead_letter
+                _decode_lines(f, tracker), schema, name, on_error=on_error,
+                dead_letter=dead_letter, tracker=tracker,
             )
 
 
-def _decode_lines(f: Iterable[bytes]) -> Iterator[str]:
+def _decode_lines(f: Iterable[bytes], tracker: InputTracker | None = None) -> Iterator[str]:
+    # The tracker has read a line when it is handed on: the record parsed from it is
+    # marked at the position after it.
+    see = tracker.line if tracker is not None else None
     for raw in f:
+        if see is not None:
+            see(raw)
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -197,10 +224,12 @@ def read_updates_from_lines(
     on_error: OnError = "fail",
     dead_letter: DeadLetterSink | None = None,
     first_line: int = 1,
+    tracker: InputTracker | None = None,
 ) -> Iterator[Record]:
     """Parse update-CSV lines (e.g. a list, a text file, ``sys.stdin``); see
     :func:`read_updates`.  Lines are numbered from ``first_line``; each record's
-    ``source`` is ``f"{source_name}:{lineno}"``.
+    ``source`` is ``f"{source_name}:{lineno}"``.  ``tracker`` (following the bytes
+    behind ``lines``) is told of every record yielded.
 
     >>> from core.schema import Column, Relation, Schema
     >>> s = Schema({"R": Relation("R", (Column("a", "TEXT"), Column("b", "FLOAT")))})
@@ -209,6 +238,7 @@ def read_updates_from_lines(
     """
     _check_on_error(on_error)
     relations: dict[str, Relation | None] = {}
+    mark = tracker.mark if tracker is not None else None
     for lineno, raw in enumerate(lines, first_line):
         text = raw.rstrip("\r\n")
         if lineno == first_line and text.startswith("\ufeff"):  # byte order mark
@@ -218,15 +248,22 @@ def read_updates_from_lines(
             continue
         source = f"{source_name}:{lineno}"
         if stripped == "*":
+            if mark is not None:
+                mark()
             yield EpochEnd(source)
             continue
         try:
-            yield _parse_record(text, isinstance(raw, _Undecodable), schema, relations, source)
+            record = _parse_record(text, isinstance(raw, _Undecodable), schema, relations,
+                                   source)
         except InputError as err:
             if on_error == "fail":
                 raise
             if dead_letter is not None:
                 dead_letter.write(err)
+            continue
+        if mark is not None:
+            mark()
+        yield record
 
 
 def _bad(source: str, text: str, expected: str, found: str) -> InputError:
@@ -353,11 +390,14 @@ class _AtomicCsvFile:
         self._key = key
         self._fsync = fsync
         self.last_committed = 0
+        self.input: InputCommit | None = None
+        """Where the input stood at the last epoch the commit record names."""
+        self._input_pending: InputCommit | None = None
         header_bytes = (csv_line(header) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = self._read_commit() if resume and self.path.exists() else None
         if state is not None:
-            k, n = state
+            k, n, self.input = state
             size = self.path.stat().st_size
             if size < n:
                 msg = (f"cannot resume {self.path}: it holds {size} bytes but "
@@ -382,7 +422,7 @@ class _AtomicCsvFile:
             self._sync()
             self._commit(0)
 
-    def _read_commit(self) -> tuple[int, int] | None:
+    def _read_commit(self) -> tuple[int, int, InputCommit | None] | None:
         try:
             text = self.commit_path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -390,13 +430,22 @@ class _AtomicCsvFile:
         try:
             state = json.loads(text)
             k, n = state[self._key], state["bytes"]
-        except (ValueError, KeyError, TypeError):
+            where = state.get("input")
+            position = None if where is None else InputCommit.from_json(where)
+        except (ValueError, KeyError, TypeError, AttributeError):
             msg = f"cannot resume {self.path}: {self.commit_path} is not a commit record"
             raise ResumeError(msg) from None
         if not (isinstance(k, int) and isinstance(n, int)) or k < 0 or n < 0:
             msg = f"cannot resume {self.path}: {self.commit_path} holds {text.strip()!r}"
             raise ResumeError(msg)
-        return k, n
+        return k, n, position
+
+    def note_input(self, where: InputCommit) -> None:
+        """Where the input stands after epoch ``where.epoch``: kept with the next commit,
+        or written at :meth:`close` (an epoch without rows commits no block)."""
+        latest = self._input_pending or self.input
+        if latest is None or where.epoch > latest.epoch:
+            self._input_pending = where
 
     def _sync(self) -> None:
         self._file.flush()
@@ -405,13 +454,18 @@ class _AtomicCsvFile:
 
     def _commit(self, k: int) -> None:
         tmp = Path(f"{self.commit_path}.tmp")
+        record: dict[str, Any] = {self._key: k, "bytes": self._size}
+        where = self._input_pending or self.input
+        if where is not None:
+            record["input"] = where.to_json()
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({self._key: k, "bytes": self._size}, f)
+            json.dump(record, f)
             f.flush()
             if self._fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, self.commit_path)
         self.last_committed = k
+        self.input, self._input_pending = where, None
 
     def append(self, k: int, block: str) -> None:
         if self._file.closed:
@@ -424,11 +478,15 @@ class _AtomicCsvFile:
         data = block.encode("utf-8")
         self._file.write(data)
         self._sync()
+        fault_point("sink.write")  # (the rows are in the file, the record says before)
         self._size += len(data)
         self._commit(k)
+        fault_point("sink.commit")
 
     def close(self) -> None:
         if not self._file.closed:
+            if self._input_pending is not None:  # whole epochs since the last block
+                self._commit(self.last_committed)
             self._file.close()
 
 
@@ -469,6 +527,17 @@ class DeltaCsvSink:
         """The last epoch whose rows are in the file (0: none); epochs without rows are
         not recorded (re-running them writes nothing anyway)."""
         return self._file.last_committed
+
+    @property
+    def committed_input(self) -> InputCommit | None:
+        """Where a file source stood after the last whole epoch the commit record names
+        (``None``: the record predates input positions, or the run read no file)."""
+        return self._file.input
+
+    def note_input(self, where: InputCommit) -> None:
+        """Record where the input stands after epoch ``where.epoch`` (written with the
+        next block, or at :meth:`close`)."""
+        self._file.note_input(where)
 
     def write_epoch(self, delta: EpochDelta) -> None:
         """Append the epoch's rows as one committed block; an empty delta writes nothing."""

@@ -6,11 +6,14 @@
 ``ivmflow ...``, ``python -m dataflow ...`` and ``python -m dataflow.cli ...`` (also
 ``python dataflow/cli.py``, as the SparkApplication manifest starts it) behave the same.
 
-Exit codes: 0 success (also after SIGINT/SIGTERM, which finish the open epoch first),
-1 bad input (bad update record, missing file, sink that cannot resume, unreachable
-broker, a Spark or Flink job that failed or could not start: one line naming the cause,
-the full trace in a log file or with ``--verbose``), 2 bad query or bad usage
-(unsupported SQL, unknown option, runner or connector not in this build), 130
+Exit codes: 0 success (also an unbounded source, Kafka, stopped by SIGINT/SIGTERM: the
+run ends at the last whole epoch), 1 bad input (bad update record, missing file, sink
+that cannot resume, an input that changed under --resume, unreachable broker, a Spark or
+Flink job that failed or could not start: one line naming the cause, the full trace in a
+log file or with ``--verbose``), 2 bad query or bad usage (unsupported SQL, unknown
+option, runner or connector not in this build), 130 / 143 a bounded source (a file)
+stopped by SIGINT / SIGTERM before its end (one line names the last whole epoch; the open
+epoch is dropped, never written cut short; ``--resume`` continues after it), 130 also
 interrupted twice, 141 stdout closed.
 
 Example:
@@ -28,10 +31,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from typing import Any
 
 from core.errors import InputError, IvmflowError, JobError, QueryError, UsageError
+from core.faults import arm as arm_faults
 from core.native import NativeBuildError, one_line
 from dataflow import generate, runners
 from dataflow.run import (
@@ -71,15 +76,36 @@ def cmd_run(opts: RunOptions) -> int:
         return code
     if show:
         print(progress.summary(), file=sys.stderr)
-        if progress.stop_requested:
-            print(f"{PROG}: stopped by signal after epoch {progress.stats.epochs}",
-                  file=sys.stderr)
     dead = ctx.outputs.dead_letter
     skipped = getattr(dead, "count", 0)
     if dead is not None and skipped:
         print(f"{PROG}: skipped {plural(skipped, 'bad record')}; "
               f"see {opts.dead_letter_path}", file=sys.stderr)
+    if progress.stats.stopped:
+        # A bounded source stopped before its end: always said, and the exit code is the
+        # signal's (130, 143), so that a script does not take the output for complete.
+        print(_stopped_line(opts, progress), file=sys.stderr)
+        return 128 + (progress.stop_signal or signal.SIGINT)
+    if show and progress.stop_requested:  # (an unbounded source: a normal end)
+        print(f"{PROG}: stopped by signal after epoch {progress.stats.epochs}",
+              file=sys.stderr)
     return 0
+
+
+def _stopped_line(opts: RunOptions, progress: Progress) -> str:
+    """The one line of a run stopped before the end of its bounded source."""
+    sig = signal.Signals(progress.stop_signal or signal.SIGINT).name
+    k = progress.stats.epochs
+    where = f" ({opts.deltas})" if opts.deltas else ""
+    whole = (f"epoch 1 is whole{where}" if k == 1 else f"epochs 1-{k} are whole{where}"
+             if k else "no epoch was completed")
+    if opts.runner == "local":
+        again = "run the same command with --resume to continue after it" if k else \
+            "run the same command again"
+    else:
+        again = "run the same command again to go on from the checkpoint"
+    return (f"{PROG}: stopped by {sig} before the end of {opts.updates}: {whole}, the "
+            f"open epoch was dropped; {again}")
 
 
 def _job_error(exc: JobError, verbose: bool, runner: str) -> int:
@@ -424,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     2
     """
     parser = build_parser()
+    try:
+        arm_faults()  # IVMFLOW_FAULT (the fault tests): this process receives the signal
+    except ValueError as exc:
+        return _error(str(exc), 2)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, usage errors

@@ -34,11 +34,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from connectors.base import DeadLetterSink
-from core.errors import InputError
+from connectors.position import InputCommit, InputPosition, InputTracker
+from core.errors import InputError, IvmflowError
+from core.faults import fault_point, faults_armed
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Row
 
-__all__ = ["DriveStats", "MaintainedView", "drive"]
+__all__ = ["DriveStats", "InputChangedError", "MaintainedView", "drive", "input_changed"]
 
 _INVALID_HINT = "fix the record or run with --on-error skip to send it to the dead-letter file"
 
@@ -68,6 +70,9 @@ class DriveStats:
     snapshots: int = 0
     skipped: int = 0
     """Updates rejected by the view and skipped (source-level rejects are not counted)."""
+    stopped: bool = False
+    """The run was stopped on request before the end of its source; the epoch open at
+    that moment was dropped (every epoch counted here is whole)."""
 
 
 def drive(
@@ -80,6 +85,10 @@ def drive(
     on_error: Literal["fail", "skip"] = "fail",
     dead_letter: DeadLetterSink | None = None,
     stats: DriveStats | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    tracker: InputTracker | None = None,
+    on_input: Callable[[InputCommit], None] | None = None,
+    resume: InputCommit | None = None,
 ) -> DriveStats:
     """Apply ``records`` to ``view``, closing epochs by the rules of the module docstring.
 
@@ -89,6 +98,14 @@ def drive(
     (``on_error="fail"``; the open epoch is not emitted) or sends the record to
     ``dead_letter`` and goes on (``"skip"``).  Errors raised by the record iterator itself
     propagate unchanged.  Pass ``stats`` to watch the counters while this runs.
+
+    ``should_stop()`` is asked before each record: once it is true the run ends at the
+    last whole epoch (the open one is dropped, never emitted cut short) and
+    ``stats.stopped`` says so. With the ``tracker`` of a file source
+    (:mod:`connectors.position`), ``on_input`` hears where the input stood after each
+    closed epoch, just before ``on_delta``; ``resume``, the input position a sink's
+    commit record kept, makes this run close epochs at its cuts too and check that
+    epochs ``1..resume.epoch`` end where they did (:class:`InputChangedError` if not).
 
     >>> class Null:
     ...     pending_updates, n = 0, 0
@@ -108,6 +125,8 @@ def drive(
         raise ValueError(msg)
     st = stats if stats is not None else DriveStats()
     in_epoch = 0
+    read = fault_point if faults_armed() else None
+    check = _InputCheck(tracker, resume, epoch_size) if tracker is not None else None
 
     def close_epoch(by_marker: bool) -> None:
         nonlocal in_epoch
@@ -117,15 +136,28 @@ def drive(
         in_epoch = 0
         st.epochs += 1
         st.delta_rows += len(delta.rows)
+        if read is not None:
+            fault_point("epoch")
+        if check is not None:
+            where = check.closed(st.epochs)
+            if on_input is not None:
+                on_input(where)
         on_delta(delta)
 
     for rec in records:
+        if should_stop is not None and should_stop():
+            st.stopped = True
+            return st
+        if check is not None:
+            check.consumed(st.epochs)
         if isinstance(rec, EpochEnd):
             close_epoch(True)
             if on_snapshot is not None:
                 st.snapshots += 1
                 on_snapshot(st.snapshots, view.snapshot())
             continue
+        if read is not None:
+            read("read")
         try:
             view.apply(rec)
         except InputError as err:
@@ -134,14 +166,94 @@ def drive(
             st.skipped += 1
             if dead_letter is not None:
                 dead_letter.write(_with_source(err, rec))
+            if in_epoch and check is not None and check.at_cut():
+                close_epoch(False)
             continue
         st.updates += 1
         in_epoch += 1
-        if epoch_size is not None and in_epoch >= epoch_size:
+        if (epoch_size is not None and in_epoch >= epoch_size) or (
+                check is not None and check.at_cut()):
             close_epoch(False)
     if in_epoch:
+        if check is not None:
+            check.cut_here()
         close_epoch(False)
+    if check is not None:
+        check.ended(st.epochs)
     return st
+
+
+class InputChangedError(IvmflowError):
+    """A resumed run's input differs from the one its committed epochs were read from
+    (changed, truncated, or cut into epochs otherwise): resuming would emit wrong rows."""
+
+
+class _InputCheck:
+    """:func:`drive`'s bookkeeping of a file source's position: each consumed record's
+    end position, the end-of-input cuts, and the check of a resumed run against the
+    commit record (:mod:`connectors.position`)."""
+
+    def __init__(self, tracker: InputTracker, resume: InputCommit | None,
+                 epoch_size: int | None) -> None:
+        self.tracker = tracker
+        self.resume = resume
+        self.epoch_size = epoch_size
+        self.cuts: list[int] = list(resume.cuts) if resume is not None else []
+        self._cut_set = set(self.cuts)
+        self.position: InputPosition | None = None
+        if resume is not None and resume.epoch_size != epoch_size:
+            def size(n: int | None) -> str:
+                return "no --epoch" if n is None else f"--epoch {n}"
+            msg = (f"cannot resume: epochs 1-{resume.epoch} were cut with "
+                   f"{size(resume.epoch_size)}, this run has {size(epoch_size)}; resume "
+                   f"with the same options (or start afresh without --resume)")
+            raise InputChangedError(msg)
+
+    def consumed(self, closed: int) -> None:
+        self.position = pos = self.tracker.consume()
+        r = self.resume
+        if r is not None and closed < r.epoch and pos.offset > r.position.offset:
+            found = f"epoch {closed + 1} reads on past that byte"
+            raise self._changed(found)
+
+    def at_cut(self) -> bool:
+        return self.position is not None and self.position.offset in self._cut_set
+
+    def cut_here(self) -> None:
+        """The open epoch ends at the end of the input (not at a ``*`` or a count)."""
+        if self.position is not None and self.position.offset not in self._cut_set:
+            self.cuts.append(self.position.offset)
+            self._cut_set.add(self.position.offset)
+
+    def closed(self, epoch: int) -> InputCommit:
+        pos = self.position if self.position is not None else InputPosition(0, 1)
+        r = self.resume
+        if r is not None and epoch == r.epoch and pos != r.position:
+            found = ("other bytes before it" if pos.offset == r.position.offset
+                     else f"it ends at byte {pos.offset}")
+            raise self._changed(found)
+        return InputCommit(epoch, pos, tuple(self.cuts), self.epoch_size)
+
+    def ended(self, epochs: int) -> None:
+        r = self.resume
+        if r is not None and epochs < r.epoch:
+            end = self.tracker.offset
+            found = f"the input ends at byte {end}, in epoch {epochs + 1}"
+            raise self._changed(found)
+
+    def _changed(self, found: str) -> InputChangedError:
+        assert self.resume is not None
+        return input_changed(self.resume, found)
+
+
+def input_changed(resume: InputCommit, found: str) -> InputChangedError:
+    """The error of a resume whose input is not the one its committed epochs were read
+    from (``found``: what is there now)."""
+    r = resume
+    msg = (f"cannot resume: the input is not the one epochs 1-{r.epoch} were read "
+           f"from (epoch {r.epoch} ended at byte {r.position.offset}; now {found}); "
+           f"it was changed or truncated: start afresh without --resume")
+    return InputChangedError(msg)
 
 
 def _with_source(err: InputError, update: Update) -> InputError:

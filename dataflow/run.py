@@ -176,6 +176,8 @@ class Progress:
         self.stats = DriveStats()
         self.start = time.monotonic()
         self.stop_requested = False
+        self.stop_signal: int | None = None
+        """The signal that asked for the stop (SIGINT, SIGTERM)."""
         # Set by a runner whose updates are read inside the job (Flink on Kafka): the
         # driver never sees them, so the summary must not claim "0 updates".
         self.counted_in_job: str | None = None
@@ -225,10 +227,9 @@ class Progress:
                 self.draw(now)
 
     def watch(self, records: Iterable[Record]) -> Iterator[Record]:
-        """Pass records through, redrawing now and then; end early on a stop request."""
+        """Pass records through, redrawing now and then (a stop request is the runner's
+        to act on: it ends at the last whole epoch, see :func:`dataflow.drive.drive`)."""
         for i, rec in enumerate(records, 1):
-            if self.stop_requested:
-                return
             yield rec
             self.tick(i)
 
@@ -362,6 +363,8 @@ def stop_on_signals(progress: Progress) -> Iterator[None]:
         if progress.stop_requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         progress.stop_requested = True
+        if progress.stop_signal is None:
+            progress.stop_signal = signum
 
     previous: dict[signal.Signals, Any] = {}
     try:

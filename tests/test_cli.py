@@ -493,7 +493,7 @@ def test_java_found_and_needed_are_named(tmp_path: Path, monkeypatch: pytest.Mon
     assert python_error("java.lang.OutOfMemoryError: heap") is None
 
 
-def test_sigterm_finishes_the_open_epoch_and_exits_0(
+def test_sigterm_drops_the_open_epoch_and_exits_143(
     run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import dataflow.runners.local as local
@@ -502,7 +502,7 @@ def test_sigterm_finishes_the_open_epoch_and_exits_0(
 
     def killing(*args: Any, **kwargs: Any) -> Iterator[Record]:
         for i, rec in enumerate(real(*args, **kwargs)):
-            if i == 2:
+            if i == 4:  # the second epoch's second update: mid-epoch
                 os.kill(os.getpid(), signal.SIGTERM)
             yield rec
 
@@ -510,10 +510,11 @@ def test_sigterm_finishes_the_open_epoch_and_exits_0(
     # No rate-estimation prefix: the signal must arrive between applied records.
     monkeypatch.setattr(local, "PREFIX_RECORDS", 0)
     before = signal.getsignal(signal.SIGTERM)
-    text = "+,G,1,2\n+,G,2,3\n+,G,3,4\n+,G,4,5\n"
-    assert run.run("--deltas", run.deltas, updates=text) == 0
+    text = "+,G,1,2\n+,G,2,3\n*\n+,G,3,4\n+,G,4,5\n"
+    assert run.run("--deltas", run.deltas, updates=text) == 143
     assert signal.getsignal(signal.SIGTERM) == before
-    assert "stopped by signal after epoch 1" in run.err
+    assert "stopped by SIGTERM before the end of" in run.err
+    assert "epoch 1 is whole" in run.err and "--resume" in run.err
     assert read_csv_deltas(run.deltas.read_text()) == {1: Counter({(1, 3): 1})}
 
 

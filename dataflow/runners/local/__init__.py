@@ -20,10 +20,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.files import read_updates
+from connectors.files import read_updates, source_files
+from connectors.position import InputTracker, digest_prefix
 from core.errors import InputError, UsageError
 from core.records import Record
-from dataflow.drive import DriveStats, drive
+from dataflow.drive import DriveStats, drive, input_changed
 from dataflow.run import maintain_view, scheme
 from dataflow.runners import register
 
@@ -94,9 +95,24 @@ def run_local(ctx: RunContext) -> DriveStats:
             files = [src] if src.is_file() else []
         if files:
             opened = ctx.progress.track_files(files)
+    # The input's position after each record: the delta file's commit record keeps it
+    # with each epoch, so that --resume continues exactly there (connectors.position).
+    tracker = InputTracker()
+    resume = getattr(out.deltas, "committed_input", None) if opts.resume_outputs else None
+    note_input = getattr(out.deltas, "note_input", None)
+    if resume is not None:
+        # Before anything is replayed: the bytes the committed epochs were read from
+        # must be there unchanged (stdin is checked as it is replayed).
+        files = source_files(opts.updates)
+        if files:
+            now = digest_prefix(files, resume.position.offset)
+            if now.offset < resume.position.offset:
+                raise input_changed(resume, f"the input holds {now.offset} bytes")
+            if now != resume.position:
+                raise input_changed(resume, "other bytes before it")
     records = read_updates(
         opts.updates, ctx.query.schema, on_error=opts.on_error, dead_letter=out.dead_letter,
-        opened=opened,
+        opened=opened, tracker=tracker,
     )
     query = ctx.query
     replanned = getattr(query, "replanned", None)
@@ -118,4 +134,8 @@ def run_local(ctx: RunContext) -> DriveStats:
         on_error=opts.on_error,
         dead_letter=out.dead_letter,
         stats=ctx.progress.stats,
+        should_stop=lambda: ctx.progress.stop_requested,
+        tracker=tracker,
+        on_input=note_input,
+        resume=resume,
     )
