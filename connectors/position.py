@@ -19,7 +19,7 @@ Example:
     >>> for line in (b"+,R,1\\n", b"*\\n"):
     ...     t.line(line)
     ...     t.mark()
-    >>> t.consume(), t.consume().offset
+    >>> position(t.consume()), t.consume()[0]
     (InputPosition(offset=6, digest=...), 8)
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InputCommit", "InputPosition", "InputTracker", "digest_prefix"]
+__all__ = ["InputCommit", "InputPosition", "InputTracker", "digest_prefix", "position"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def digest_prefix(files: Iterable[Path], offset: int) -> InputPosition:
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.csv"
     >>> _ = p.write_bytes(b"+,R,1\\n*\\n")
     >>> t = InputTracker(); t.line(b"+,R,1\\n"); t.mark()
-    >>> digest_prefix([p], 6) == t.consume(), digest_prefix([p], 99).offset
+    >>> digest_prefix([p], 6) == position(t.consume()), digest_prefix([p], 99).offset
     (True, 8)
     """
     crc, adler, done = 0, 1, 0
@@ -96,10 +96,17 @@ class InputTracker:
         """The reader yields a record that ends at the current position."""
         self._pending.append((self.offset, self.crc, self.adler))
 
-    def consume(self) -> InputPosition:
-        """The position after the next record the runner consumes (in yield order)."""
-        offset, crc, adler = self._pending.popleft()
-        return InputPosition(offset, (crc << 32) | adler)
+    def consume(self) -> tuple[int, int, int]:
+        """The position after the next record the runner consumes (in yield order), as
+        ``(offset, crc, adler)``: :func:`position` makes it an :class:`InputPosition`
+        (only at an epoch's end: this runs per record)."""
+        return self._pending.popleft()
+
+
+def position(raw: tuple[int, int, int]) -> InputPosition:
+    """The :class:`InputPosition` of :meth:`InputTracker.consume`'s tuple."""
+    offset, crc, adler = raw
+    return InputPosition(offset, (crc << 32) | adler)
 
 
 @dataclass(frozen=True)

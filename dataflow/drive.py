@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from connectors.base import DeadLetterSink
-from connectors.position import InputCommit, InputPosition, InputTracker
+from connectors.position import InputCommit, InputPosition, InputTracker, position
 from core.errors import InputError, IvmflowError
 from core.faults import fault_point, faults_armed
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
@@ -200,7 +200,7 @@ class _InputCheck:
         self.epoch_size = epoch_size
         self.cuts: list[int] = list(resume.cuts) if resume is not None else []
         self._cut_set = set(self.cuts)
-        self.position: InputPosition | None = None
+        self.raw: tuple[int, int, int] | None = None  # (offset, crc, adler) of the last record
         if resume is not None and resume.epoch_size != epoch_size:
             def size(n: int | None) -> str:
                 return "no --epoch" if n is None else f"--epoch {n}"
@@ -210,23 +210,23 @@ class _InputCheck:
             raise InputChangedError(msg)
 
     def consumed(self, closed: int) -> None:
-        self.position = pos = self.tracker.consume()
+        self.raw = raw = self.tracker.consume()
         r = self.resume
-        if r is not None and closed < r.epoch and pos.offset > r.position.offset:
+        if r is not None and closed < r.epoch and raw[0] > r.position.offset:
             found = f"epoch {closed + 1} reads on past that byte"
             raise self._changed(found)
 
     def at_cut(self) -> bool:
-        return self.position is not None and self.position.offset in self._cut_set
+        return self.raw is not None and self.raw[0] in self._cut_set
 
     def cut_here(self) -> None:
         """The open epoch ends at the end of the input (not at a ``*`` or a count)."""
-        if self.position is not None and self.position.offset not in self._cut_set:
-            self.cuts.append(self.position.offset)
-            self._cut_set.add(self.position.offset)
+        if self.raw is not None and self.raw[0] not in self._cut_set:
+            self.cuts.append(self.raw[0])
+            self._cut_set.add(self.raw[0])
 
     def closed(self, epoch: int) -> InputCommit:
-        pos = self.position if self.position is not None else InputPosition(0, 1)
+        pos = position(self.raw) if self.raw is not None else InputPosition(0, 1)
         r = self.resume
         if r is not None and epoch == r.epoch and pos != r.position:
             found = ("other bytes before it" if pos.offset == r.position.offset
