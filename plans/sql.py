@@ -14,12 +14,13 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.errors import OptimizeError, ParseError, TokenError
 
 from core.errors import QueryError
 from core.schema import SQL_TYPE_NAMES, Column, Relation, Schema, Value
@@ -38,6 +39,16 @@ from plans.cq import (
 )
 from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
 from plans.sqlcheck import check_supported, describe
+from plans.sqlerrors import (
+    SET_OPERATIONS,
+    at,
+    node_offset,
+    optimize_error,
+    set_operation,
+    statement_start,
+    syntax_error,
+    token_error,
+)
 from plans.subqueries import rewrite_subqueries
 
 _COMPARISONS: dict[type[exp.Expr], CompareOp] = {
@@ -64,17 +75,28 @@ def _position(node: exp.Expr) -> str:
 
 
 class _Reject:
-    """Builds the compile-time errors: what construct, where, what is supported."""
+    """Builds the compile-time errors: what construct, where (line, column and the
+    user's line with a caret), what is supported."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, sql: str = "") -> None:
         self.source = source
+        self.sql = sql
 
-    def __call__(self, node: exp.Expr | None, what: str, supported: str) -> QueryError:
+    def __call__(self, node: exp.Expr | None, what: str, supported: str,
+                 offset: int | None = None) -> QueryError:
+        return self.say(node, f"unsupported {what}", supported, offset)
+
+    def say(self, node: exp.Expr | None, what: str, why: str,
+            offset: int | None = None) -> QueryError:
+        """``what: why`` at ``offset`` (default: where ``node`` starts)."""
+        if offset is None and self.sql:
+            offset = node_offset(node)
+        if offset is not None:
+            return QueryError(at(self.sql, self.source, offset, f"{what}: {why}"))
         where = _position(node) if node is not None else "position unknown"
         text = node.sql() if node is not None else ""
         shown = f" `{text}`" if text else ""
-        msg = f"{self.source}: {where}: unsupported {what}{shown}; {supported}"
-        return QueryError(msg)
+        return QueryError(f"{self.source}: {where}: {what}{shown}; {why}")
 
 
 @dataclass
@@ -96,17 +118,22 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-def parse_schema_and_select(sql: str, source: str) -> tuple[Schema, exp.Select]:
-    """Split the file into its CREATE TABLEs (-> Schema) and its one SELECT."""
-    reject = _Reject(source)
+def parse_statements(sql: str, source: str) -> list[exp.Expr]:
+    """The file's statements; a syntax error is one place in the user's text."""
     try:
-        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+        return [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except TokenError as err:
+        raise token_error(err, sql, source) from None
     except ParseError as err:
-        first = err.errors[0] if err.errors else {}
-        where = f"line {first.get('line', '?')}, column {first.get('col', '?')}"
-        desc = first.get("description", str(err))
-        msg = f"{source}: {where}: SQL syntax error: {desc}"
-        raise QueryError(msg) from None
+        raise syntax_error(err, sql, source) from None
+
+
+def parse_schema_and_select(sql: str, source: str, views: list[exp.Create] | None = None
+                            ) -> tuple[Schema, exp.Select]:
+    """Split the file into its CREATE TABLEs (-> Schema) and its one SELECT (and, when
+    ``views`` is a list, its CREATE VIEWs into it, in file order)."""
+    reject = _Reject(source, sql)
+    statements = parse_statements(sql, source)
     relations: dict[str, Relation] = {}
     selects: list[exp.Select] = []
     for stmt in statements:
@@ -118,11 +145,23 @@ def parse_schema_and_select(sql: str, source: str) -> tuple[Schema, exp.Select]:
                 )
             relations[rel.name] = rel
         elif isinstance(stmt, exp.Select):
+            if selects:
+                raise reject.say(stmt, "a second SELECT", "a query file holds one query "
+                                 "(name the others with CREATE VIEW)",
+                                 statement_start(sql, stmt))
             selects.append(stmt)
+        elif views is not None and isinstance(stmt, exp.Create) and \
+                str(stmt.args.get("kind", "")).upper() == "VIEW":
+            views.append(stmt)
+        elif isinstance(stmt, exp.SetOperation):
+            name, offset = set_operation(stmt, sql)
+            raise reject.say(stmt, name, SET_OPERATIONS, offset)
         else:
-            raise reject(
-                stmt, "statement", "a query file holds CREATE TABLE statements and one SELECT"
-            )
+            start = statement_start(sql, stmt)
+            word = re.match(r"\w+", sql[start:]) if start is not None else None
+            what = f"{word.group(0).upper()} statement" if word else "statement"
+            raise reject(stmt, what, "a query file holds CREATE TABLE statements, "
+                         "CREATE VIEWs and one SELECT", start)
     if len(selects) != 1:
         msg = (
             f"{source}: expected exactly one SELECT statement after the CREATE TABLEs, "
@@ -217,8 +256,7 @@ def _normalize(select: exp.Select, schema: Schema, sql: str, source: str,
         out = merge_subqueries(eliminate_subqueries(out))
         out = eliminate_ctes(out)
     except (OptimizeError, ValueError) as err:
-        msg = f"{source}: {err}"
-        raise QueryError(msg) from None
+        raise optimize_error(err, select, sql, source) from None
     assert isinstance(out, exp.Select)
     nested = (exp.Subquery, exp.Exists) if views else (exp.Subquery, exp.With, exp.CTE,
                                                         exp.Exists)
@@ -299,7 +337,7 @@ class _Builder:
         self.schema = schema
         self.select = select
         self.sql = sql
-        self.reject = _Reject(source)
+        self.reject = _Reject(source, sql)
         self.aliases: list[tuple[str, Relation]] = []
         self.uf = _UnionFind()
         self.filters: dict[str, list[Filter]] = {}
@@ -345,11 +383,11 @@ class _Builder:
                 if c.name.lower() == name:
                     matches.append((alias, i))
         if not matches:
-            raise self.reject(
-                col, f"column reference {col.sql()!r}", "no FROM item has such a column"
+            raise self.reject.say(
+                col, f"unknown column {col.sql()!r}", "no FROM item has such a column"
             )
         if len(matches) > 1:
-            raise self.reject(
+            raise self.reject.say(
                 col, f"ambiguous column {col.sql()!r}", "qualify it with its table alias"
             )
         return matches[0]

@@ -26,6 +26,7 @@ import re
 from sqlglot import exp
 
 from core.errors import QueryError
+from plans.sqlerrors import SET_OPERATIONS, caret_lines, set_operation
 
 _EXPRESSIONS: tuple[type[exp.Expr], ...] = (
     exp.Column, exp.Identifier, exp.Star, exp.Literal, exp.Boolean, exp.Null, exp.Paren,
@@ -73,7 +74,6 @@ class _Finding:
 
 def describe(findings: list[tuple[int | None, str, str]], sql: str, source: str) -> str:
     """The error text: one entry per construct, with line, column and the source line."""
-    lines = sql.split("\n")
     n = len(findings)
     out = [f"{source}: {n} unsupported construct{'s' if n != 1 else ''} "
            "(ivmflow refuses what it cannot maintain exactly):"]
@@ -81,12 +81,9 @@ def describe(findings: list[tuple[int | None, str, str]], sql: str, source: str)
         if offset is None:
             out.append(f"  {what}: {why}")
             continue
-        line_no = sql.count("\n", 0, offset) + 1
-        col = offset - (sql.rfind("\n", 0, offset) + 1) + 1
+        line_no, col, shown = caret_lines(sql, offset)
         out.append(f"  line {line_no}, column {col}: {what}: {why}")
-        text = lines[line_no - 1]
-        out.append(f"    {text}")
-        out.append("    " + " " * (col - 1) + "^")
+        out.append(shown)
     return "\n".join(out)
 
 
@@ -124,11 +121,14 @@ class _Checker:
                 self.visit(child, node)
 
     def allowed(self, node: exp.Expr, parent: exp.Expr | None) -> bool:  # noqa: C901
-        if isinstance(node, (exp.Union, exp.Intersect, exp.Except)):
-            kind = type(node).__name__.upper()
-            self.refuse(node, kind, "set operations are not supported", kind)
+        if isinstance(node, exp.SetOperation):
+            name, offset = set_operation(node, self.sql)
+            self.found.append((offset, name, SET_OPERATIONS))
             return False
         if isinstance(node, exp.Select):
+            if not node.expressions:
+                self.refuse(node, "SELECT without a select list", "name what to select",
+                            "SELECT")
             for key, value in node.args.items():
                 if key in _SELECT_ARGS or not value:
                     continue

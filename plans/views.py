@@ -18,13 +18,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
 
 from core.errors import QueryError
 from plans.expr import ExprError
 from plans.outerjoin import KeyedView, rewrite_outer_joins
-from plans.sql import _normalize, _offset_of, parse_schema_and_select
+from plans.sql import _normalize, _offset_of, parse_schema_and_select, parse_statements
 from plans.sqlcheck import check_supported, describe
 from plans.threshold import ScalarShape, ThresholdFilter, rewrite_thresholds, scalar_view
 
@@ -44,26 +43,20 @@ class ViewSplit:
 
 def split_views(sql: str, source: str) -> ViewSplit | None:
     """The views of a query file, or None when it is one join block (no views)."""
-    statements = [s for s in _parse(sql, source) if s is not None]
-    views = [s for s in statements if isinstance(s, exp.Create)
-             and str(s.args.get("kind", "")).upper() == "VIEW"]
-    if views:
-        # CREATE VIEW v [(cols)] AS SELECT ...: as WITH v AS (...) on the query.
-        kept = [s for s in statements if s not in views]
-        text = ";\n".join(s.sql("duckdb") for s in kept)
-        schema, select = parse_schema_and_select(text, source)
-        for v in views:  # (in file order: a view may read the views before it)
-            target = v.this
-            name = target.this.name if isinstance(target, exp.Schema) else target.name
-            columns = [c.name for c in target.expressions] if isinstance(
-                target, exp.Schema) else []
-            body = v.expression
-            select = select.with_(name, as_=body, copy=False) if not columns else \
-                select.with_(f"{name}({', '.join(columns)})", as_=body, copy=False)
-        sql_for_positions = text
-    else:
-        schema, select = parse_schema_and_select(sql, source)
-        sql_for_positions = sql
+    views: list[exp.Create] = []
+    schema, select = parse_schema_and_select(sql, source, views)
+    statements = parse_statements(sql, source)
+    # CREATE VIEW v [(cols)] AS SELECT ...: as WITH v AS (...) on the query. (Every
+    # node keeps its place in the file: errors point into the user's text.)
+    for v in views:  # (in file order: a view may read the views before it)
+        target = v.this
+        name = target.this.name if isinstance(target, exp.Schema) else target.name
+        columns = [c.name for c in target.expressions] if isinstance(
+            target, exp.Schema) else []
+        body = v.expression
+        select = select.with_(name, as_=body, copy=False) if not columns else \
+            select.with_(f"{name}({', '.join(columns)})", as_=body, copy=False)
+    sql_for_positions = sql
     check_supported(select, sql_for_positions, source)
     nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With)) or any(
         (j.args.get("side") or "") for sel in select.find_all(exp.Select)
@@ -101,12 +94,3 @@ def split_views(sql: str, source: str) -> ViewSplit | None:
                         str(s.args.get("kind", "")).upper() == "TABLE")
     return ViewSplit(tables + ";\n", tuple(inner), out.sql("duckdb"))
 
-
-def _parse(sql: str, source: str) -> list[exp.Expr | None]:
-    try:
-        return list(sqlglot.parse(sql, read="duckdb"))
-    except sqlglot.errors.ParseError:
-        # (parse_schema_and_select reports it with its position)
-        parse_schema_and_select(sql, source)
-        msg = f"{source}: SQL syntax error"
-        raise QueryError(msg) from None
