@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import os
 import signal
 import sys
@@ -99,7 +100,9 @@ def _stopped_line(opts: RunOptions, progress: Progress) -> str:
     where = f" ({opts.deltas})" if opts.deltas else ""
     whole = (f"epoch 1 is whole{where}" if k == 1 else f"epochs 1-{k} are whole{where}"
              if k else "no epoch was completed")
-    if opts.runner == "local":
+    if opts.runner == "local" and "://" in opts.updates:
+        again = "run the same command again to go on from what the output holds"
+    elif opts.runner == "local":
         again = "run the same command with --resume to continue after it" if k else \
             "run the same command again"
     else:
@@ -166,7 +169,8 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
     if args.command == "produce":
         n, url = kafka_io.produce(args.updates, args.topic, partitions=args.partitions,
-                                  query=args.query, kafka_options=args.kafka_option or ())
+                                  query=args.query, kafka_options=args.kafka_option or (),
+                                  fmt=args.format, before_images=args.before_images)
         if not args.quiet:
             print(f"{PROG}: wrote {n} records to {url}", file=sys.stderr)
         return 0
@@ -205,6 +209,13 @@ def _add_kafka_commands(sub: Any) -> None:
     prod.add_argument("--query", metavar="QUERY.sql",
                       help="type the values by the query's CREATE TABLEs (default: text)")
     prod.add_argument("--kafka-option", action="append", metavar="KEY=VALUE")
+    prod.add_argument("--format", choices=("json", "debezium-json"), default="json",
+                      help="json: ivmflow's update records (default); debezium-json: "
+                           "Debezium change events on TOPIC.<schema>.<R>, one transaction "
+                           "per epoch with metadata on TOPIC.transaction (needs --query)")
+    prod.add_argument("--before-images", choices=("full", "key"), default="full",
+                      help="debezium-json: full before-images (REPLICA IDENTITY FULL, "
+                           "default) or the key only (Postgres' default)")
     prod.add_argument("--quiet", "-q", action="store_true")
     cons = sub.add_parser("consume", help="print the committed deltas of a Kafka topic",
                           description="Print the committed (read_committed) delta records "
@@ -274,12 +285,22 @@ def _unit_float(text: str) -> float:
     return value
 
 
+def version() -> str:
+    """The installed package's version (its metadata), or why there is none."""
+    try:
+        return importlib.metadata.version("ivmflow")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: pip install -e . to get a version)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``ivmflow``."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Incremental view maintenance of SQL join queries over update streams.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="maintain a query over an update stream",
@@ -314,10 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="on a bad record: stop (default) or write it to the dead-letter "
                           "file and go on")
     run.add_argument("--dead-letter", metavar="FILE",
-                     help="dead-letter file for --on-error skip "
-                          "(default: <deltas>.dead-letter.csv)")
+                     help="dead-letter file for --on-error skip: CSV source,reason,record, "
+                          "each record the line as it was read (default: "
+                          "<deltas>.dead-letter.csv, e.g. out.csv.dead-letter.csv; "
+                          "ivmflow.dead-letter.csv when deltas go to stdout)")
     run.add_argument("--stop-at-end", action="store_true",
                      help="stop at the end of what an unbounded source holds at start")
+    run.add_argument("--min-epoch-events", type=_positive_int, default=1, metavar="N",
+                     help="change streams with transactions=: consecutive source "
+                          "transactions share an epoch until it holds N events (default 1: "
+                          "one epoch per transaction)")
+    run.add_argument("--transaction-timeout", type=float, default=60.0, metavar="S",
+                     help="change streams: seconds a transaction's END may wait for its "
+                          "events before the run fails (default 60)")
     run.add_argument("--resume", action="store_true",
                      help="keep the committed epochs of existing --deltas/--snapshots files "
                           "and write only the later ones")
@@ -434,6 +464,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         fsync=args.fsync, checkpoint=args.checkpoint,
         checkpoint_interval=args.checkpoint_interval, batch_lines=args.batch_lines,
         kafka_options=args.kafka_option, native=args.native, verbose=args.verbose,
+        min_epoch_events=args.min_epoch_events, transaction_timeout=args.transaction_timeout,
     )
 
 

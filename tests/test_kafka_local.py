@@ -710,3 +710,28 @@ def test_a_fenced_sink_stops_instead_of_taking_its_id_back(kafka_bootstrap: str)
     finally:
         first.close()
         second.close()
+
+
+def test_a_stop_at_end_run_stopped_by_sigterm_exits_143_and_the_rerun_completes_it(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``--stop-at-end`` makes the topic a bounded source: a SIGTERM before its end (a
+    fault point: the 10th epoch's end) stops at the last whole epoch with exit 143, and
+    the same command again writes exactly the missing epochs."""
+    q, u = _long_stream(tmp_path, 3000, 15, seed=9)
+    want = _reference(TWO_HOP, u, None)
+    up = f"kafka://{kafka_bootstrap}/{_topic('up')}"
+    out = f"kafka://{kafka_bootstrap}/{_topic('deltas')}"
+    assert _run("produce", u, up, "--partitions", 2, "-q") == 0
+    cmd = _cli("run", q, "--updates", up, "--deltas", out, "--stop-at-end", "-q")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IVMFLOW_FAULT": "epoch@10:TERM"}
+    env.pop("IVMFLOW_FAULT_TARGET", None)
+    stopped = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120, start_new_session=True, check=False)
+    assert stopped.returncode == 143, stopped.stderr
+    assert "stopped by SIGTERM before the end of" in stopped.stderr
+    got = _kafka_epochs(out)
+    assert got == {e: want[e] for e in want if e <= max(got)}  # whole epochs only
+    assert max(got) < max(want)
+    assert _run(*cmd[3:]) == 0
+    assert _kafka_epochs(out) == want  # Counter equality: a doubled epoch would differ

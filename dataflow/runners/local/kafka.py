@@ -26,13 +26,13 @@ order and the delivery guarantee):
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from connectors.kafka import (
+    KafkaConfigError,
     KafkaDeadLetterSink,
     KafkaDeltaSink,
     KafkaEndpoint,
@@ -40,6 +40,7 @@ from connectors.kafka import (
     StopRequested,
     default_id,
 )
+from connectors.kafka.changes import ChangeStreamSource, change_source_kwargs
 from core.errors import UsageError
 from core.records import EpochDelta, Record
 from core.schema import Row
@@ -68,14 +69,21 @@ def run_local_kafka(ctx: RunContext) -> DriveStats:
     checkpointer = _Checkpointer.open(ctx, ep) if opts.checkpoint else None
     restored = checkpointer.restored if checkpointer is not None else None
     with kafka_errors(f"--updates {ep.url}", ep.bootstrap):
-        source = KafkaUpdateSource(
-            ep, ctx.query.schema, group_id=group, on_error=opts.on_error,
-            dead_letter=out.dead_letter, stop_at_end=opts.stop_at_end,
-            stop_requested=lambda: ctx.progress.stop_requested,
-            start_offsets=restored.positions if restored is not None else None,
-        )
+        common: dict[str, Any] = {"group_id": group, "on_error": opts.on_error,
+                  "dead_letter": out.dead_letter, "stop_at_end": opts.stop_at_end,
+                  "stop_requested": lambda: ctx.progress.stop_requested,
+                  "start_offsets": restored.positions if restored is not None else None}
+        source: KafkaUpdateSource
+        if ep.format != "json":  # Debezium or upsert topics (connectors.kafka.changes)
+            try:
+                source = ChangeStreamSource(ep, ctx.query.schema, **common,
+                                            **change_source_kwargs(opts))
+            except KafkaConfigError as exc:
+                raise UsageError(str(exc)) from None
+        else:
+            source = KafkaUpdateSource(ep, ctx.query.schema, **common)
     try:
-        if opts.epoch is not None and len(source.streams) > 1:
+        if opts.epoch is not None and len(source.streams) > 1 and ep.format == "json":
             msg = (f"--epoch {opts.epoch}: epochs of N updates are defined for a "
                    f"single-partition update topic only, and {ep.url} has "
                    f"{len(source.streams)} partitions (streams); cut epochs with "
@@ -134,17 +142,22 @@ def _drive(ctx: RunContext, source: KafkaUpdateSource,
     if checkpointer is not None:
         records = checkpointer.watch(records)
     # StopRequested: stopped by a signal at an epoch boundary, everything written is whole.
-    with contextlib.suppress(StopRequested):
+    # With --stop-at-end the source is bounded: stopping before its end is then said in
+    # the exit code (130/143), as for a file.
+    try:
         drive(
             view,
             records,
-            epoch_size=opts.epoch,
+            # (a change-stream source cuts its own epochs, --epoch included)
+            epoch_size=None if isinstance(source, ChangeStreamSource) else opts.epoch,
             on_delta=on_delta,
             on_snapshot=on_snapshot,
             on_error=opts.on_error,
             dead_letter=out.dead_letter,
             stats=ctx.progress.stats,
         )
+    except StopRequested:
+        ctx.progress.stats.stopped = opts.stop_at_end
     if checkpointer is not None:
         checkpointer.at_end()
     return ctx.progress.stats
@@ -199,6 +212,8 @@ class _Checkpointer:
         if ck is None:
             return
         view.restore(ck.base, ck.epoch)
+        if isinstance(source, ChangeStreamSource):  # the upsert state is the base's rows
+            source.applier.load((rel, row) for rel, row, _mult in ck.base)
         stats = self.ctx.progress.stats
         stats.epochs, stats.snapshots, stats.updates = ck.epoch, ck.snapshots, ck.updates
         if not self.ctx.options.quiet:
