@@ -153,6 +153,9 @@ class Relation:
 
     name: str
     columns: tuple[Column, ...]
+    key: tuple[int, ...] = ()
+    """The positions of the declared ``PRIMARY KEY`` columns (empty: none declared);
+    change-stream sources keep the current row per key (docs/change-streams.md)."""
 
     @property
     def arity(self) -> int:

@@ -20,6 +20,7 @@ import csv
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -240,10 +241,13 @@ def _topic_endpoint(url: str, kafka_options: Sequence[str]) -> KafkaEndpoint:
 
 
 def produce(updates: str, topic: str, *, partitions: int = 1, query: str | None = None,
-            kafka_options: Sequence[str] = ()) -> tuple[int, str]:
+            kafka_options: Sequence[str] = (), fmt: str = "json",
+            before_images: str = "full") -> tuple[int, str]:
     """Write the update CSV file ``updates`` (``-``: stdin) as JSON update records to
     ``topic`` (``kafka://host:port/topic``), values typed by the ``query`` file's
-    tables (text without one); returns (records written, the topic's URL)."""
+    tables (text without one); returns (records written, the topic's URL). With
+    ``fmt="debezium-json"`` as Debezium change events, one source transaction per
+    epoch (:mod:`connectors.kafka.debezium_io`; needs the query)."""
     ep = _topic_endpoint(topic, kafka_options)
     if partitions < 1:
         msg = f"--partitions: expected a positive integer, found {partitions}"
@@ -251,6 +255,23 @@ def produce(updates: str, topic: str, *, partitions: int = 1, query: str | None 
     schema, _ = _schema(query)
     if updates != "-" and not Path(updates).exists():
         raise FileNotFoundError(2, "update file not found", updates)
+    if fmt == "debezium-json":
+        from connectors.kafka.debezium_io import produce_changes
+
+        if schema is None:
+            msg = "produce --format debezium-json: expected --query QUERY.sql (the tables)"
+            raise UsageError(msg)
+        if ep.format != "debezium-json":
+            ep = replace(ep, format="debezium-json", per_relation=True)
+        with kafka_errors(f"produce to {ep.url}", ep.bootstrap):
+            try:
+                n, _txns = produce_changes(ep, read_updates(updates, schema), schema,
+                                           partitions=partitions,
+                                           before_images="key" if before_images == "key"
+                                           else "full")
+            except KafkaConfigError as exc:
+                raise UsageError(str(exc)) from None
+        return n, ep.url
     records = (read_updates(updates, schema) if schema is not None
                else _untyped_updates(updates))
     with kafka_errors(f"produce to {ep.url}", ep.bootstrap):

@@ -118,6 +118,11 @@ class RunOptions:
     verbose: bool = False
     """Spark, Flink: leave the JVM's output on the terminal and print a failed job's
     full trace (else the trace goes to a log file whose path the error names)."""
+    min_epoch_events: int = 1
+    """Change streams with transaction metadata: consecutive source transactions share
+    an epoch until it holds this many events (docs/change-streams.md)."""
+    transaction_timeout: float = 60.0
+    """Change streams: seconds an END record may wait for its transaction's events."""
 
     def maintain_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given)."""

@@ -180,9 +180,18 @@ def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
         raise reject(stmt, "CREATE TABLE form", "write CREATE TABLE name(col TYPE, ...)")
     name = schema_node.this.name
     cols: list[Column] = []
+    key: list[exp.Expr] = []  # PRIMARY KEY columns (identifiers or column definitions)
     for coldef in schema_node.expressions:
+        pk = coldef if isinstance(coldef, exp.PrimaryKey) else coldef.find(exp.PrimaryKey) \
+            if isinstance(coldef, exp.Constraint) else None
+        if pk is not None and not key:
+            key.extend(pk.expressions)
+            continue
         if not isinstance(coldef, exp.ColumnDef):
-            raise reject(coldef, "table element", "only column definitions are allowed")
+            raise reject(coldef, "table element", "only column definitions and one "
+                         "PRIMARY KEY (col, ...) are allowed")
+        if coldef.find(exp.PrimaryKeyColumnConstraint) is not None and not key:
+            key.append(coldef)
         kind = coldef.args.get("kind")
         type_name = kind.this.name if kind is not None else "TEXT"
         if kind is not None and kind.this == exp.DataType.Type.USERDEFINED:
@@ -200,7 +209,11 @@ def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
             # (DuckDB's DECIMAL without parameters is DECIMAL(18, 3))
             scale = int(params[1]) if len(params) > 1 else (0 if params else 3)
         cols.append(Column(coldef.name, mapped, scale))
-    return Relation(name, tuple(cols))
+    names = [c.name.lower() for c in cols]
+    for k in key:
+        if k.name.lower() not in names:
+            raise reject(k, f"PRIMARY KEY column {k.name}", f"table {name} has no such column")
+    return Relation(name, tuple(cols), tuple(names.index(k.name.lower()) for k in key))
 
 
 def parse_query(sql: str, source: str = "<query>") -> ConjunctiveQuery:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -24,6 +24,11 @@ TopicPartitionKey = tuple[str, int]
 """``(topic, partition)``: one stream of an input."""
 
 _OWN_PARAMS = ("topics", "dead-letter")
+FORMATS = ("json", "debezium-json", "upsert-json")
+"""``format=``: ivmflow's JSON update records (default), Debezium's change events, an
+upsert topic (docs/formats.md)."""
+_FORMAT_PARAMS = ("schema", "transactions", "decimal.handling.mode", "timestamp.unit")
+"""Options of the change-stream formats (:mod:`connectors.kafka.debezium`)."""
 _ALIASES = {
     "sasl.username": "sasl_plain_username",
     "sasl.password": "sasl_plain_password",
@@ -57,6 +62,10 @@ class KafkaEndpoint:
     per_relation: bool = False
     relation_topics: Mapping[str, str] = field(default_factory=dict)
     dead_letter_topic: str | None = None
+    format: str = "json"
+    """``json``, ``debezium-json`` or ``upsert-json`` (:data:`FORMATS`)."""
+    format_options: Mapping[str, str] = field(default_factory=dict)
+    """``schema=``, ``transactions=``, ``decimal.handling.mode=``, ``timestamp.unit=``."""
 
     @property
     def url(self) -> str:
@@ -70,11 +79,24 @@ class KafkaEndpoint:
     def transactional_id(self) -> str | None:
         return self.config.get("transactional.id")
 
+    @property
+    def transactions_topic(self) -> str | None:
+        """Debezium's transaction metadata topic (``transactions=``), if given."""
+        return self.format_options.get("transactions") or None
+
     def topic_for(self, relation: str) -> str:
-        """The topic relation ``relation`` is read from (per-relation inputs)."""
+        """The topic relation ``relation`` is read from (per-relation inputs): for
+        ``format=debezium-json`` ``PREFIX.<schema>.R`` as Debezium names it (``schema=``,
+        default ``public``), for ``upsert-json`` ``PREFIX.R``; ``topic.R=`` overrides.
+
+        >>> parse_kafka_url("kafka://h:1/pg?format=debezium-json").topic_for("orders")
+        'pg.public.orders'
+        """
         for name, topic in self.relation_topics.items():
             if name.lower() == relation.lower():
                 return topic
+        if self.format == "debezium-json":
+            return f"{self.topic}.{self.format_options.get('schema', 'public')}.{relation}"
         return f"{self.topic}.{relation}" if self.per_relation else self.topic
 
     def input_topics(self, schema: Schema) -> list[tuple[str, str | None]]:
@@ -105,9 +127,7 @@ class KafkaEndpoint:
 
     def with_defaults(self, **props: str) -> KafkaEndpoint:
         """A copy with Kafka properties set where the URL did not set them."""
-        config = {**props, **self.config}
-        return KafkaEndpoint(self.bootstrap, self.topic, config, self.per_relation,
-                             self.relation_topics, self.dead_letter_topic)
+        return replace(self, config={**props, **self.config})
 
     def client_config(self, role: Literal["consumer", "producer", "admin"]) -> dict[str, Any]:
         """kafka-python keyword arguments for a client of ``role``: the bootstrap servers
@@ -187,8 +207,18 @@ def parse_kafka_url(url: str, options: Iterable[str] | Mapping[str, str] = ()) -
     relation_topics: dict[str, str] = {}
     per_relation = False
     dead_letter: str | None = None
+    fmt = "json"
+    format_options: dict[str, str] = {}
     for key, value in [*pairs, *extra]:
-        if key == "topics":
+        if key == "format":
+            if value not in FORMATS:
+                msg = f"{url!r}: format= expects one of {', '.join(FORMATS)}, found {value!r}"
+                raise KafkaConfigError(msg)
+            fmt = value
+            per_relation = per_relation or value != "json"
+        elif key in _FORMAT_PARAMS:
+            format_options[key] = value
+        elif key == "topics":
             if value not in ("per-relation", "single"):
                 msg = f"{url!r}: topics= expects 'per-relation' or 'single', found {value!r}"
                 raise KafkaConfigError(msg)
@@ -201,7 +231,12 @@ def parse_kafka_url(url: str, options: Iterable[str] | Mapping[str, str] = ()) -
         else:
             config[key] = value
     _check_options(url, config)
-    return KafkaEndpoint(bootstrap, topic, config, per_relation, relation_topics, dead_letter)
+    if format_options and fmt == "json":
+        msg = (f"{url!r}: {', '.join(sorted(format_options))}= only go with "
+               "format=debezium-json or format=upsert-json")
+        raise KafkaConfigError(msg)
+    return KafkaEndpoint(bootstrap, topic, config, per_relation, relation_topics, dead_letter,
+                         fmt, format_options)
 
 
 def _split_option(text: str) -> tuple[str, str]:
@@ -221,7 +256,8 @@ def _check_options(url: str, config: Mapping[str, str]) -> None:
         if _option_name(key) not in known:
             msg = (f"{url!r}: unknown Kafka client property {key!r}; expected a "
                    f"kafka-python option in dotted form (e.g. group.id, security.protocol,"
-                   f" sasl.mechanism, sasl.username) or topics=, topic.<R>=, dead-letter=")
+                   f" sasl.mechanism, sasl.username) or topics=, topic.<R>=, dead-letter=, "
+                   f"format=, schema=, transactions=")
             raise KafkaConfigError(msg)
 
 

@@ -98,7 +98,7 @@ class KafkaUpdateSource:
         self._relations: list[str | None] = []
         self.streams: list[TopicPartitionKey] = []
         try:
-            for topic, relation in endpoint.input_topics(schema):
+            for topic, relation in self._input_topics():
                 for p in _partitions(self.consumer, endpoint, topic):
                     self.streams.append((topic, p))
                     self._relations.append(relation)
@@ -136,6 +136,10 @@ class KafkaUpdateSource:
             self.consumer.seek(tp, want)
         known = set(self.streams)
         return {k: o for k, o in start.items() if k in known}
+
+    def _input_topics(self) -> list[tuple[str, str | None]]:
+        """``(topic, relation)`` of the streams, in stream order (subclasses add)."""
+        return self.endpoint.input_topics(self.schema)
 
     # -- what runners use ------------------------------------------------------------
 

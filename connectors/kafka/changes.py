@@ -1,0 +1,360 @@
+"""The change-stream source: Debezium (``format=debezium-json``) or upsert
+(``format=upsert-json``) topics, one per relation, read as updates in epochs.
+
+:class:`ChangeCutter` is the broker-free core (records in, updates and epoch ends out),
+:class:`ChangeStreamSource` the local runner's consumer-group source around it (a
+:class:`~connectors.kafka.KafkaUpdateSource`, so the delta sink commits its offsets in
+each epoch's transaction and the state checkpoint stores them).
+
+Epochs:
+
+* with ``transactions=TOPIC`` (Debezium's transaction metadata topic) one epoch per
+  source transaction, in commit order (:mod:`connectors.kafka.transactions`);
+  ``--min-epoch-events N`` lets consecutive small transactions share one; an END whose
+  events do not all arrive within ``--transaction-timeout`` seconds (or by the end of a
+  ``--stop-at-end`` read) is an error naming the transaction and the transaction
+  topic's offset; transactions still open at the end of a bounded read are left for
+  the next run;
+* without transaction metadata, ``--epoch N``: every stream's next N events are one
+  epoch (with one stream: every N events), the streams' segments in stream order, so
+  the epochs are the same on every run; they are NOT transactionally consistent (an
+  order can be visible without its lineitems), and an idle topic holds epochs back.
+
+Offsets: :meth:`ChangeStreamSource.positions` is, per stream, the offset of the oldest
+record not yet released in an epoch (or the next to fetch), so that right after an
+epoch end it is where a restart must read from.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.base import DeadLetterSink
+from connectors.kafka.align import EpochAligner
+from connectors.kafka.codec import record_source
+from connectors.kafka.config import KafkaConfigError, KafkaEndpoint, TopicPartitionKey
+from connectors.kafka.debezium import (
+    ChangeError,
+    ChangeEvent,
+    DecodeOptions,
+    TransactionEnd,
+    decode_change,
+    decode_transaction,
+    shown,
+)
+from connectors.kafka.source import KafkaUpdateSource, OnError, StopRequested
+from connectors.kafka.transactions import TransactionAligner, TxnEpoch, describe_missing
+from connectors.kafka.upsert import ChangeApplier, decode_upsert
+from core.errors import InputError
+from core.records import EpochEnd, Record, Update
+from core.schema import Schema
+
+TRANSACTION_TIMEOUT_S = 60.0
+"""``--transaction-timeout``'s default: how long an END may wait for its events."""
+
+
+@dataclass
+class _Item:
+    stream: int
+    offset: int
+    payload: ChangeEvent | TransactionEnd | ChangeError
+    raw: bytes | None
+
+
+Out = Update | EpochEnd | InputError
+"""What :meth:`ChangeCutter.release` yields: updates, epoch ends, and refused records
+(the caller raises them or sends them to the dead-letter output)."""
+
+
+class ChangeCutter:
+    """Decodes change-stream records and cuts them into epochs (module docstring).
+
+    ``streams`` are ``(topic, partition, relation)`` in stream order; the relation is
+    None for the transaction topic's streams. Feed records with :meth:`feed` (each
+    stream's in offset order), then take what is ready with :meth:`release`."""
+
+    def __init__(self, endpoint: KafkaEndpoint, schema: Schema,
+                 streams: list[tuple[str, int, str | None]], *, epoch_size: int | None = None,
+                 min_epoch_events: int = 1,
+                 transaction_timeout: float = TRANSACTION_TIMEOUT_S) -> None:
+        check_change_options(endpoint, schema, epoch_size)
+        self.endpoint = endpoint
+        self.schema = schema
+        self.streams = streams
+        self.format = endpoint.format
+        self.options = DecodeOptions.of(endpoint.format_options)
+        self.transactional = endpoint.transactions_topic is not None
+        self.epoch_size = epoch_size
+        self.timeout = transaction_timeout
+        self.applier = ChangeApplier(schema, upsert=self.format == "upsert-json")
+        data = [i for i, s in enumerate(streams) if s[2] is not None]
+        self.txns: TransactionAligner[_Item] = TransactionAligner(
+            sorted(schema.relations), min_events=min_epoch_events)
+        self.counts: EpochAligner[int, _Item | None] = EpochAligner(data or [0])
+        self._in_segment = dict.fromkeys(data, 0)
+        self._next: dict[int, int] = {}
+        self._pending: list[list[int]] = [[] for _ in streams]
+        self._released: list[set[int]] = [set() for _ in streams]
+        self.fatal: list[InputError] = []
+        """Refused records that cannot wait for their epoch (no transaction to count
+        them in): raised, or dead-lettered, at once by :meth:`release`."""
+
+    # -- input -----------------------------------------------------------------------
+
+    def start(self, stream: int, offset: int) -> None:
+        """Where ``stream`` is read from."""
+        self._next[stream] = offset
+
+    def feed(self, stream: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        topic, partition, relation = self.streams[stream]
+        self._next[stream] = offset + 1
+        src = record_source(topic, partition, offset)
+        payload: ChangeEvent | TransactionEnd | ChangeError | None
+        try:
+            if relation is None:
+                payload = decode_transaction(value, source=src)
+            elif self.format == "upsert-json":
+                payload = decode_upsert(key, value, self.schema.relation(relation), source=src)
+            else:
+                payload = decode_change(value, self.schema.relation(relation), source=src,
+                                        options=self.options)
+        except ChangeError as err:
+            payload = err
+        if payload is None:
+            return  # a tombstone, a BEGIN record, a logical message
+        item = _Item(stream, offset, payload, value)
+        heapq.heappush(self._pending[stream], offset)
+        if not self.transactional:
+            assert relation is not None
+            self.counts.push(stream, item)
+            self._in_segment[stream] += 1
+            if self.epoch_size is not None and self._in_segment[stream] >= self.epoch_size:
+                self.counts.mark(stream, None)
+                self._in_segment[stream] = 0
+        elif isinstance(payload, TransactionEnd):
+            self.txns.end(payload, item)
+        elif isinstance(payload, ChangeError) and payload.txid is None:
+            self._done(item)
+            self.fatal.append(payload)
+        else:
+            assert relation is not None
+            txid = payload.txid
+            self.txns.event(stream, relation, txid, item)
+
+    # -- output ----------------------------------------------------------------------
+
+    def release(self, *, idle: bool = False, final: bool = False,
+                now: float | None = None, skip: bool = False,
+                stop: Callable[[], bool] = lambda: False) -> Iterator[Out]:
+        """Updates and epoch ends that are ready. ``idle``: nothing more was fetched
+        (events without a transaction may go; an END overdue is reported); ``final``:
+        the end of a bounded read; ``skip``: ``--on-error skip`` (an incomplete
+        transaction is released with what arrived). ``stop()`` is asked before each
+        epoch: true raises :class:`StopRequested` at that boundary."""
+        while self.fatal:
+            yield self.fatal.pop(0)
+        epochs: list[TxnEpoch[_Item]] = []
+        if self.transactional:
+            epochs = self.txns.pop_epochs(final=final)
+            yield from self._problems()
+            t = time.monotonic() if now is None else now
+            if idle or final:
+                late = self.txns.overdue(t, 0 if final else self.timeout)
+                while late is not None:
+                    end, item, want, got = late
+                    yield ChangeError(
+                        end.source, shown(item.raw), f"the {sum(want.values())} events "
+                        f"of transaction {end.txid} its END counts for the query's tables",
+                        f"{describe_missing(end, want, got)} after "
+                        f"{'the end of the input' if final else f'{self.timeout:g} s'}",
+                        "check the connector's topics (a missing partition, a lost event) "
+                        "or raise --transaction-timeout; with --on-error skip the "
+                        "transaction is applied with the events that arrived")
+                    if not skip:
+                        return
+                    epochs.extend(self.txns.force_head())
+                    epochs.extend(self.txns.pop_epochs(final=final))
+                    late = self.txns.overdue(t, 0 if final else self.timeout)
+                epochs.extend(self.txns.flush_untransacted())
+        else:
+            for ep in self.counts.pop_epochs():
+                epochs.append(TxnEpoch([i for i in ep.items if i is not None], [], []))
+            if final:
+                rest = [i for i in self.counts.tail() if i is not None]
+                if rest:
+                    epochs.append(TxnEpoch(rest, [], []))
+        for epoch in epochs:
+            if stop():
+                raise StopRequested
+            yield from self._epoch(epoch)
+
+    def _problems(self) -> Iterator[Out]:
+        while self.txns.problems:
+            item, expected, found = self.txns.problems.pop(0)
+            src = record_source(*self.streams[item.stream][:2], item.offset)
+            yield ChangeError(src, shown(item.raw), expected, found)
+
+    def _epoch(self, epoch: TxnEpoch[_Item]) -> Iterator[Out]:
+        if not epoch.items and not epoch.txids:
+            for marker in epoch.markers:  # transactions without events for the query
+                self._done(marker)
+            return
+        for item in epoch.items:
+            self._done(item)
+            p = item.payload
+            if isinstance(p, ChangeError):
+                yield p
+                continue
+            assert isinstance(p, ChangeEvent)
+            try:
+                yield from self.applier.updates(p)
+            except ChangeError as err:
+                yield err
+        for marker in epoch.markers:
+            self._done(marker)
+        last = epoch.markers[-1].payload if epoch.markers else None
+        yield EpochEnd(last.source if isinstance(last, TransactionEnd) else "")
+
+    def _done(self, item: _Item) -> None:
+        self._released[item.stream].add(item.offset)
+
+    def positions(self) -> dict[int, int]:
+        """Per stream: the offset of its oldest record not yet released, else the next
+        to fetch (streams not started are left out)."""
+        out: dict[int, int] = {}
+        for s, nxt in self._next.items():
+            heap, done = self._pending[s], self._released[s]
+            while heap and heap[0] in done:
+                done.discard(heapq.heappop(heap))
+            out[s] = heap[0] if heap else nxt
+        return out
+
+
+def check_change_options(endpoint: KafkaEndpoint, schema: Schema, epoch_size: int | None
+                         ) -> None:
+    """Refuse a change-stream input that cannot be cut into epochs or keyed."""
+    if endpoint.format == "upsert-json":
+        unkeyed = [r.name for r in schema.relations.values() if not r.key]
+        if unkeyed:
+            msg = (f"{endpoint.url}: format=upsert-json keys each table by its PRIMARY KEY; "
+                   f"expected one declared in CREATE TABLE for {', '.join(unkeyed)}")
+            raise KafkaConfigError(msg)
+    if endpoint.transactions_topic is None and epoch_size is None:
+        msg = (f"{endpoint.url}: format={endpoint.format} needs epochs: expected "
+               "transactions=TOPIC (Debezium's transaction metadata topic, "
+               "provide.transaction.metadata=true: one epoch per source transaction) or "
+               "--epoch N (N events per topic partition, not transactionally consistent)")
+        raise KafkaConfigError(msg)
+
+
+class ChangeStreamSource(KafkaUpdateSource):
+    """The update records of a change-stream input (module docstring), for the local
+    runner: the relations' topics (and the transaction topic) read as one consumer
+    group, updates and epoch ends yielded in the cutter's order. Bad events raise their
+    :class:`~core.errors.InputError` (topic, partition, offset, field) or with
+    ``on_error="skip"`` go to ``dead_letter``; nothing of a refused event is applied."""
+
+    def __init__(
+        self,
+        endpoint: KafkaEndpoint,
+        schema: Schema,
+        *,
+        group_id: str,
+        epoch_size: int | None = None,
+        min_epoch_events: int = 1,
+        transaction_timeout: float = TRANSACTION_TIMEOUT_S,
+        on_error: OnError = "fail",
+        dead_letter: DeadLetterSink | None = None,
+        stop_at_end: bool = False,
+        stop_requested: Callable[[], bool] = lambda: False,
+        poll_timeout_ms: int = 200,
+        start_offsets: Mapping[TopicPartitionKey, int] | None = None,
+    ) -> None:
+        check_change_options(endpoint, schema, epoch_size)
+        super().__init__(endpoint, schema, group_id=group_id, on_error=on_error,
+                         dead_letter=dead_letter, stop_at_end=stop_at_end,
+                         stop_requested=stop_requested, poll_timeout_ms=poll_timeout_ms,
+                         start_offsets=start_offsets)
+        self.cutter = ChangeCutter(
+            endpoint, schema, [(t, p, r) for (t, p), r in zip(self.streams, self._relations)],
+            epoch_size=epoch_size, min_epoch_events=min_epoch_events,
+            transaction_timeout=transaction_timeout)
+        starts = start_offsets or {}
+        for i, key in enumerate(self.streams):
+            self.cutter.start(i, starts.get(key, 0))
+
+    def _input_topics(self) -> list[tuple[str, str | None]]:
+        topics = self.endpoint.input_topics(self.schema)
+        tx = self.endpoint.transactions_topic
+        return [*topics, (tx, None)] if tx is not None else topics
+
+    @property
+    def applier(self) -> ChangeApplier:
+        return self.cutter.applier
+
+    def positions(self) -> dict[TopicPartitionKey, int]:
+        return {self.streams[s]: o for s, o in self.cutter.positions().items()}
+
+    def __iter__(self) -> Iterator[Record]:
+        ends = self._end_offsets() if self.stop_at_end else None
+        skip = self.on_error == "skip"
+        while True:
+            fetched = self._fetch()
+            final = not fetched and ends is not None and self._reached(ends)
+            for out in self.cutter.release(idle=not fetched, final=final, skip=skip,
+                                           stop=self.stop_requested):
+                if isinstance(out, InputError):
+                    self._refuse(out)
+                else:
+                    if isinstance(out, Update):
+                        self._remember(out.source, self._raw_of(out.source))
+                    yield out
+            if final:
+                break
+            if not fetched and self.stop_requested():
+                raise StopRequested
+
+    def _fetch(self) -> int:
+        got = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=5000)
+        n = 0
+        for tp, recs in sorted(got.items(), key=lambda kv: self._index[kv[0]]):
+            i = self._index[tp]
+            for r in recs:
+                self._recent[record_source(tp.topic, tp.partition, r.offset)] = r.value
+                self.cutter.feed(i, r.offset, r.key, r.value)
+                n += 1
+        self.records_read += n
+        while len(self._recent) > 20_000:
+            self._recent.pop(next(iter(self._recent)))
+        return n
+
+    @property
+    def _recent(self) -> dict[str, bytes | None]:
+        recent: dict[str, bytes | None] | None = getattr(self, "_recent_raw", None)
+        if recent is None:
+            recent = {}
+            self._recent_raw = recent
+        return recent
+
+    def _raw_of(self, source: str) -> bytes | None:
+        return self._recent.get(source)
+
+    def _refuse(self, err: InputError) -> None:
+        self._remember(err.source, self._raw_of(err.source))
+        if self.on_error == "fail":
+            raise err
+        if self.dead_letter is not None:
+            self.dead_letter.write(err)
+
+
+def change_source_kwargs(opts: Any) -> dict[str, Any]:
+    """The :class:`ChangeStreamSource` options of a run's options (``RunOptions``;
+    fields a version without them lacks take their defaults)."""
+    return {"epoch_size": opts.epoch,
+            "min_epoch_events": getattr(opts, "min_epoch_events", 1) or 1,
+            "transaction_timeout": getattr(opts, "transaction_timeout", None)
+            or TRANSACTION_TIMEOUT_S}

@@ -1,0 +1,238 @@
+"""One epoch per source transaction: cutting the change events of several topics into
+epochs with Debezium's transaction metadata (pure: no broker; the local runner's
+:class:`~connectors.kafka.changes.ChangeStreamSource` and the distributed runners'
+reader feed it).
+
+Debezium (``provide.transaction.metadata=true``) writes a BEGIN and an END record per
+transaction to ``<topic.prefix>.transaction``, in commit order; END says how many events
+the transaction wrote to each data collection (``schema.table``), and every change
+event names its transaction (``transaction.id``). :class:`TransactionAligner`:
+
+* takes each stream's events (:meth:`~TransactionAligner.event`) and the END records
+  (:meth:`~TransactionAligner.end`) in the order they are fetched, in any interleaving;
+* releases transaction T, the oldest END not yet released, once every relation the
+  query reads holds exactly the events END counts for its data collection
+  (collections the query does not read are not waited for; a transaction with no
+  event for the query's relations makes no epoch);
+* an epoch is one transaction, numbered in commit order, or with ``min_events`` several
+  consecutive ones until it holds at least that many events; its events come stream by
+  stream (stream order: the relations' topics sorted by relation, then partition),
+  each stream's in its own order, so the epochs never depend on fetch timing;
+* events without a transaction (the snapshot's ``r`` events) are released, before the
+  next transaction, as an epoch of their own (:meth:`~TransactionAligner.pop_epochs`),
+  or when the source is idle (:meth:`~TransactionAligner.flush_untransacted`);
+* what does not add up is reported in :attr:`~TransactionAligner.problems` (an event
+  of a transaction already released, an END counting fewer events than arrived), and
+  :meth:`~TransactionAligner.overdue` names the oldest END still incomplete.
+
+    >>> a: TransactionAligner[str] = TransactionAligner(["R", "S"], {"public.r": "R",
+    ...                                                              "public.s": "S"})
+    >>> a.event(1, "S", "t1", "s1"); a.event(0, "R", "t1", "r1"); a.event(0, "R", "t2", "r2")
+    >>> from connectors.kafka.debezium import TransactionEnd
+    >>> a.end(TransactionEnd("t1", 2, (("public.r", 1), ("public.s", 1)), "tx@0"), "END1")
+    >>> [(e.items, e.markers, e.txids) for e in a.pop_epochs()]
+    [(['r1', 's1'], ['END1'], ['t1'])]
+    >>> a.end(TransactionEnd("t2", 2, (("public.r", 2),), "tx@1"), "END2")
+    >>> a.pop_epochs(), a.overdue(now=1e12, timeout=0)[0].txid
+    ([], 't2')
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from connectors.kafka.debezium import TransactionEnd
+
+T = TypeVar("T")
+
+
+@dataclass
+class TxnEpoch(Generic[T]):
+    """One released epoch: its events (stream by stream), the END records it consumed
+    (also those of transactions without events for the query) and its transactions
+    (empty: the events without a transaction)."""
+
+    items: list[T]
+    markers: list[T]
+    txids: list[str]
+
+
+@dataclass
+class _Pending(Generic[T]):
+    by_stream: dict[int, list[T]] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def collection_relation(collection: str, relations: Sequence[str],
+                        names: Mapping[str, str] | None = None) -> str | None:
+    """The relation a data collection (``schema.table``, ``db.table``) is, or None
+    (not read by the query): ``names`` first (lower-case collection -> relation),
+    else by the table name after the last dot, case-insensitively.
+
+    >>> collection_relation("public.Orders", ["orders", "items"])
+    'orders'
+    """
+    low = collection.lower()
+    if names is not None and low in names:
+        return names[low]
+    table = low.rsplit(".", 1)[-1]
+    for r in relations:
+        if r.lower() == table:
+            return r
+    return None
+
+
+class TransactionAligner(Generic[T]):
+    """Releases the events of several streams as one epoch per source transaction (see
+    the module docstring). ``relations`` are the stream-independent relation names the
+    query reads; ``collections`` maps data collection names (lower case) to them
+    (others resolve by table name)."""
+
+    def __init__(self, relations: Sequence[str], collections: Mapping[str, str] | None = None,
+                 *, min_events: int = 1, released_memory: int = 100_000) -> None:
+        self.relations = list(relations)
+        self.collections = {k.lower(): v for k, v in (collections or {}).items()}
+        self.min_events = max(1, min_events)
+        self._pending: dict[str, _Pending[T]] = {}
+        self._untransacted: dict[int, list[T]] = {}
+        self._ends: deque[tuple[TransactionEnd, T, float]] = deque()
+        self._released: dict[str, None] = {}
+        self._released_memory = released_memory
+        self._group: list[tuple[str, _Pending[T]]] = []
+        self._group_markers: list[T] = []
+        self._group_events = 0
+        self.problems: list[tuple[T, str, str]] = []
+        """``(item, expected, found)`` of what did not add up (taken by the caller)."""
+
+    # -- input -----------------------------------------------------------------------
+
+    def event(self, stream: int, relation: str, txid: str | None, item: T) -> None:
+        """A change event of ``relation`` fetched from ``stream``."""
+        if txid is None:
+            self._untransacted.setdefault(stream, []).append(item)
+            return
+        if txid in self._released:
+            self.problems.append((item, f"no more events of transaction {txid} (its "
+                                  "END's count was reached and it was released)",
+                                  "one more"))
+            return
+        p = self._pending.setdefault(txid, _Pending())
+        p.by_stream.setdefault(stream, []).append(item)
+        p.counts[relation] += 1
+
+    def end(self, end: TransactionEnd, item: T, now: float | None = None) -> None:
+        """An END record of the transaction topic (BEGIN records are not needed)."""
+        self._ends.append((end, item, time.monotonic() if now is None else now))
+
+    def expected(self, end: TransactionEnd) -> Counter[str]:
+        """The events ``end`` counts per relation the query reads."""
+        out: Counter[str] = Counter()
+        for collection, n in end.collections:
+            rel = collection_relation(collection, self.relations, self.collections)
+            if rel is not None:
+                out[rel] += n
+        return out
+
+    # -- output ----------------------------------------------------------------------
+
+    @property
+    def buffered(self) -> int:
+        """Events held back."""
+        return (sum(len(v) for p in self._pending.values() for v in p.by_stream.values())
+                + sum(len(v) for v in self._untransacted.values()))
+
+    def pop_epochs(self, final: bool = False) -> list[TxnEpoch[T]]:
+        """The epochs whose transactions are complete, oldest first (``final``: also a
+        last group smaller than ``min_events``)."""
+        out: list[TxnEpoch[T]] = []
+        while self._ends:
+            end, item, _t = self._ends[0]
+            want = self.expected(end)
+            p = self._pending.get(end.txid, _Pending())
+            over = [r for r in p.counts if p.counts[r] > want.get(r, 0)]
+            if over:
+                r = over[0]
+                self.problems.append((item, f"transaction {end.txid}: at most "
+                                      f"{want.get(r, 0)} events of {r} (its END's count)",
+                                      f"{p.counts[r]} events"))
+            elif any(p.counts.get(r, 0) < n for r, n in want.items()):
+                break
+            self._take_head()
+            if self._group_events >= self.min_events:
+                out.extend(self._untransacted_epoch())
+                out.append(self._close_group())
+        if final and (self._group or self._group_markers):
+            out.extend(self._untransacted_epoch())
+            out.append(self._close_group())
+        return out
+
+    def _take_head(self) -> None:
+        end, item, _t = self._ends.popleft()
+        p = self._pending.pop(end.txid, _Pending())
+        self._released[end.txid] = None
+        if len(self._released) > self._released_memory:
+            self._released.pop(next(iter(self._released)))
+        self._group_markers.append(item)
+        n = sum(p.counts.values())
+        if n:
+            self._group.append((end.txid, p))
+            self._group_events += n
+
+    def _close_group(self) -> TxnEpoch[T]:
+        items: list[T] = []
+        for _txid, p in self._group:
+            for s in sorted(p.by_stream):
+                items.extend(p.by_stream[s])
+        epoch = TxnEpoch(items, self._group_markers, [t for t, _ in self._group])
+        self._group, self._group_markers, self._group_events = [], [], 0
+        return epoch
+
+    def _untransacted_epoch(self) -> list[TxnEpoch[T]]:
+        if not self._untransacted:
+            return []
+        items = [i for s in sorted(self._untransacted) for i in self._untransacted[s]]
+        self._untransacted = {}
+        return [TxnEpoch(items, [], [])]
+
+    def flush_untransacted(self) -> list[TxnEpoch[T]]:
+        """The events without a transaction as an epoch, when no transaction is waiting
+        (an idle source after a snapshot)."""
+        if self._pending or self._ends or self._group:
+            return []
+        return self._untransacted_epoch()
+
+    def overdue(self, now: float, timeout: float
+                ) -> tuple[TransactionEnd, T, Counter[str], Counter[str]] | None:
+        """The oldest END still incomplete ``timeout`` seconds after it arrived: (END,
+        its item, the events it counts per relation, those arrived); else None."""
+        if not self._ends:
+            return None
+        end, item, t = self._ends[0]
+        if now - t < timeout:
+            return None
+        want = self.expected(end)
+        got = self._pending.get(end.txid, _Pending()).counts
+        return end, item, want, Counter(got)
+
+    def force_head(self) -> list[TxnEpoch[T]]:
+        """Release the oldest END's transaction with the events that arrived (``--on-error
+        skip`` after :meth:`overdue`)."""
+        if not self._ends:
+            return []
+        self._take_head()
+        return [*self._untransacted_epoch(), self._close_group()]
+
+    def open_transactions(self) -> int:
+        """Transactions with events but no END yet (left unreleased at a bounded end)."""
+        ended = {e.txid for e, _i, _t in self._ends}
+        return sum(1 for t in self._pending if t not in ended)
+
+
+def describe_missing(end: TransactionEnd, want: Counter[str], got: Counter[str]) -> str:
+    """``orders 1 of 2, lineitem 0 of 3`` for an incomplete transaction."""
+    return ", ".join(f"{r} {got.get(r, 0)} of {n}" for r, n in sorted(want.items())
+                     if got.get(r, 0) != n)

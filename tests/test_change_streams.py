@@ -1,0 +1,613 @@
+"""Change streams (issue 43): Debezium JSON and upsert topics in, one epoch per source
+transaction.
+
+Fast tests (no broker): the Debezium decoder on events copied from Debezium's
+documentation (tests/fixtures/debezium/README.md says where from), the types as its JSON
+converter writes them, the upsert state (key-only before-images), the transaction
+aligner (hypothesis: the epochs never depend on how the topics' fetches interleave),
+``PRIMARY KEY`` in ``CREATE TABLE``. Integration tests against the real broker of the
+``kafka_bootstrap`` fixture: a two-table stream with inserts, updates and deletes,
+written by ``ivmflow produce --format debezium-json`` (full and key-only before-images,
+transaction metadata, two partitions per table) and run by the local runner, gives
+epoch by epoch the deltas of the same update CSV; bad events stop the run naming topic,
+partition, offset and field, or go to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import random
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors.files import read_updates
+from connectors.kafka import KafkaConfigError, parse_kafka_url, read_deltas
+from connectors.kafka.debezium import (
+    ChangeError,
+    TransactionEnd,
+    decode_change,
+    decode_transaction,
+    encode_change,
+)
+from connectors.kafka.transactions import TransactionAligner
+from connectors.kafka.upsert import ChangeApplier, decode_upsert
+from core.records import format_value
+from core.schema import Column, Relation, Schema
+from dataflow.api import compile_query
+from dataflow.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "debezium"
+SRC = "kafka topic 'pg.public.customers' partition 0 offset 4"
+CUSTOMERS = Relation("customers", (Column("id", "INT"), Column("first_name", "TEXT"),
+                                   Column("last_name", "TEXT"), Column("email", "TEXT")))
+KEYED = Relation(CUSTOMERS.name, CUSTOMERS.columns, key=(0,))
+
+
+def _fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding Debezium's own examples
+
+
+def test_create_event_with_schema_envelope() -> None:
+    ev = decode_change(_fixture("pg_create.json"), CUSTOMERS, source=SRC)
+    assert ev is not None
+    assert (ev.op, ev.before, ev.txid, ev.ts_ms) == ("c", None, None, 1559033904863)
+    assert ev.after == (1, "Anne", "Kretchmar", "annek@noanswer.org")
+
+
+def test_key_only_update_and_delete_need_the_declared_key() -> None:
+    create = decode_change(_fixture("pg_create.json"), KEYED, source=SRC)
+    update = decode_change(_fixture("pg_update_key_only.json"), KEYED, source=SRC)
+    delete = decode_change(_fixture("pg_delete_key_only.json"), KEYED, source=SRC)
+    assert update is not None and delete is not None and create is not None
+    assert update.before == (1, None, None, None) and not update.before_full
+    keyed = ChangeApplier(Schema({"customers": KEYED}))
+    got = [(u.op, u.row) for ev in (create, update, delete) for u in keyed.updates(ev)]
+    anne = (1, "Anne", "Kretchmar", "annek@noanswer.org")
+    marie = (1, "Anne Marie", "Kretchmar", "annek@noanswer.org")
+    assert got == [("+", anne), ("-", anne), ("+", marie), ("-", marie)]
+    assert keyed.keys == 0
+    # Without a declared key the key-only update is refused, in one line.
+    plain = ChangeApplier(Schema({"customers": CUSTOMERS}))
+    plain.updates(create)
+    with pytest.raises(ChangeError) as info:
+        plain.updates(update)
+    msg = str(info.value)
+    assert "\n" not in msg and SRC in msg and "declare the table's PRIMARY KEY" in msg
+    assert "found a before-image without all columns" in msg
+
+
+def test_delete_of_a_key_not_present_is_refused_and_changes_nothing() -> None:
+    keyed = ChangeApplier(Schema({"customers": KEYED}))
+    delete = decode_change(_fixture("pg_delete_key_only.json"), KEYED, source=SRC)
+    assert delete is not None
+    with pytest.raises(ChangeError, match="key id=1, a key not present"):
+        keyed.updates(delete)
+    assert keyed.keys == 0
+
+
+def test_transaction_records_and_the_enriched_event() -> None:
+    assert decode_transaction(_fixture("pg_transaction_begin.json"), source="t") is None
+    end = decode_transaction(_fixture("pg_transaction_end.json"), source="t")
+    assert end == TransactionEnd("571:53195832", 2, (("s1.a", 1), ("s2.a", 1)), "t")
+    a = Relation("a", (Column("pk", "TEXT"), Column("aa", "TEXT")))
+    ev = decode_change(_fixture("pg_transaction_event.json"), a, source="t")
+    assert ev is not None and ev.txid == "571:53195832" and ev.after == ("2", "1")
+
+
+def _value(after: dict[str, Any], schema: dict[str, Any] | None = None) -> bytes:
+    payload = {"before": None, "after": after, "source": {"ts_ms": 0}, "op": "r",
+               "transaction": None}
+    return json.dumps({"schema": schema, "payload": payload} if schema else payload).encode()
+
+
+def _b64(unscaled: int) -> str:
+    n = (unscaled.bit_length() + 8) // 8
+    return base64.b64encode(unscaled.to_bytes(n, "big", signed=True)).decode()
+
+
+TYPED = Relation("t", (Column("d", "DECIMAL", 2), Column("day", "DATE"),
+                       Column("ts", "TIMESTAMP"), Column("f", "FLOAT"), Column("b", "BOOL")))
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        # DECIMAL: Debezium's default (precise) writes base64 bytes of the unscaled value
+        ({"d": _b64(-12345)}, Decimal("-123.45")),
+        ({"d": "123.45"}, Decimal("123.45")),  # decimal.handling.mode=string
+        ({"d": 123.45}, Decimal("123.45")),  # decimal.handling.mode=double
+        ({"d": {"scale": 3, "value": _b64(5)}}, Decimal("0.01")),  # VariableScaleDecimal
+    ],
+)
+def test_decimal_forms(after: dict[str, Any], expected: Decimal) -> None:
+    row = {"d": None, "day": None, "ts": None, "f": None, "b": None, **after}
+    ev = decode_change(_value(row), TYPED, source="t")
+    assert ev is not None and ev.after is not None and ev.after[0] == expected
+
+
+def test_dates_timestamps_by_field_schema() -> None:
+    def field(name: str, typ: str, sem: str | None, params: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+        f: dict[str, Any] = {"type": typ, "optional": True, "field": name}
+        if sem:
+            f["name"] = sem
+        if params:
+            f["parameters"] = params
+        return f
+
+    fields = [field("d", "bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2"}),
+              field("day", "int32", "io.debezium.time.Date"),
+              field("ts", "int64", "io.debezium.time.Timestamp"),
+              field("f", "double", None), field("b", "boolean", None)]
+    schema = {"type": "struct", "fields": [
+        {"type": "struct", "fields": fields, "optional": True, "field": "before"},
+        {"type": "struct", "fields": fields, "optional": True, "field": "after"}]}
+    # "1234" is a decimal number as text, but the schema says bytes: base64.
+    row = {"d": "1234", "day": 9204, "ts": 795_225_600_123, "f": 2.5, "b": True}
+    ev = decode_change(_value(row, schema), TYPED, source="t")
+    assert ev is not None and ev.after == (
+        Decimal(int.from_bytes(base64.b64decode("1234"), "big", signed=True)).scaleb(-2),
+        datetime.date(1995, 3, 15), datetime.datetime(1995, 3, 15, 0, 0, 0, 123000), 2.5, True)
+    # Without a schema an integer TIMESTAMP is microseconds (Postgres' TIMESTAMP).
+    ev = decode_change(_value({**row, "d": "1.5", "ts": 795_225_600_000_001}), TYPED,
+                       source="t")
+    assert ev is not None and ev.after is not None
+    assert ev.after[0] == Decimal("1.50")
+    assert ev.after[2] == datetime.datetime(1995, 3, 15, 0, 0, 0, 1)
+    # ZonedTimestamp text (TIMESTAMPTZ) is converted to UTC, zone dropped.
+    ev = decode_change(_value({**row, "d": "1", "ts": "1995-03-15T02:00:00+02:00"}), TYPED,
+                       source="t")
+    assert ev is not None and ev.after is not None
+    assert ev.after[2] == datetime.datetime(1995, 3, 15)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "found"),
+    [
+        (b'{"before": null, "after": {"id": 1', "a Debezium change event", "malformed JSON"),
+        (b'{"before": null, "after": {"id": "one", "first_name": "a", "last_name": "b", '
+         b'"email": "c"}, "op": "c"}', "after.id: INT as a JSON integer", "string 'one'"),
+        (b'{"before": null, "after": {"id": 1}, "op": "c"}',
+         "field after: the columns customers(id, first_name, last_name, email)",
+         "no first_name, last_name, email"),
+        (b'{"before": null, "after": null, "op": "x"}', "field op", "string 'x'"),
+        (b'{"before": null, "after": {"id": 1, "first_name": "a", "last_name": "b", '
+         b'"email": "c"}, "op": "c", "source": {"table": "orders"}}',
+         "source.table 'customers'", "table 'orders'"),
+    ],
+)
+def test_bad_events_name_the_record_and_field(value: bytes, expected: str, found: str) -> None:
+    with pytest.raises(ChangeError) as info:
+        decode_change(value, CUSTOMERS, source=SRC)
+    err = info.value
+    assert err.source == SRC and expected in err.expected and found in err.found, str(err)
+    assert "--on-error skip" in str(err)
+
+
+def test_tombstones_and_messages_are_skipped() -> None:
+    assert decode_change(None, CUSTOMERS, source="t") is None
+    assert decode_change(b'{"schema": null, "payload": null}', CUSTOMERS, source="t") is None
+    assert decode_change(b'{"op": "m", "message": {"prefix": "p"}}', CUSTOMERS,
+                         source="t") is None
+
+
+def test_encode_change_is_read_back() -> None:
+    row = (Decimal("-1.25"), datetime.date(1995, 3, 15),
+           datetime.datetime(1995, 3, 15, 1, 2, 3, 4), 0.5, False)
+    value = encode_change("u", row, row, TYPED.column_names, name="x", schema="public",
+                          table="t", txid="7")
+    ev = decode_change(value, TYPED, source="t")
+    assert ev is not None and ev.before == row and ev.after == row and ev.txid == "7"
+
+
+def test_upsert_topic_records() -> None:
+    r = Relation("R", (Column("a", "INT"), Column("b", "INT"), Column("v", "TEXT")),
+                 key=(0, 1))
+    app = ChangeApplier(Schema({"R": r}), upsert=True)
+    ev = decode_upsert(b'{"a": 1, "b": 2}', b'{"a": 1, "b": 2, "v": "x"}', r, source="t")
+    assert [(u.op, u.row) for u in app.updates(ev)] == [("+", (1, 2, "x"))]
+    gone = decode_upsert(b'{"a": 1, "b": 2}', None, r, source="t")
+    assert [(u.op, u.row) for u in app.updates(gone)] == [("-", (1, 2, "x"))]
+    # A tombstone of a key without a row (compaction removed its insert): skipped.
+    assert app.updates(gone) == [] and app.skipped_deletes == 1
+    with pytest.raises(ChangeError, match="the record key as a JSON object"):
+        decode_upsert(b"1", None, r, source="t")
+
+
+# ---------------------------------------------------------------------------------------
+# PRIMARY KEY, URLs
+
+
+def test_primary_key_in_create_table() -> None:
+    q = compile_query("CREATE TABLE R(a INT, b INT PRIMARY KEY); CREATE TABLE S(a INT, "
+                      "b INT, c INT, PRIMARY KEY (c, a)); CREATE TABLE T(a INT); "
+                      "SELECT R.a FROM R, S, T WHERE R.a = S.a AND S.b = T.a")
+    assert [q.schema.relation(n).key for n in "RST"] == [(1,), (2, 0), ()]
+
+
+def test_urls() -> None:
+    ep = parse_kafka_url("kafka://h:1/pg?format=debezium-json&schema=inv"
+                         "&transactions=pg.transaction&topic.S=other&group.id=g")
+    assert ep.topic_for("R") == "pg.inv.R" and ep.topic_for("s") == "other"
+    assert ep.transactions_topic == "pg.transaction" and ep.group_id == "g"
+    assert parse_kafka_url("kafka://h:1/up?format=upsert-json").topic_for("R") == "up.R"
+    with pytest.raises(KafkaConfigError, match="format= expects"):
+        parse_kafka_url("kafka://h:1/t?format=avro")
+    with pytest.raises(KafkaConfigError, match="only go with"):
+        parse_kafka_url("kafka://h:1/t?transactions=x")
+
+
+# ---------------------------------------------------------------------------------------
+# The transaction aligner
+
+
+def _txn_streams(seed: int) -> tuple[list[list[tuple[str | None, str]]], list[TransactionEnd]]:
+    """Three streams (R: 2 partitions, S: 1) of events of transactions t1..t8 in commit
+    order, and the ENDs."""
+    rnd = random.Random(seed)
+    streams: list[list[tuple[str | None, str]]] = [[], [], []]
+    ends = []
+    for k in range(1, 9):
+        per: Counter[str] = Counter()
+        for j in range(rnd.randint(0, 4)):
+            s = rnd.randrange(3)
+            rel = "S" if s == 2 else "R"
+            streams[s].append((f"t{k}", f"e{k}.{j}"))
+            per[f"public.{rel}"] += 1
+        per["public.other"] += rnd.randint(0, 2)  # a table the query does not read
+        ends.append(TransactionEnd(f"t{k}", sum(per.values()), tuple(sorted(per.items())),
+                                   f"tx@{k}"))
+    return streams, ends
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.lists(st.integers(0, 3), max_size=200),
+       st.integers(1, 4))
+def test_aligner_epochs_do_not_depend_on_fetch_order(seed: int, schedule: list[int],
+                                                     min_events: int) -> None:
+    streams, ends = _txn_streams(seed)
+    relation = ["R", "R", "S"]
+
+    def run(order: list[int]) -> list[tuple[list[str], list[str]]]:
+        a: TransactionAligner[str] = TransactionAligner(["R", "S"], min_events=min_events)
+        pos = [0, 0, 0, 0]
+        out = []
+        queues: list[list[Any]] = [*streams, ends]
+        for pick in [*order, *([0, 1, 2, 3] * 40)]:
+            if pos[pick] < len(queues[pick]):
+                item = queues[pick][pos[pick]]
+                pos[pick] += 1
+                if pick == 3:
+                    assert isinstance(item, TransactionEnd)
+                    a.end(item, item.source)
+                else:
+                    assert isinstance(item, tuple)
+                    a.event(pick, relation[pick], item[0], item[1])
+            out += [(e.items, e.txids) for e in a.pop_epochs()]
+        out += [(e.items, e.txids) for e in a.pop_epochs(final=True)]
+        assert not a.problems and a.buffered == 0
+        return out
+
+    reference = run([])
+    assert run(schedule) == reference
+    # Each epoch holds whole transactions, in commit order, at least min_events events
+    # (but the last), stream by stream.
+    txids = [t for _items, ts in reference for t in ts]
+    assert txids == sorted(txids, key=lambda t: int(t[1:]))
+    for items, _ts in reference[:-1]:
+        assert len(items) >= min_events
+
+
+def test_aligner_reports_what_does_not_add_up() -> None:
+    a: TransactionAligner[str] = TransactionAligner(["R"])
+    a.event(0, "R", "t1", "a")
+    a.end(TransactionEnd("t1", 1, (("public.R", 1),), "tx@0"), "END1")
+    assert [e.items for e in a.pop_epochs()] == [["a"]]
+    a.event(0, "R", "t1", "late")
+    assert a.problems[0][0] == "late" and "transaction t1" in a.problems[0][1]
+    a.end(TransactionEnd("t2", 3, (("public.R", 3),), "tx@1"), "END2", now=0.0)
+    a.event(0, "R", "t2", "b")
+    assert a.pop_epochs() == [] and a.overdue(now=5.0, timeout=10) is None
+    late = a.overdue(now=11.0, timeout=10)
+    assert late is not None and late[0].txid == "t2" and late[3]["R"] == 1
+
+
+# ---------------------------------------------------------------------------------------
+# End to end on the broker: the local runner
+
+
+SQL = """CREATE TABLE orders(o_id INT PRIMARY KEY, cust INT, total DECIMAL(10,2), day DATE,
+                     ts TIMESTAMP);
+CREATE TABLE items(o_id INT, line INT, qty INT, price DECIMAL(8,2), PRIMARY KEY (o_id, line));
+SELECT o.cust, COUNT(*) AS n, SUM(i.qty) AS q, SUM(i.price) AS p
+FROM orders o, items i WHERE o.o_id = i.o_id GROUP BY o.cust;
+"""
+
+
+def _stream(seed: int, epochs: int = 12) -> str:
+    """An update CSV of orders and their items: inserts, updates (a delete and an insert
+    of the key, in either order) and deletes, every epoch with a new order."""
+    rnd = random.Random(seed)
+    orders: dict[int, tuple[Any, ...]] = {}
+    items: dict[tuple[int, int], tuple[Any, ...]] = {}
+    lines: list[str] = []
+    next_id = 1
+
+    def order_row(o: int) -> tuple[Any, ...]:
+        day = datetime.date(1995, 1, 1) + datetime.timedelta(days=rnd.randrange(400))
+        ts = datetime.datetime(1995, 1, 1, rnd.randrange(24), rnd.randrange(60), 0,
+                               rnd.randrange(3) * 1000)
+        return (o, rnd.randrange(4), Decimal(rnd.randrange(1, 99999)).scaleb(-2), day, ts)
+
+    def item_row(o: int, line: int) -> tuple[Any, ...]:
+        return (o, line, rnd.randrange(1, 9), Decimal(rnd.randrange(1, 9999)).scaleb(-2))
+
+    def put(op: str, rel: str, row: tuple[Any, ...]) -> None:
+        lines.append(",".join([op, rel, *(format_value(v) for v in row)]))
+
+    def replace(rel: str, old: tuple[Any, ...], new: tuple[Any, ...]) -> None:
+        pair = [("-", old), ("+", new)]
+        if rnd.random() < 0.3:
+            pair.reverse()  # the CSV may insert the new row first
+        for op, row in pair:
+            put(op, rel, row)
+
+    for _ in range(epochs):
+        o = next_id
+        next_id += 1
+        orders[o] = order_row(o)
+        put("+", "orders", orders[o])
+        for line in range(1, rnd.randint(2, 4)):
+            items[o, line] = item_row(o, line)
+            put("+", "items", items[o, line])
+        for _ in range(rnd.randint(0, 3)):
+            choice = rnd.random()
+            if choice < 0.3 and len(orders) > 1:
+                k = rnd.choice(sorted(orders)[:-1])
+                new = order_row(k)
+                replace("orders", orders[k], new)
+                orders[k] = new
+            elif choice < 0.6 and items:
+                k2 = rnd.choice(sorted(items))
+                new = item_row(*k2)
+                replace("items", items[k2], new)
+                items[k2] = new
+            elif choice < 0.8 and items:
+                k2 = rnd.choice(sorted(items))
+                put("-", "items", items.pop(k2))
+            elif len(orders) > 1:
+                k = rnd.choice(sorted(orders)[:-1])
+                for k2 in [k2 for k2 in items if k2[0] == k]:
+                    put("-", "items", items.pop(k2))
+                put("-", "orders", orders.pop(k))
+        lines.append("*")
+    return "\n".join(lines) + "\n"
+
+
+Epochs = dict[int, Counter[tuple[str, ...]]]
+
+
+def _text(mult: int, row: Any) -> tuple[str, ...]:
+    return (str(mult), *(format_value(v) for v in row))
+
+
+def _reference(q_path: Path, u_path: Path) -> Epochs:
+    q = compile_query(q_path.read_text())
+    return {d.epoch: Counter(_text(m, r) for m, r in d.rows)
+            for d in q.run(read_updates(u_path, q.schema)) if d.rows}
+
+
+def _kafka_epochs(url: str) -> Epochs:
+    out: Epochs = {}
+    for epoch, mult, row in read_deltas(parse_kafka_url(url)):
+        out.setdefault(epoch, Counter())[_text(mult, row.values())] += 1
+    return out
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}{os.urandom(5).hex()}"
+
+
+def _files(tmp: Path, seed: int) -> tuple[Path, Path]:
+    q, u = tmp / "q.sql", tmp / "u.csv"
+    q.write_text(SQL)
+    u.write_text(_stream(seed))
+    return q, u
+
+
+def _run(*args: Any) -> int:
+    return main([str(a) for a in args])
+
+
+@pytest.mark.parametrize("before_images", ["full", "key"])
+def test_debezium_stream_gives_the_csv_deltas(kafka_bootstrap: str, tmp_path: Path,
+                                              before_images: str) -> None:
+    q, u = _files(tmp_path, seed=7 if before_images == "full" else 8)
+    prefix = _name("pg")
+    assert _run("produce", u, f"kafka://{kafka_bootstrap}/{prefix}", "--format",
+                "debezium-json", "--query", q, "--partitions", 2, "--before-images",
+                before_images, "--quiet") == 0
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    source = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+              f"&transactions={prefix}.transaction")
+    assert _run("run", q, "--updates", source, "--deltas", deltas, "--stop-at-end",
+                "--quiet", "--no-native") == 0
+    assert _kafka_epochs(deltas) == _reference(q, u) != {}
+
+
+def test_min_epoch_events_and_epoch_n(kafka_bootstrap: str, tmp_path: Path) -> None:
+    q, u = _files(tmp_path, seed=3)
+    prefix = _name("pg")
+    assert _run("produce", u, f"kafka://{kafka_bootstrap}/{prefix}", "--format",
+                "debezium-json", "--query", q, "--quiet") == 0
+    base = f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+    grouped = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    assert _run("run", q, "--updates", f"{base}&transactions={prefix}.transaction",
+                "--deltas", grouped, "--stop-at-end", "--quiet", "--no-native",
+                "--min-epoch-events", 1000) == 0
+    final = _reference(q, u)
+    total: Counter[tuple[str, ...]] = Counter()
+    for rows in final.values():
+        for (m, *r), n in rows.items():
+            total[tuple(r)] += int(m) * n
+    got = _kafka_epochs(grouped)
+    assert list(got) == [1]  # one epoch: every transaction is below the minimum
+    assert {tuple(r): int(m) * n for (m, *r), n in got[1].items()} == \
+        {r: m for r, m in total.items() if m}
+    # Without transaction metadata: --epoch N (not transactionally consistent), the
+    # same final result.
+    counted = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    assert _run("run", q, "--updates", base, "--deltas", counted, "--epoch", 5,
+                "--stop-at-end", "--quiet", "--no-native") == 0
+    net: Counter[tuple[str, ...]] = Counter()
+    for rows in _kafka_epochs(counted).values():
+        for (m, *r), n in rows.items():
+            net[tuple(r)] += int(m) * n
+    assert {r: m for r, m in net.items() if m} == {r: m for r, m in total.items() if m}
+
+
+def test_without_epochs_or_key_the_run_is_refused(kafka_bootstrap: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    q, _u = _files(tmp_path, seed=1)
+    url = f"kafka://{kafka_bootstrap}/{_name('pg')}?format=debezium-json"
+    assert _run("run", q, "--updates", url, "--stop-at-end", "--quiet") == 2
+    assert "expected transactions=TOPIC" in capsys.readouterr().err
+    plain = tmp_path / "plain.sql"
+    plain.write_text("CREATE TABLE R(a INT); SELECT COUNT(*) FROM R;")
+    up = f"kafka://{kafka_bootstrap}/{_name('up')}?format=upsert-json"
+    assert _run("run", plain, "--updates", up, "--epoch", 1, "--stop-at-end") == 2
+    assert "expected one declared in CREATE TABLE for R" in capsys.readouterr().err
+
+
+def _send(bootstrap: str, topic: str, values: list[bytes | None],
+          keys: list[bytes | None] | None = None) -> None:
+    from kafka import KafkaProducer
+    from kafka_broker import create_topic
+
+    create_topic(bootstrap, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i, v in enumerate(values):
+        producer.send(topic, v, key=keys[i] if keys else None, partition=0)
+    producer.flush()
+    producer.close()
+
+
+def _ev(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
+        txid: str) -> bytes:
+    return json.dumps({"before": before, "after": after, "op": op,
+                       "source": {"table": "R", "ts_ms": 0},
+                       "transaction": {"id": txid, "total_order": 1,
+                                       "data_collection_order": 1}}).encode()
+
+
+def _end(txid: str, n: int) -> bytes:
+    return json.dumps({"status": "END", "id": txid, "event_count": n,
+                       "data_collections": [{"data_collection": "public.R",
+                                             "event_count": n}]}).encode()
+
+
+ONE = "CREATE TABLE R(a INT PRIMARY KEY, b INT); SELECT b, COUNT(*) FROM R GROUP BY b;\n"
+
+
+def _bad_stream(bootstrap: str) -> tuple[str, str, int]:
+    """Transactions 1 and 3 are good; 2 deletes a key not present (offset 2 of R)."""
+    prefix = _name("pg")
+    r_topic, tx = f"{prefix}.public.R", f"{prefix}.transaction"
+    _send(bootstrap, r_topic, [
+        _ev("c", None, {"a": 1, "b": 10}, "1"),
+        _ev("c", None, {"a": 2, "b": 10}, "2"),
+        _ev("d", {"a": 9}, None, "2"),  # no row with key 9
+        None,  # a tombstone, skipped
+        _ev("u", None, {"a": 1, "b": 20}, "3"),
+    ], [b'{"a":1}', b'{"a":2}', b'{"a":9}', b'{"a":9}', b'{"a":1}'])
+    _send(bootstrap, tx, [_end("1", 1), _end("2", 2), _end("3", 1)])
+    return prefix, r_topic, 2
+
+
+def test_bad_event_stops_the_run_naming_topic_partition_offset_and_field(
+        kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    q = tmp_path / "q.sql"
+    q.write_text(ONE)
+    prefix, r_topic, bad_at = _bad_stream(kafka_bootstrap)
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    url = f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json&transactions={prefix}.transaction"
+    assert _run("run", q, "--updates", url, "--deltas", deltas, "--stop-at-end",
+                "--quiet") == 1
+    err = capsys.readouterr().err
+    assert f"kafka topic {r_topic!r} partition 0 offset {bad_at}" in err, err
+    assert "key a=9, a key not present" in err
+    # Epoch 1 (transaction 1) is committed; nothing of transaction 2 is.
+    assert _kafka_epochs(deltas) == {1: Counter({("1", "10", "1"): 1})}
+
+
+def test_bad_events_go_to_the_dead_letter_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
+    q = tmp_path / "q.sql"
+    q.write_text(ONE)
+    prefix, r_topic, bad_at = _bad_stream(kafka_bootstrap)
+    dead = _name("dead")
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    url = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+           f"&transactions={prefix}.transaction&dead-letter={dead}")
+    assert _run("run", q, "--updates", url, "--deltas", deltas, "--stop-at-end",
+                "--on-error", "skip", "--quiet") == 0
+    assert _kafka_epochs(deltas) == {
+        1: Counter({("1", "10", "1"): 1}),
+        2: Counter({("-1", "10", "1"): 1, ("1", "10", "2"): 1}),
+        3: Counter({("-1", "10", "2"): 1, ("1", "10", "1"): 1, ("1", "20", "1"): 1}),
+    }
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False)
+    tp = TopicPartition(dead, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got = [m for ms in consumer.poll(timeout_ms=5000).values() for m in ms]
+    consumer.close()
+    assert len(got) == 1
+    headers = dict(got[0].headers)
+    assert headers["topic"] == r_topic.encode() and headers["offset"] == str(bad_at).encode()
+    assert b"a key not present" in headers["reason"]
+
+
+def test_an_incomplete_transaction_is_an_error(kafka_bootstrap: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    q = tmp_path / "q.sql"
+    q.write_text(ONE)
+    prefix = _name("pg")
+    _send(kafka_bootstrap, f"{prefix}.public.R", [_ev("c", None, {"a": 1, "b": 1}, "1")])
+    _send(kafka_bootstrap, f"{prefix}.transaction", [_end("1", 2)])
+    url = f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json&transactions={prefix}.transaction"
+    assert _run("run", q, "--updates", url, "--stop-at-end", "--quiet") == 1
+    err = capsys.readouterr().err
+    assert f"kafka topic '{prefix}.transaction' partition 0 offset 0" in err
+    assert "transaction 1" in err and "R 1 of 2 after the end of the input" in err
+
+
+def test_upsert_topic_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
+    q = tmp_path / "q.sql"
+    q.write_text(ONE)
+    prefix = _name("up")
+    _send(kafka_bootstrap, f"{prefix}.R",
+          [b'{"a": 1, "b": 5}', b'{"a": 2, "b": 5}', b'{"a": 1, "b": 6}', None, None],
+          [b'{"a": 1}', b'{"a": 2}', b'{"a": 1}', b'{"a": 2}', b'{"a": 3}'])
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    assert _run("run", q, "--updates", f"kafka://{kafka_bootstrap}/{prefix}?format=upsert-json",
+                "--epoch", 2, "--deltas", deltas, "--stop-at-end", "--quiet") == 0
+    assert _kafka_epochs(deltas) == {
+        1: Counter({("1", "5", "2"): 1}),
+        2: Counter({("-1", "5", "2"): 1, ("1", "6", "1"): 1}),
+    }
