@@ -129,8 +129,11 @@ def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
         if is_kafka(opts.deltas):
             ep = endpoint(str(opts.deltas), opts)
             with kafka_errors(f"--deltas {ep.url}", ep.bootstrap):
-                ksink = KafkaDeltaSink(ep, columns,
-                                       transactional_id=default_id("txn", text, ep.url))
+                if ep.format == "debezium-json":  # change events (connectors.kafka.debezium_sink)
+                    ksink = _debezium_sink(ep, columns, text, opts)
+                else:
+                    ksink = KafkaDeltaSink(ep, columns,
+                                           transactional_id=default_id("txn", text, ep.url))
             deltas, resume_epoch = ksink, ksink.last_committed_epoch
         elif opts.deltas:
             dsink = DeltaCsvSink(opts.deltas, columns, resume=opts.resume_outputs,
@@ -161,6 +164,17 @@ def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
         for sink in opened:
             sink.close()
         raise
+
+
+def _debezium_sink(ep: KafkaEndpoint, columns: Sequence[str], text: str,
+                   opts: RunOptions) -> KafkaDeltaSink:
+    """The Debezium delta sink, ``u`` events keyed by the query's GROUP BY columns."""
+    from connectors.kafka.debezium_sink import DebeziumDeltaSink, output_key
+    from dataflow.api import compile_query
+
+    key = output_key(compile_query(text, source_name=opts.query).cq)
+    return DebeziumDeltaSink(ep, columns, key=key,
+                             transactional_id=default_id("txn", text, ep.url))
 
 
 def dead_letter_target(opts: RunOptions) -> str:

@@ -107,7 +107,7 @@ class KafkaDeltaSink:
         # The producer first: its init fences every older producer with this id, so no
         # epoch can be committed between reading the topic's last epoch and writing.
         self._producer: Any = self._new_producer()
-        self.last_committed = read_last_epoch(endpoint, key=kind)
+        self.last_committed = self._read_last()
         self._read_back = True
         """Read the next committed epoch back (:meth:`_check_committed`): this sink's
         producer has just fenced every older one with its id."""
@@ -171,7 +171,7 @@ class KafkaDeltaSink:
                 # The failed attempt's commit may have reached the broker; the new
                 # producer's fencing has settled it either way, so the topic now says.
                 in_doubt = False
-                if rows and read_last_epoch(self.endpoint, key=self.kind) >= k:
+                if rows and self._read_last() >= k:
                     failure = ""
                     break
             failed = self._transaction(k, rows, offsets)
@@ -238,6 +238,18 @@ class KafkaDeltaSink:
                "new topic.")
         raise KafkaEpochMismatchError(msg)
 
+    def _read_last(self) -> int:
+        """The highest epoch (snapshot) committed to the output (0: none)."""
+        return read_last_epoch(self.endpoint, key=self.kind)
+
+    def _records(self, k: int, rows: Sequence[tuple[int, Row]]
+                 ) -> list[tuple[str, bytes | None, bytes]]:
+        """``(topic, key, value)`` of epoch ``k``'s records, all to partition 0 (the
+        Debezium sink, :mod:`connectors.kafka.debezium_sink`, writes others)."""
+        key = str(k).encode()
+        return [(self.topic, key, encode_delta(k, mult, row, self.columns, key=self.kind))
+                for mult, row in rows]
+
     def _new_producer(self) -> Any:
         from kafka import KafkaProducer
 
@@ -265,10 +277,8 @@ class KafkaDeltaSink:
         committing = False  # (from the commit on, a failure leaves the epoch in doubt)
         p.begin_transaction()
         try:
-            key = str(k).encode()
-            sent = [p.send(self.topic, encode_delta(k, mult, row, self.columns, key=self.kind),
-                           key=key, partition=0)  # one partition: topic order = epoch order
-                    for mult, row in rows]
+            sent = [p.send(topic, value, key=key, partition=0)  # (topic order = epoch order)
+                    for topic, key, value in self._records(k, rows)]
             sent += [p.send(topic, value, headers=headers) for topic, value, headers in self._dead]
             if offsets and self._source is not None:
                 p.send_offsets_to_transaction(
