@@ -31,6 +31,22 @@ def refuse_kafka_skip(opts: RunOptions) -> None:
                f"the {opts.runner} runner stops at a bad record (run without --on-error "
                f"skip, or with --runner local)")
         raise UsageError(msg)
+    for flag, url in (("--updates", opts.updates), ("--deltas", opts.deltas)):
+        fmt = _kafka_format(url)
+        if fmt not in (None, "json"):
+            msg = (f"{flag} {url}: format={fmt} (change streams) runs on the local runner "
+                   f"only so far; the {opts.runner} runner reads and writes ivmflow's JSON "
+                   f"records (run with --runner local, docs/change-streams.md)")
+            raise UsageError(msg)
+
+
+def _kafka_format(url: str | None) -> str | None:
+    """The ``format=`` of a ``kafka://`` URL (None: not a Kafka URL or no format)."""
+    if not url or scheme(url) != "kafka":
+        return None
+    from urllib.parse import parse_qs, urlsplit
+
+    return parse_qs(urlsplit(url).query).get("format", [None])[-1]
 
 
 @register("spark")
