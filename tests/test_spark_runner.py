@@ -356,17 +356,16 @@ def test_a_worker_that_cannot_import_fails_in_one_line_naming_the_cause(tmp_path
     """The issue's case, for real: Spark's transformWithState worker imports
     ``google.protobuf.descriptor``; a ``google`` package earlier on the workers'
     PYTHONPATH, with an empty ``protobuf`` in it, makes that import fail as a missing
-    protobuf does. The run ends within a minute with one line naming the ImportError and
-    the extra to install; the full trace is in the log file that line names."""
+    protobuf does. The run ends at that first failure (one run of the query, no retry)
+    with one line naming the ImportError and the extra to install; the full trace is in
+    the log file that line names."""
     pytest.importorskip("pyspark")
     shadow = tmp_path / "shadow" / "google" / "protobuf"
     shadow.mkdir(parents=True)
     (shadow.parent / "__init__.py").write_text("")
     (shadow / "__init__.py").write_text("")
-    start = time.monotonic()
     done = _paths_run(tmp_path, "--runner", "spark",
                       env=_env(PYTHONPATH=os.pathsep.join([str(shadow.parent.parent), str(ROOT)])))
-    took = time.monotonic() - start
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
@@ -381,7 +380,8 @@ def test_a_worker_that_cannot_import_fails_in_one_line_naming_the_cause(tmp_path
         assert "StateMessage_pb2" in trace and "Caused by" in trace  # the JVM's whole story
     finally:
         log.unlink(missing_ok=True)
-    assert took < 60, took
+    # Counted, not timed: the streaming query ended once, at its first failure.
+    assert trace.count("terminated with error") == 1, trace[-3000:]
 
 
 @pytest.mark.integration

@@ -96,17 +96,11 @@ def test_tpch_interval_form(tpch_sf001: Path, tmp_path: Path, name: str) -> None
 
 
 @pytest.mark.parametrize("name", [f"q{n:02d}" for n in range(1, 23)])
-def test_tpch_every_query_is_accepted_and_right_or_refused(tpch_sf001: Path,
-                                                           name: str) -> None:
-    """Never accepted and wrong: a query the compiler takes agrees with DuckDB at the
-    last epoch; one it refuses names what it refuses."""
+def test_tpch_every_query_is_accepted_and_right(tpch_sf001: Path, name: str) -> None:
+    """All 22 TPC-H queries as the spec writes them compile (a refusal fails the test)
+    and agree with DuckDB at every epoch."""
     text = (tpch_sf001 / "queries" / f"{name}.sql").read_text()
-    try:
-        q = compile_query(text, source_name=f"{name}.sql")
-    except QueryError as err:
-        assert f"{name}.sql" in str(err)
-        return
-    del q
+    compile_query(text, source_name=f"{name}.sql")
     query = tpch_sf001 / "queries" / f"{name}.sql"
     got = to.ivmflow_answers_per_epoch(query, tpch_sf001 / "updates.csv")
     want = to.duckdb_answers_per_epoch(tpch_sf001 / "schema.sql",
@@ -188,7 +182,7 @@ def test_with_recursive_is_named() -> None:
 # -- exact decimals ---------------------------------------------------------------------
 
 
-def test_decimal_sum_is_exact_over_a_million_updates() -> None:
+def test_decimal_sum_is_exact_over_a_million_updates(tmp_path: Path) -> None:
     """SUM over DECIMAL(15,2) after 1M inserts and deletes equals DuckDB's to the last
     digit (a float sum drifts here)."""
     schema = "CREATE TABLE T(k INT, x DECIMAL(15,2));\n"
@@ -214,18 +208,16 @@ def test_decimal_sum_is_exact_over_a_million_updates() -> None:
     got = sorted(r for _, r in view.snapshot())
     con = duckdb.connect()
     con.execute(schema)
-    con.executemany("INSERT INTO T VALUES (?, ?)", [list(r) for r in live[:50_000]])
-    import pandas as pd  # (bulk load of the rest: executemany is slow)
-
-    if len(live) > 50_000:
-        df = pd.DataFrame({"k": [r[0] for r in live[50_000:]],
-                           "x": [str(r[1]) for r in live[50_000:]]})
-        con.register("rest", df)
-        con.execute("INSERT INTO T SELECT k, CAST(x AS DECIMAL(15,2)) FROM rest")
+    # (bulk load through a CSV file: executemany is slow, and pandas is not a dev
+    # dependency)
+    rows = tmp_path / "t.csv"
+    rows.write_text("".join(f"{k},{x}\n" for k, x in live))
+    con.execute("COPY T FROM ? (FORMAT csv, HEADER false)", [str(rows)])
     want = sorted(con.execute("SELECT k, SUM(x), COUNT(*) FROM T GROUP BY k").fetchall())
     assert got == want
     assert all(isinstance(r[1], Decimal) and r[1].as_tuple().exponent == -2 for r in got)
-    assert sum(float(x) for _, x in live) != float(sum(x for _, x in live)) or True
+    # (and this workload is one where a float sum drifts: the test would see it)
+    assert sum(float(x) for _, x in live) != float(sum(x for _, x in live))
 
 
 # -- random queries: refused, or accepted and equal to DuckDB epoch by epoch ------------
@@ -350,8 +342,12 @@ def test_random_queries_are_refused_or_right(seed: int) -> None:
     rng = random.Random(seed)
     sql = _random_query(rng)
     try:
-        q = compile_query(_SCHEMA + sql)
-    except QueryError:
+        q = compile_query(_SCHEMA + sql, source_name="q.sql")
+    except QueryError as err:
+        # A refusal is allowed (the generator draws constructs the compiler refuses),
+        # but it names the place: file, line and column.
+        assert str(err).startswith("q.sql: "), err
+        assert "line " in str(err) and ", column " in str(err), err
         return
     _check_random_epochs(rng, q.maintain(), sql, rng.randrange(1, 6), 12, 0.3)
 
