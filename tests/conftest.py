@@ -53,11 +53,29 @@ _KAFKA_FIXTURES = {"kafka_broker", "kafka_bootstrap"}
 _KAFKA_STARTED: list[kb.KafkaBroker] = []
 
 
+FULL_MATRIX = os.environ.get("IVMFLOW_FULL_MATRIX") == "1"
+"""Run every cell of the runner matrices (``bench/runner_matrix.sh``); by default the
+README's test command (and CI) runs a representative slice: each runner, each kind of
+stage, P = 1 and 2, but not every query on every runner at every parallelism (each cell
+starts a JVM: 20-50 s)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "matrix: a runner-matrix cell beyond the default slice (runs with "
+                   "IVMFLOW_FULL_MATRIX=1, bench/runner_matrix.sh)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that uses the Kafka broker is an ``integration`` test."""
+    """Every test that uses the Kafka broker is an ``integration`` test; ``matrix`` cells
+    are skipped, saying how to run them, unless ``IVMFLOW_FULL_MATRIX=1``."""
+    skip = pytest.mark.skip(reason="runner-matrix cell beyond the default slice: "
+                                   "IVMFLOW_FULL_MATRIX=1 (bench/runner_matrix.sh) runs it")
     for item in items:
         if _KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if not FULL_MATRIX and item.get_closest_marker("matrix") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
