@@ -53,6 +53,7 @@ __all__ = [
     "OnError",
     "ResumeError",
     "SnapshotCsvSink",
+    "SourceLines",
     "holds_records",
     "source_files",
     "read_updates",
@@ -129,6 +130,91 @@ def source_files(path: str | Path) -> list[Path]:
     if p.is_dir():
         return sorted(f for f in p.iterdir() if f.suffix == ".csv" and f.is_file())
     return [p]
+
+
+class SourceLines:
+    """The line a record was read from, by the record's ``source`` (``<path>:<line>``
+    as :func:`read_updates` names it): what a dead letter holds, the line as it was
+    read and not the record written anew from its values (``1`` in a DECIMAL(5,2)
+    column stays ``1``, not ``1.00``). Nothing is kept while a file is read: a lookup
+    reads the file again, on from the line looked up before (a run's dead letters in
+    file order cost one pass over the file). Stdin cannot be read again: its
+    :attr:`tracker` (the reader's :class:`~connectors.position.InputTracker`) keeps the
+    line read last, which is the record's while the runner applies it (stdin is never
+    read ahead). A source this reader did not name gives ``None``.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.csv"
+    >>> _ = p.write_text("# prices\\n+,P,1\\n-,P,2.5\\n")
+    >>> lines = SourceLines(p)
+    >>> lines(f"{p}:3"), lines(f"{p}:2"), lines("other.csv:1")
+    ('-,P,2.5', '+,P,1', None)
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        name = str(path)
+        self.stdin = name == "-"
+        self.tracker: InputTracker = _LastLine() if self.stdin else InputTracker()
+        p = Path(path)
+        files = source_files(p) if not self.stdin else []
+        self._paths = {(os.path.join(name, f.name) if p.is_dir() else name): f
+                       for f in files}
+        self._at: tuple[str, int, int] = ("", 1, 0)
+        """(name, line number, byte offset) where the last lookup stopped reading"""
+
+    def __call__(self, source: str) -> str | None:
+        name, _, number = source.rpartition(":")
+        if not number.isdigit():
+            return None
+        lineno = int(number)
+        if self.stdin:
+            last = self.tracker
+            assert isinstance(last, _LastLine)
+            if name != "<stdin>" or last.count != lineno:
+                return None
+            return _line_text(last.last, lineno)
+        path = self._paths.get(name)
+        if path is None:
+            return None
+        at_name, at_line, offset = self._at
+        if at_name != name or at_line > lineno:
+            at_line, offset = 1, 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                while True:
+                    raw = f.readline()
+                    if not raw:
+                        return None
+                    offset += len(raw)
+                    at_line += 1
+                    if at_line - 1 == lineno:
+                        self._at = (name, at_line, offset)
+                        return _line_text(raw, lineno)
+        except OSError:
+            return None
+
+
+class _LastLine(InputTracker):
+    """An input tracker that also keeps the line read last and counts lines."""
+
+    __slots__ = ("count", "last")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.last = b""
+
+    def line(self, raw: bytes) -> None:
+        InputTracker.line(self, raw)
+        self.count += 1
+        self.last = raw
+
+
+def _line_text(raw: bytes, lineno: int) -> str:
+    """A line's text as the reader sees it (no line break; no byte order mark)."""
+    text = raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
+    return text[1:] if lineno == 1 and text.startswith("\ufeff") else text
 
 
 def _check_on_error(on_error: str) -> None:
@@ -659,7 +745,9 @@ class CsvStreamSink:
 
 class DeadLetterCsvSink:
     """Rejected records as CSV ``source,reason,record`` (header included), flushed per
-    record; ``count`` says how many were written.
+    record; ``count`` says how many were written. ``raw``, when set (a
+    :class:`SourceLines`), gives the line a record was read from by its source: the
+    record is written as that line (else as the error renders it).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "dead.csv"
@@ -676,6 +764,7 @@ class DeadLetterCsvSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.count = 0
+        self.raw: Callable[[str], str | None] | None = None
         fresh = not append or not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "w" if not append else "a",  # noqa: SIM115
                           encoding="utf-8", newline="")
@@ -685,7 +774,9 @@ class DeadLetterCsvSink:
             self._file.flush()
 
     def write(self, error: InputError) -> None:
-        self._writer.writerow([error.source, error.reason, error.record])
+        line = self.raw(error.source) if self.raw is not None else None
+        record = error.record if line is None else line
+        self._writer.writerow([error.source, error.reason, record])
         self._file.flush()
         self.count += 1
 

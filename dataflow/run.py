@@ -157,14 +157,16 @@ class RunOptions:
 
     @property
     def dead_letter_path(self) -> str:
-        """``--dead-letter``, or ``<deltas without .csv>.dead-letter.csv`` (``ivmflow.…``
-        when deltas go to stdout)."""
+        """``--dead-letter``, or ``<deltas>.dead-letter.csv`` beside the delta file, as
+        its ``.commit`` and ``.checkpoint`` are (``ivmflow.dead-letter.csv`` in the
+        working directory when deltas go to stdout).
+
+        >>> RunOptions("q.sql", "u.csv", deltas="out/d.csv").dead_letter_path
+        'out/d.csv.dead-letter.csv'
+        """
         if self.dead_letter:
             return self.dead_letter
-        base = self.deltas or "ivmflow"
-        if base.lower().endswith(".csv"):
-            base = base[:-4]
-        return f"{base}.dead-letter.csv"
+        return f"{self.deltas or 'ivmflow'}.dead-letter.csv"
 
 
 def plural(n: int, word: str) -> str:
@@ -172,14 +174,37 @@ def plural(n: int, word: str) -> str:
 
 
 class Progress:
-    """The live progress line (terminal only) and the run's counters."""
+    """The live progress line (terminal only) and the run's counters.
 
-    def __init__(self, stream: TextIO, enabled: bool, interval: float = 0.2) -> None:
+    The rate is the pace of the run itself: updates applied per second since the
+    runner took its first record (:meth:`watch` notes when). What comes before is not
+    counted: compiling the query and its hot path, the local runner's read-ahead (it
+    reads a prefix of the stream to estimate update rates before applying any), waiting
+    for a first record that has not arrived. A hot-path build during the run is not
+    counted either. ``clock`` is the time source (seconds; tests pass a fake one).
+
+    >>> import io
+    >>> now = [0.0]
+    >>> p = Progress(io.StringIO(), enabled=False, clock=lambda: now[0])
+    >>> records = p.watch(range(4))
+    >>> now[0] = 5.0  # (compiling, reading ahead)
+    >>> _ = next(records)  # the runner takes its first record at 5.0
+    >>> p.stats.updates = 3; now[0] = 6.5
+    >>> p.rate()
+    2.0
+    """
+
+    def __init__(self, stream: TextIO, enabled: bool, interval: float = 0.2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
         self.enabled = enabled
         self.interval = interval
+        self.clock = clock
         self.stats = DriveStats()
-        self.start = time.monotonic()
+        self.start = clock()
+        self.began: float | None = None
+        """When the runner took its first record (the rate counts from there)."""
+        self._began_compile = 0.0
         self.stop_requested = False
         self.stop_signal: int | None = None
         """The signal that asked for the stop (SIGINT, SIGTERM)."""
@@ -187,6 +212,7 @@ class Progress:
         # driver never sees them, so the summary must not claim "0 updates".
         self.counted_in_job: str | None = None
         self._last_draw = self.start
+        self._began_part: float | None = None
         self._width = 0
         # A bounded file source of known size (track_files): bytes read -> percent, ETA.
         self.total_bytes: int | None = None
@@ -226,30 +252,58 @@ class Progress:
     def tick(self, i: int) -> None:
         """Redraw now and then (call with a running record count)."""
         if self.enabled and not i & 255:
-            now = time.monotonic()
+            now = self.clock()
             if now - self._last_draw >= self.interval:
                 self._last_draw = now
                 self.draw(now)
 
     def watch(self, records: Iterable[Record]) -> Iterator[Record]:
         """Pass records through, redrawing now and then (a stop request is the runner's
-        to act on: it ends at the last whole epoch, see :func:`dataflow.drive.drive`)."""
-        for i, rec in enumerate(records, 1):
+        to act on: it ends at the last whole epoch, see :func:`dataflow.drive.drive`).
+        The rate counts from when the runner takes the first record (:meth:`begin`)."""
+        it = iter(records)
+        for rec in it:
+            self.begin()
+            yield rec
+            break
+        for i, rec in enumerate(it, 2):
             yield rec
             self.tick(i)
+
+    def begin(self) -> None:
+        """The runner takes its first record (the view is built, any read-ahead
+        done): the rate counts from now."""
+        if self.began is None:
+            self.began = self.clock()
+            self._began_compile = self.compile_seconds
+            self._began_part = self.fraction()
+
+    def _busy(self, now: float) -> float:
+        """Seconds the runner has been at its records (see the class docstring)."""
+        if self.began is None:
+            return max(now - self.start - self.compile_seconds, 1e-9)
+        compiled = self.compile_seconds - self._began_compile  # (a build during the run)
+        return max(now - self.began - compiled, 1e-9)
+
+    def rate(self, now: float | None = None) -> float:
+        """Updates applied per second since the runner took its first record."""
+        now = self.clock() if now is None else now
+        return self.stats.updates / self._busy(now)
 
     def draw(self, now: float) -> None:
         st = self.stats
         elapsed = max(now - self.start, 1e-9)
-        busy = max(elapsed - self.compile_seconds, 1e-9)  # (a compile is not the pace)
-        rate = st.updates / busy
+        busy = self._busy(now)
         line = (f"{PROG}: {st.updates} updates read, {plural(st.epochs, 'epoch')}, "
-                f"{plural(st.delta_rows, 'delta row')}, {rate:.0f} updates/s")
+                f"{plural(st.delta_rows, 'delta row')}, {self.rate(now):.0f} updates/s")
         part = self.fraction()
         if part is not None:
-            # As tqdm draws it: percent, a bar, elapsed and what remains at this pace.
+            # As tqdm draws it: percent, a bar, elapsed and what remains at this pace
+            # (of the bytes read since the runner took its first record: the
+            # read-ahead's bytes were read before).
             filled = int(part * 20)
-            eta = _clock(busy * (1 - part) / part) if part > 0 else "?"
+            done = part - (self._began_part or 0.0) if self.began is not None else part
+            eta = _clock(busy * (1 - part) / done) if done > 0 else "?"
             line = (f"{PROG}: {part:4.0%} |{'#' * filled}{' ' * (20 - filled)}| "
                     f"{line.removeprefix(PROG + ': ')}, {_clock(elapsed)}<{eta}")
         if self.native_note:  # (its short form: "compiled", "interpreted: <why>")
@@ -264,14 +318,14 @@ class Progress:
     def compiling(self) -> None:
         """Show that the hot path is being compiled (first use of a query shape: a few
         seconds before the first update is applied)."""
-        self._compile_start = time.monotonic()
+        self._compile_start = self.clock()
         if self.enabled:
             self._write(f"{PROG}: compiling the hot path (first use of this query shape)...")
 
     def compiled(self) -> None:
         """The compile that :meth:`compiling` announced is over (or failed)."""
         if self._compile_start is not None:
-            self.compile_seconds += time.monotonic() - self._compile_start
+            self.compile_seconds += self.clock() - self._compile_start
             self._compile_start = None
 
     def warn(self, message: str) -> None:
@@ -289,10 +343,11 @@ class Progress:
 
     def summary(self) -> str:
         st = self.stats
-        secs = time.monotonic() - self.start
+        now = self.clock()
+        secs = now - self.start
         if self.counted_in_job is not None:
             return f"{PROG}: {self.counted_in_job} in {secs:.1f}s"
-        rate = st.updates / max(secs - self.compile_seconds, 1e-9)
+        rate = self.rate(now)
         snaps = f", {plural(st.snapshots, 'snapshot')}" if st.snapshots else ""
         note = f", {self.native_note}" if self.native_note else ""
         return (f"{PROG}: {plural(st.updates, 'update')}, {plural(st.epochs, 'epoch')}, "
@@ -425,7 +480,7 @@ def maintain_view(ctx: RunContext, query: Any = None) -> Any:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     progress.native_note = getattr(view, "native_note", None) or None
     if progress.enabled:
-        progress.draw(time.monotonic())
+        progress.draw(progress.clock())
     return view
 
 

@@ -9,6 +9,7 @@ non-positive multiplicity and invalid delete.
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 import re
@@ -289,7 +290,7 @@ def test_skip_sends_bad_records_to_the_dead_letter_file(run: Run) -> None:
     good = GOOD_EPOCH + "+,G,4,5\n*\n-,G,3,4\n"
     mixed = GOOD_EPOCH + bad[0] + "\n+,G,4,5\n*\n" + "\n".join(bad[1:]) + "\n-,G,3,4\n"
     assert run.run("--deltas", run.deltas, "--on-error", "skip", updates=mixed) == 0
-    dead = run.tmp / "d.dead-letter.csv"
+    dead = run.tmp / "d.csv.dead-letter.csv"  # (<deltas>.dead-letter.csv, as --help says)
     lines = dead.read_text().splitlines()
     assert lines[0] == "source,reason,record"
     assert [ln.split(",")[0] for ln in lines[1:]] == [
@@ -298,6 +299,80 @@ def test_skip_sends_bad_records_to_the_dead_letter_file(run: Run) -> None:
     assert all(",expected " in ln or ',"expected ' in ln for ln in lines[1:])
     assert f"ivmflow: skipped 6 bad records; see {dead}" in run.err
     assert read_csv_deltas(run.deltas.read_text()) == expected_by_markers(good)
+
+
+DECIMAL_QUERY = "CREATE TABLE P(k INT, price DECIMAL(5,2));\nSELECT k, price FROM P;\n"
+DECIMAL_STREAM = (
+    "+,P,1,1\n"          # 1
+    "-,P, 2 ,1.5\n"      # 2  an invalid delete, refused by the view, not the reader
+    "+,P,3,oops\n"       # 3  refused by the reader
+    "-2,P,1,1.0\n"       # 4  an invalid delete of two copies
+    "+,P,4,7.25\n"       # 5
+)
+
+
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_dead_letters_hold_the_lines_as_read(run: Run, where: str) -> None:
+    """Every refused record, whether the reader or the view refuses it, is written as
+    the line that was read (``1`` stays ``1`` in a DECIMAL(5,2) column, not ``1.00``),
+    into ``<deltas>.dead-letter.csv``."""
+    run.query.write_text(DECIMAL_QUERY)
+    source: Path = run.updates
+    if where == "directory":
+        source = run.tmp / "in"
+        source.mkdir()
+        (source / "a.csv").write_text("+,P,9,9.5\n")
+        (source / "b.csv").write_text(DECIMAL_STREAM)
+    else:
+        run.updates.write_text(DECIMAL_STREAM)
+    assert run("run", run.query, "--updates", source, "--deltas", run.deltas,
+               "--on-error", "skip") == 0
+    name = source / "b.csv" if where == "directory" else source
+    rows = list(csv.reader(io.StringIO(
+        (run.tmp / "d.csv.dead-letter.csv").read_text())))
+    assert rows[0] == ["source", "reason", "record"]
+    # (in the order they were found: the reader's during the read-ahead, first)
+    assert sorted((r[0], r[2]) for r in rows[1:]) == [
+        (f"{name}:2", "-,P, 2 ,1.5"), (f"{name}:3", "+,P,3,oops"), (f"{name}:4", "-2,P,1,1.0"),
+    ]
+    reasons = {r[2]: r[1] for r in rows[1:]}
+    assert "a delete of at most 0 copies" in reasons["-,P, 2 ,1.5"]
+    assert "oops" in reasons["+,P,3,oops"]
+    assert not (run.tmp / "d.dead-letter.csv").exists()
+
+
+def test_dead_letters_from_stdin_hold_the_lines_as_read(run: Run, tmp_path: Path) -> None:
+    run.query.write_text(DECIMAL_QUERY)
+    dead = tmp_path / "dead.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "dataflow", "run", str(run.query), "--updates", "-",
+         "--on-error", "skip", "--dead-letter", str(dead), "-q"],
+        input=DECIMAL_STREAM, capture_output=True, text=True, cwd=REPO, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.reader(io.StringIO(dead.read_text())))
+    assert [(r[0], r[2]) for r in rows[1:]] == [
+        ("<stdin>:2", "-,P, 2 ,1.5"), ("<stdin>:3", "+,P,3,oops"), ("<stdin>:4", "-2,P,1,1.0"),
+    ]
+
+
+def test_dead_letter_path_is_the_delta_file_name_and_a_suffix(tmp_path: Path) -> None:
+    from dataflow.run import RunOptions
+
+    def path(**kw: str) -> str:
+        return RunOptions("q.sql", "u.csv", on_error="skip", **kw).dead_letter_path
+
+    assert path(deltas=str(tmp_path / "out.csv")) == f"{tmp_path / 'out.csv'}.dead-letter.csv"
+    assert path(deltas="deltas") == "deltas.dead-letter.csv"
+    assert path() == "ivmflow.dead-letter.csv"
+    assert path(deltas="out.csv", dead_letter="bad.csv") == "bad.csv"
+
+
+def test_version_is_the_installed_packages(run: Run) -> None:
+    from importlib.metadata import version
+
+    assert run("--version") == 0
+    assert run.out == f"ivmflow {version('ivmflow')}\n"
 
 
 def test_skipped_records_do_not_count_towards_epoch_size(run: Run) -> None:
@@ -441,6 +516,74 @@ def test_progress_line_of_a_file_of_known_size_shows_percent_and_eta(tmp_path: P
     percents = [int(m.group(1)) for m in parts if m]
     assert percents == sorted(percents) and 0 < percents[-1] <= 100, percents
     assert progress.fraction() == 1.0  # the whole file was read
+
+
+class FakeClock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_rate_counts_from_the_first_record_taken() -> None:
+    """The rate is updates applied per second since the runner took its first record:
+    not the time before (the query's compile, the hot path's build, the local runner's
+    read-ahead), nor a build during the run."""
+    clock = FakeClock()
+    buf = io.StringIO()
+    progress = Progress(buf, enabled=True, interval=0.0, clock=clock)
+    progress.compiling()
+    clock.now += 30.0  # the first build of the hot path
+    progress.compiled()
+    clock.now += 20.0  # reading ahead, re-planning
+    records = [Update("+", "G", (i, i)) for i in range(1000)]
+
+    class Timed(FakeView):
+        def apply(self, u: Update) -> None:
+            clock.now += 0.001  # one millisecond per update
+            super().apply(u)
+
+    drive(Timed(), progress.watch(records), epoch_size=500, on_delta=lambda d: None,
+          stats=progress.stats)
+    assert progress.rate() == pytest.approx(1000.0)
+    assert "1000 updates/s" in progress.summary()
+    shown = re.findall(r"(\d+) updates/s", buf.getvalue())
+    assert shown and all(int(r) in range(999, 1002) for r in shown), shown
+    # A build during the run (a view compiled on first use) is not the pace either.
+    progress.compiling()
+    clock.now += 10.0
+    progress.compiled()
+    assert progress.rate() == pytest.approx(1000.0)
+
+
+def test_progress_rate_of_a_real_run_leaves_out_the_read_ahead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local runner reads a prefix of the stream before it applies any record (to
+    estimate update rates): that time is not in the rate."""
+    from dataflow.run import RunOptions, run
+    from dataflow.runners import local
+
+    clock = FakeClock()
+    real_buffer = local.buffer_prefix
+
+    def slow_read_ahead(records: Any, n: int) -> Any:
+        got = real_buffer(records, n)
+        clock.now += 1000.0  # reading ahead took long
+        return got
+
+    monkeypatch.setattr(local, "buffer_prefix", slow_read_ahead)
+    (tmp_path / "q.sql").write_text(TWO_HOP)
+    updates = tmp_path / "u.csv"
+    updates.write_text("".join(f"+,G,{i},{i + 1}\n" for i in range(300)))
+    progress = Progress(io.StringIO(), enabled=False, clock=clock)
+    run(RunOptions(query=str(tmp_path / "q.sql"), updates=str(updates),
+                   deltas=str(tmp_path / "d.csv")), progress)
+    assert progress.began is not None and progress.began >= clock.now - 1e-9
+    clock.now += 3.0
+    assert progress.rate() == pytest.approx(100.0)
 
 
 def test_progress_line_of_stdin_has_no_percent() -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.files import read_updates, source_files
+from connectors.files import DeadLetterCsvSink, SourceLines, read_updates, source_files
 from connectors.position import InputTracker, digest_prefix
 from core.errors import InputError, UsageError
 from core.records import Record
@@ -98,6 +98,12 @@ def run_local(ctx: RunContext) -> DriveStats:
     # The input's position after each record: the delta file's commit record keeps it
     # with each epoch, so that --resume continues exactly there (connectors.position).
     tracker = InputTracker()
+    if isinstance(out.dead_letter, DeadLetterCsvSink):
+        # A dead letter holds the line as it was read, also for a record the view
+        # refuses (an invalid delete), which the view names by its source only.
+        lines = SourceLines(opts.updates)
+        out.dead_letter.raw = lines
+        tracker = lines.tracker  # (stdin: it keeps the line read last)
     resume = getattr(out.deltas, "committed_input", None) if opts.resume_outputs else None
     note_input = getattr(out.deltas, "note_input", None)
     if resume is not None:
