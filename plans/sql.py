@@ -396,6 +396,11 @@ class _Builder:
                 if c.name.lower() == name:
                     matches.append((alias, i))
         if not matches:
+            if not table and name in {i.alias.lower() for i in self.select.expressions
+                                      if isinstance(i, exp.Alias)}:
+                raise self.reject.say(  # (DuckDB reads it; ivmflow not here, yet)
+                    col, f"unsupported reference to the SELECT alias {col.name!r} here",
+                    "write the expression it names")
             raise self.reject.say(
                 col, f"unknown column {col.sql()!r}", "no FROM item has such a column"
             )

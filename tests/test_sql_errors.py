@@ -155,3 +155,15 @@ def test_caret_lines_up_under_tabs(tmp_path: Path,
                    "column 'x': no FROM item has such a column\n"
                    f"    {select}\n"
                    "          \t  \t^\n")
+
+
+def test_select_alias_where_it_is_not_read_is_named_as_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """DuckDB reads a SELECT alias in HAVING; ivmflow does not yet: the refusal says so
+    (not "unknown column", which would call the query wrong)."""
+    select = "SELECT a AS k, COUNT(*) FROM R GROUP BY a HAVING k > 1;"
+    column = select.index(" k >") + 2
+    err = _refusal(tmp_path, capsys, TABLES + select)
+    assert err == _expect(tmp_path, f"line 3, column {column}: unsupported reference to the "
+                          "SELECT alias 'k' here: write the expression it names", select,
+                          column)
