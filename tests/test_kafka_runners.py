@@ -110,16 +110,16 @@ def test_runner_on_kafka_matches_local_file_run(runner: str, kafka_bootstrap: st
 def test_kill_and_restart_writes_every_epoch_once(runner: str, kafka_bootstrap: str,
                                                   tmp_path: Path) -> None:
     _needs(runner)
-    # Long enough that the kill lands mid-run. Spark takes about a second per
-    # micro-batch; the Flink job wrote all of 400 updates (about 30 epochs) within the
-    # 1.1 s between its first epoch and the kill in one CI run, so it gets 1500 updates
-    # (about 120 epochs) and is killed at once.
-    n, batch, settle = (160, 4, 1.0) if runner == "spark" else (1500, 3, 0.0)
+    # Killed while the sink's transaction of an epoch is open (its records sent, not
+    # committed). Flink writes every epoch from one operator: its 5th epoch with rows.
+    # Spark writes a batch's epochs from an executor's Python worker, which counts its
+    # own: the 3rd epoch one of the (at most two) workers writes.
+    n, batch, fault = (160, 4, "sink.write@3") if runner == "spark" else (400, 3, "sink.write@5")
     sql_path, updates, topic = setup_stream(kafka_bootstrap, tmp_path, seed=5, n=n)
     expected = local_epochs(sql_path, updates, tmp_path)
     deltas = unique_name("deltas")
     cmd = runner_cmd(runner, sql_path, kafka_bootstrap, topic, deltas, tmp_path, batch)
-    env = _run_and_kill(cmd, lambda: bool(topic_epochs(kafka_bootstrap, deltas)), settle=settle)
+    env = _run_and_kill(cmd, f"{fault}:KILL")
     partial = topic_epochs(kafka_bootstrap, deltas)
     assert partial and partial != expected, "the kill should have interrupted the run"
     assert all(partial[e] == expected[e] for e in partial), "committed epochs are whole"

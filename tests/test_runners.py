@@ -5,6 +5,7 @@ delta file equals an uninterrupted run's."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -172,21 +173,26 @@ def _ivmflow(*args: str) -> list[str]:
     return [sys.executable, "-m", "dataflow.cli", "run", *args, "--quiet"]
 
 
-def _run_and_kill(cmd: list[str], ready: Any, settle: float = 0.0) -> dict[str, str]:
-    """Start ``cmd``, SIGKILL its process group once ``ready()`` holds (plus ``settle``
-    seconds); fail if it finished first. Returns the environment to restart it with."""
+def _run_and_kill(cmd: list[str], fault: str) -> dict[str, str]:
+    """Run ``cmd`` in its own process group with ``IVMFLOW_FAULT=fault`` (a fault point
+    of :mod:`core.faults`, SIGKILL by default: when the point is reached the run kills
+    its whole process group, JVM and workers too, as a container is killed); fail
+    unless it died that way. Returns the environment to restart it with (no fault)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if ready():
-            time.sleep(settle)
-            break
-        time.sleep(0.1)
-    assert proc.poll() is None, "the first run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    env.pop("IVMFLOW_FAULT", None)
+    env.pop("IVMFLOW_FAULT_TARGET", None)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**env, "IVMFLOW_FAULT": fault},
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # (whatever the kill left of the group)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the run should have been killed at {fault}, it ended with {proc.returncode}: "
+        f"{err[-3000:]}")
     return env
 
 
@@ -219,10 +225,9 @@ def test_spark_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     deltas = tmp_path / "spark.csv"
     cmd = _ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "4", "--runner",
                    "spark", "--parallelism", "2", "--deltas", str(deltas), "--batch-lines", "6")
-    commits = Path(str(deltas) + ".checkpoint") / "commits"
-    # Killed once Spark has committed a micro-batch (so there is state to resume),
-    # a batch or two further on.
-    env = _run_and_kill(cmd, lambda: commits.is_dir() and any(commits.iterdir()), settle=1.5)
+    # Killed while the driver writes the 10th epoch with rows (its rows in the file,
+    # not its commit record), several micro-batches in: there is state to resume.
+    env = _run_and_kill(cmd, "sink.write@10:KILL")
     partial = deltas.read_text() if deltas.exists() else ""
     assert partial != local.read_text(), "the kill should have interrupted the run"
 
@@ -285,8 +290,8 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     sql_path = tmp_path / "q.sql"
     sql_path.write_text(SCHEMA + QUERIES["star_count"] + ";\n")
     updates = tmp_path / "u.csv"
-    # Long enough to be killed mid-run: the per-entry job gets through 4000 updates
-    # before its first checkpoint.
+    # Long enough for checkpoints before the kill: the per-entry job gets through 4000
+    # updates before its first one, and the kill comes some 17,000 updates in.
     write_stream(updates, g_stream(9, n=40_000))
     local = tmp_path / "local.csv"
     subprocess.run(_ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5",
@@ -297,11 +302,10 @@ def test_flink_restart_from_checkpoint_gives_uninterrupted_output(tmp_path: Path
     cmd = _ivmflow(str(sql_path), "--updates", str(updates), "--epoch", "5", "--runner",
                    "flink", "--parallelism", "2", "--deltas", str(deltas),
                    "--checkpoint", str(ckpt))
-    commit = Path(str(deltas) + ".commit")
-    env = _run_and_kill(
-        cmd, lambda: commit.exists() and latest_checkpoint(str(ckpt)) is not None,
-        settle=random.Random().uniform(0.0, 1.0),  # a random point after the first checkpoint
-    )
+    # Killed right after the merger committed the 4000th epoch with rows (of 9285) to
+    # the delta file: the newest checkpoint is behind it, so the restart replays epochs
+    # the file already holds.
+    env = _run_and_kill(cmd, "sink.commit@4000:KILL")
     assert deltas.read_text() != local.read_text(), "the kill should have interrupted the run"
     assert latest_checkpoint(str(ckpt)) is not None
 

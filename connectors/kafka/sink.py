@@ -24,6 +24,7 @@ from connectors.kafka.topics import (
     read_last_epoch,
 )
 from core.errors import InputError, IvmflowError
+from core.faults import fault_point
 from core.records import EpochDelta
 from core.schema import Row
 
@@ -291,8 +292,10 @@ class KafkaDeltaSink:
             # so committing now would lose its records silently.
             failed = next((f.exception for f in sent if f.failed()), None)
             if failed is None:
+                fault_point("sink.write")  # (the records are sent, not committed)
                 committing = True
                 p.commit_transaction()
+                fault_point("sink.commit")
                 return None
         except KafkaError as e:
             failed = e

@@ -6,7 +6,9 @@ does.
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +22,23 @@ from dataflow.runners.spark import refuse_kafka_skip
 if TYPE_CHECKING:
     from dataflow.run import RunContext
 
-__all__ = ["run_flink"]
+__all__ = ["last_written_epoch", "run_flink"]
+
+
+def last_written_epoch(deltas: str, kafka_options: Sequence[str] = ()) -> int:
+    """The last epoch with rows a delta file's commit record (or a delta topic) holds:
+    every epoch up to it is whole (0: none, or unknown)."""
+    if scheme(deltas) == "kafka":
+        from connectors.kafka import parse_kafka_url, read_last_epoch
+
+        try:
+            return read_last_epoch(parse_kafka_url(deltas, kafka_options))
+        except Exception:  # noqa: BLE001 - only for the stop message: unknown
+            return 0
+    try:
+        return int(json.loads(Path(f"{deltas}.commit").read_text(encoding="utf-8"))["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 @register("flink")
@@ -51,10 +69,10 @@ def run_flink(ctx: RunContext) -> DriveStats:
             "flink job done (the job itself read the updates; Flink metrics"
             " ivmflow.updates_read and ivmflow.epochs_read count them)"
         )
-        job.run_kafka(opts.updates, deltas, opts.snapshots, stop_at_end=opts.stop_at_end,
-                      batch_records=opts.batch_lines,
-                      should_stop=lambda: ctx.progress.stop_requested,
-                      kafka_options=opts.kafka_options)
+        stopped = job.run_kafka(opts.updates, deltas, opts.snapshots,
+                                stop_at_end=opts.stop_at_end, batch_records=opts.batch_lines,
+                                should_stop=lambda: ctx.progress.stop_requested,
+                                kafka_options=opts.kafka_options)
     else:
         dead = None
         if opts.on_error == "skip" and out.dead_letter is not None:
@@ -64,9 +82,19 @@ def run_flink(ctx: RunContext) -> DriveStats:
             "flink job done (the job read the updates; Flink metrics ivmflow.updates_read"
             " and ivmflow.epochs_read count them)"
         )
-        job.run_files(opts.updates, deltas, opts.snapshots, stop_at_end=opts.stop_at_end,
-                      batch_lines=opts.batch_lines, on_error=opts.on_error,
-                      dead_letter=dead, should_stop=lambda: ctx.progress.stop_requested)
+        stopped = job.run_files(opts.updates, deltas, opts.snapshots,
+                                stop_at_end=opts.stop_at_end, batch_lines=opts.batch_lines,
+                                on_error=opts.on_error, dead_letter=dead,
+                                should_stop=lambda: ctx.progress.stop_requested)
+    if stopped:
+        # The job was cancelled: the sinks hold whole epochs (the open one was dropped;
+        # the same command goes on from the newest checkpoint). Stopped before the end
+        # of a bounded source (a file; a directory or topic read --stop-at-end): the CLI
+        # exits 130 / 143 naming the last epoch the deltas hold.
+        bounded = opts.stop_at_end or (scheme(opts.updates) is None
+                                       and not Path(opts.updates).is_dir())
+        ctx.progress.stats.stopped = bounded
+        ctx.progress.stats.epochs = last_written_epoch(deltas, opts.kafka_options)
     if scheme(deltas) == "kafka":
         return ctx.progress.stats
     text = Path(deltas).read_text() if Path(deltas).exists() else ""

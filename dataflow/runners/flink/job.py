@@ -55,6 +55,7 @@ from pyflink.datastream.state import (
 from connectors.files import OnError
 from core.epochs import CLOSE
 from core.errors import FlinkJobError, UsageError
+from core.faults import fault_point
 from core.records import EpochDelta
 from dataflow.distributed import (
     PartitionLayout,
@@ -387,6 +388,7 @@ class EpochSinks:
               merged: Mapping[tuple[str, int], list[tuple[int, Any]]]) -> None:
         """Write the epoch's merged delta (and the snapshot its marker asked for),
         opening the sinks first if :meth:`open` was not called yet."""
+        fault_point("epoch")  # (one operator writes the epochs: the count is the run's)
         if not self.opened:
             self.open()
         if self.deltas is not None:
@@ -482,6 +484,11 @@ FLINK_JAVA = (11, 17, 21)
 """The Java versions Flink 2.x runs on."""
 
 
+def _cancelled(exc: BaseException) -> bool:
+    """Whether a job's failure is its cancellation."""
+    return "JobCancellationException" in str(exc) or "CANCELED" in str(exc)
+
+
 def job_failure(exc: BaseException) -> FlinkJobError:
     """The cause of a failed job, from Flink's nested exception text: the Python error
     raised in a worker if there is one, else the innermost Java cause (the whole text
@@ -526,7 +533,7 @@ class FlinkJob:
     def run_files(self, path: str, deltas: str | None, snapshots: str | None = None, *,
                   stop_at_end: bool = False, batch_lines: int = BUNDLE_RECORDS,
                   on_error: OnError = "fail", dead_letter: str | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> None:
+                  should_stop: Callable[[], bool] | None = None) -> bool:
         """Read an update file (bounded) or a directory of them (followed until stopped,
         or to its end at start with ``stop_at_end``) inside the job
         (:mod:`dataflow.runners.flink.files`), ``-`` for stdin (spooled first)."""
@@ -540,12 +547,12 @@ class FlinkJob:
                                       batch_lines=batch_lines)
         source = FileEpochSource(path, self.query.schema, start, self.plan, self.epoch_size,
                                  batch_lines, on_error, dead_letter)
-        self._run(source, ticks, ckpt, restore, deltas, snapshots, (), should_stop)
+        return self._run(source, ticks, ckpt, restore, deltas, snapshots, (), should_stop)
 
     def run_kafka(self, url: str, deltas: str | None, snapshots: str | None = None, *,
                   stop_at_end: bool = False, batch_records: int = 10_000,
                   should_stop: Callable[[], bool] | None = None,
-                  kafka_options: Sequence[str] = ()) -> None:
+                  kafka_options: Sequence[str] = ()) -> bool:
         """Read the update topic(s) at ``url`` (:mod:`dataflow.runners.flink.kafka`: a
         source in the job, read position in Flink state) until the end known at the first
         start (``stop_at_end``) or until ``should_stop()``."""
@@ -557,7 +564,8 @@ class FlinkJob:
                                       fresh=restore is None, kafka_options=kafka_options)
         kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
                                  batch_records, kafka_options)
-        self._run(kafka, ticks, ckpt, restore, deltas, snapshots, kafka_options, should_stop)
+        return self._run(kafka, ticks, ckpt, restore, deltas, snapshots, kafka_options,
+                         should_stop)
 
     def _snapshots_wanted(self, snapshots: str | None) -> None:
         """Ship a plan whose closes ask for snapshots only if this run writes them
@@ -566,11 +574,12 @@ class FlinkJob:
 
     def _run(self, reader: Any, ticks: int, ckpt: Path, restore: str | None,
              deltas: str | None, snapshots: str | None, kafka_options: Sequence[str],
-             should_stop: Callable[[], bool] | None) -> None:
+             should_stop: Callable[[], bool] | None) -> bool:
         """Ticks -> ``reader`` (a keyed process function keeping its read position in
         Flink state; bundles per partition) -> partitions -> merger -> sinks. Runs until
         the ticks end or ``should_stop()`` (then the job is cancelled; its checkpoints
-        are kept, and the same command resumes from the newest)."""
+        are kept, and the same command resumes from the newest). Whether it was
+        stopped before its end."""
         env = self._environment(ckpt, restore)
         source = env.from_source(
             NumberSequenceSource(0, ticks - 1), WatermarkStrategy.no_watermarks(), "ticks"
@@ -594,12 +603,28 @@ class FlinkJob:
         waiter.start()
         while waiter.is_alive():
             if should_stop is not None and should_stop():
-                client.cancel().result()  # checkpoints are retained on cancellation
-                waiter.join(30)
-                return
+                return self._cancel(client, waiter, failure)
             waiter.join(0.3)
         if failure:
             raise job_failure(failure[0])
+        return False
+
+    @staticmethod
+    def _cancel(client: Any, waiter: threading.Thread, failure: list[BaseException]) -> bool:
+        """Cancel the job on a stop request and wait for its tasks to end. The epochs
+        in the sinks are whole (each is written at once, by one operator, after every
+        partition closed it); the open epoch is dropped, and the same command resumes
+        from the newest checkpoint (retained on cancellation), whose epochs the sinks
+        skip. Whether the job was stopped before its end (False: it ended first)."""
+        try:
+            client.cancel().result()
+        except Exception:  # noqa: BLE001 - the job ended meanwhile: its result says how
+            waiter.join(30)
+            if failure and not _cancelled(failure[0]):
+                raise job_failure(failure[0]) from None
+            return bool(failure)
+        waiter.join(60)
+        return True
 
     def _environment(self, ckpt: Path, restore: str | None) -> StreamExecutionEnvironment:
         _interpreter_first_on_path()  # before Configuration() starts the JVM

@@ -15,6 +15,7 @@ from typing import Any
 from pyflink.datastream import RuntimeContext
 
 from core.epochs import CLOSE, NumberedRecord
+from core.faults import fault_point, faults_armed
 from dataflow.distributed import WorkerPlan, bundle_by_partition
 from dataflow.stages import plan_tags
 
@@ -39,6 +40,9 @@ class ReadCounters:
         closes = sum(1 for n in numbered if n.kind == CLOSE)
         self.updates.inc(len(numbered) - closes)
         self.epochs.inc(closes)
+        if faults_armed():  # (the job's one reader: the count follows the stream)
+            for _ in range(len(numbered) - closes):
+                fault_point("read")
         # Plain tuples cross to the partitions: they pickle and unpickle several times
         # faster than named tuples (PartitionTask.process reads either).
         yield from bundle_by_partition(plan_tags(plan, numbered))

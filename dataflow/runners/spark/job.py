@@ -14,6 +14,13 @@ under the partition key, on the RocksDB state store with changelog checkpointing
 engine works on a cache kept by the Python worker between batches, and each batch
 writes back only the entries it changed (:mod:`dataflow.runners.spark.state`). No
 state reaches the driver, and no output row either when the sinks are Kafka topics.
+
+Stops (SIGINT, SIGTERM): an epoch may span micro-batches (its open changes travel with
+the partition's state) and is written only once closed, so a batch boundary never cuts
+one. A stop waits for the batch in progress to be written, then stops the query; the
+next one, if Spark started it, fails before writing and is run again by the restart.
+Fault points (:mod:`core.faults`): ``read`` in the source's reader (one Python process
+on the driver plans every batch), ``epoch`` on the driver as it learns of each epoch.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -35,6 +43,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from core.epochs import CLOSE, NumberedRecord
 from core.errors import JobError, JobStartError, SparkJobError
+from core.faults import fault_point
 from core.records import EpochDelta, Update
 from dataflow.distributed import (
     PartitionLayout,
@@ -272,6 +281,27 @@ def _unwrap(exc: Exception) -> Exception:
     return exc
 
 
+class _StopRequested(Exception):  # noqa: N818 - not an error: a stop on request
+    """Raised by the sink of a micro-batch that starts after a stop request: the batch
+    fails before writing anything, and Spark does not commit it."""
+
+
+def _epochs_closed(progress: Sequence[Mapping[str, Any]]) -> int:
+    """Epochs closed by the last micro-batch Spark committed, from its source's end
+    offset (the epoch cursor of :mod:`dataflow.runners.spark.source` or, under
+    ``cursor``, of the Kafka source): 0 if none is known."""
+    import json
+
+    for p in reversed(progress):
+        with contextlib.suppress(TypeError, ValueError, AttributeError, KeyError):
+            for src in p.get("sources") or []:
+                end = src.get("endOffset")
+                offset = json.loads(end) if isinstance(end, str) else end
+                cursor = offset.get("cursor", offset)
+                return max(0, int(cursor["epoch"]) - 1)
+    return 0
+
+
 class SparkJob:
     """One streaming query: build with the run's settings, then :meth:`run`."""
 
@@ -312,11 +342,15 @@ class SparkJob:
         """Spark's progress reports of the run's micro-batches (durations, rows)."""
         self._query: Any = None
         self._kafka_in_partition: dict[str, KafkaTopicSink] = {}
+        self._sink_lock = threading.Lock()
+        """Held while a micro-batch runs its sink (:meth:`_stop_after_batch`)."""
+        self._stopping = False
+        self._last_epoch_seen = 0
 
     def stop(self) -> None:
         """Stop a running (unbounded) job after its current micro-batch."""
         if self._query is not None:
-            self._query.stop()
+            self._stop_after_batch(self._query)
 
     def stream(self, spark: SparkSession) -> DataFrame:
         if self.updates.lower().startswith("kafka://"):
@@ -392,7 +426,10 @@ class SparkJob:
             should_stop: Callable[[], bool] | None = None) -> None:
         """Run until the bounded source is consumed (or forever for a growing
         directory or a Kafka topic, until stopped: :meth:`stop`, or ``should_stop()``
-        turning true, e.g. on SIGTERM), writing each closed epoch once."""
+        turning true, e.g. on SIGTERM), writing each closed epoch once. A stop ends the
+        run after the micro-batch in progress (:meth:`_stop_after_batch`): the sinks
+        hold whole epochs, the checkpoint the state after the last committed batch, and
+        ``stats.stopped`` says whether a bounded source was stopped before its end."""
         # (closes ask the partitions for snapshots only if this run writes them)
         self.plan = replace(self.plan, snapshots=getattr(outputs, "snapshots", None) is not None)
         self._stamp_checkpoint()
@@ -420,6 +457,15 @@ class SparkJob:
         writer: Any = BatchWriter(kafka_sinks)  # pyspark's stubs want pandas' own types
 
         def sink_batch(df: DataFrame, batch_id: int) -> None:
+            # A stop waits for the batch in this function (it runs the batch: collect)
+            # and then stops the query; a batch that comes here after it fails before
+            # writing anything, so Spark never commits it and a restart runs it again.
+            with self._sink_lock:
+                if self._stopping:
+                    raise _StopRequested(batch_id)
+                write_batch(df)
+
+        def write_batch(df: DataFrame) -> None:
             # With a Kafka sink, one task merges the partitions' bundles per epoch and
             # writes the topic from the executor (dataflow.runners.spark.output): only
             # counts, and the rows of file sinks, come back here. The only partition of
@@ -436,6 +482,7 @@ class SparkJob:
             t1 = time.time()
             for kind, n, count, rows in written:
                 if kind == "delta":
+                    self._closed_epochs(n)
                     if rows is not None:
                         outputs.deltas.write_epoch(EpochDelta(n, tuple(rows)))
                     if stats is not None:
@@ -446,6 +493,10 @@ class SparkJob:
             self.batches += 1
             _trace(sink_start=t0, collected=t1, sink_end=time.time(), epochs=len(written))
 
+        if should_stop is not None and should_stop():  # (while the JVM came up)
+            if stats is not None:
+                stats.stopped = self.bounded
+            return
         query = (
             self.stream(spark)
             .writeStream.foreachBatch(sink_batch)
@@ -454,18 +505,76 @@ class SparkJob:
             .start()
         )
         self._query = query
+        stopped = False
         try:
-            if self.bounded:
-                query.processAllAvailable()
-            elif should_stop is None:
-                query.awaitTermination()
-            else:
-                while not query.awaitTermination(1) and not should_stop():
-                    pass
+            stopped = self._await(query, should_stop)
         except Exception as exc:  # noqa: BLE001 - re-raised with the user's message
-            raise job_failure(exc, log) from None
+            if not self._stopping:
+                raise job_failure(exc, log) from None
+            stopped = True  # (the batch after the stop failed on purpose: _StopRequested)
         finally:
             self.progress = [dict(p) for p in (query.recentProgress or [])]
             if stats is not None:
                 stats.updates = sum(int(p.get("numInputRows", 0)) for p in self.progress)
             query.stop()
+        if stats is not None:
+            stats.epochs = max(stats.epochs, _epochs_closed(self.progress))
+            if stopped and self.bounded:
+                stats.stopped = True  # (before the end of a bounded source)
+
+    def _await(self, query: Any, should_stop: Callable[[], bool] | None) -> bool:
+        """Wait until the bounded source is read to its end, or the unbounded query
+        ends, or ``should_stop()`` turns true: then stop after the micro-batch in
+        progress (:meth:`_stop_after_batch`). Whether it was stopped on request."""
+        if should_stop is None:
+            if self.bounded:
+                query.processAllAvailable()
+            else:
+                query.awaitTermination()
+            return False
+        if not self.bounded:
+            while not query.awaitTermination(1):
+                if should_stop():
+                    self._stop_after_batch(query)
+                    return True
+            return False
+        # processAllAvailable blocks in the JVM: in a thread, so that this (main)
+        # thread runs the signal handlers and watches for a stop request.
+        failure: list[BaseException] = []
+
+        def drain() -> None:
+            try:
+                query.processAllAvailable()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                failure.append(exc)
+
+        waiter = threading.Thread(target=drain, name="ivmflow-spark-drain", daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            if should_stop():
+                self._stop_after_batch(query)
+                waiter.join(60)
+                return True
+            waiter.join(0.2)
+        if failure:
+            raise failure[0]
+        return False
+
+    def _stop_after_batch(self, query: Any) -> None:
+        """Stop the query at a micro-batch boundary: wait for the batch being written
+        (the sink holds the lock while it runs and writes the batch: its closed epochs
+        are whole), then stop. Epochs are written only when closed, so the sinks hold
+        whole epochs; the open epoch's updates are in the checkpoint's state (a batch
+        Spark committed) or not read yet (one it did not: a restart runs it again)."""
+        with self._sink_lock:
+            self._stopping = True
+        query.stop()
+
+    def _closed_epochs(self, n: int) -> None:
+        """The driver learns of epoch ``n`` (one with rows; the ones before it without
+        rows closed too): the ``epoch`` fault point once per epoch closed since the last
+        one seen (:mod:`core.faults`)."""
+        first = self._last_epoch_seen + 1 if self._last_epoch_seen else n
+        for _ in range(first, n + 1):
+            fault_point("epoch")
+        self._last_epoch_seen = max(self._last_epoch_seen, n)

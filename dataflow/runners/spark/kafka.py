@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
 from core.epochs import CLOSE, NumberedRecord
 from core.schema import Schema
-from dataflow.runners.spark.source import ROW_SCHEMA
+from dataflow.runners.spark.source import ROW_SCHEMA, read_fault_points
 
 SOURCE_NAME = "ivmflow_kafka_updates"
 
@@ -113,6 +113,7 @@ class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
                                          timeout_s=1.0)
         if not numbered and not (end.done and not pos.done):
             return iter(()), start  # nothing new: Spark runs no batch
+        read_fault_points(pos.cursor, end.cursor)
         return iter(to_rows(numbered)), end.to_dict()
 
     def readBetweenOffsets(

@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from connectors.files import read_updates_from_lines
 from core.epochs import CLOSE, EpochCursor
+from core.faults import fault_point, faults_armed
 from core.schema import Schema
 from dataflow.distributed import WorkerPlan
 from dataflow.stages import plan_tags
@@ -38,6 +39,17 @@ ROW_SCHEMA = (
     "seq LONG, epoch INT, kind STRING, relation STRING, op STRING, mult LONG, "
     "payload BINARY, snapshot INT"
 )
+
+
+def read_fault_points(before: EpochCursor, after: EpochCursor) -> None:
+    """The ``read`` fault point (:mod:`core.faults`) once per update a micro-batch read
+    (between the two cursors: each update and each epoch close takes a sequence number).
+    Spark plans a batch by reading it in one Python process on the driver, so the count
+    follows the stream; a batch read again after a restart (``readBetweenOffsets``)
+    does not count."""
+    if faults_armed():
+        for _ in range((after.seq - before.seq) - (after.epoch - before.epoch)):
+            fault_point("read")
 
 
 def _files(path: str) -> list[Path]:
@@ -155,6 +167,7 @@ class UpdateCsvStreamReader(SimpleDataSourceStreamReader):
         )
         rows, cursor = self._rows(start, lines, at_end=exhausted)
         end = {**pos, "done": exhausted, **cursor.to_dict()}
+        read_fault_points(EpochCursor.from_dict(start), cursor)
         return iter(rows), end
 
     def readBetweenOffsets(
