@@ -54,7 +54,7 @@ import datetime as dt
 import json
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -168,11 +168,23 @@ class TpchSpec:
             raise UsageError(msg)
 
 
-def schema_sql() -> str:
-    """The 8 CREATE TABLE statements, in load order."""
+def schema_sql(keys: bool | Collection[str] = False) -> str:
+    """The 8 CREATE TABLE statements, in load order; ``keys``: with the spec's primary
+    keys (:data:`KEYS`) declared (``True``: every table's; else those of the tables
+    named), as a change stream with key-only before-images needs them
+    (docs/change-streams.md). Below SF 0.01 dbgen's partsupp repeats some
+    ``(ps_partkey, ps_suppkey)`` pairs (100 at SF 0.001 to 0.005: the spec's supplier
+    formula repeats with fewer than 100 suppliers): leave its key out there.
+
+    >>> schema_sql(keys=True).splitlines()[3:5]
+    ['    r_comment VARCHAR(152),', '    PRIMARY KEY (r_regionkey)']
+    """
     out = []
     for table in TABLES:
-        cols = ",\n".join(f"    {name} {typ}" for name, typ in SCHEMA[table])
+        lines = [f"    {name} {typ}" for name, typ in SCHEMA[table]]
+        if keys is True or (keys and table in keys):
+            lines.append(f"    PRIMARY KEY ({', '.join(KEYS[table])})")
+        cols = ",\n".join(lines)
         out.append(f"CREATE TABLE {table} (\n{cols}\n);\n")
     return "\n".join(out)
 

@@ -209,10 +209,13 @@ def _add_kafka_commands(sub: Any) -> None:
     prod.add_argument("--query", metavar="QUERY.sql",
                       help="type the values by the query's CREATE TABLEs (default: text)")
     prod.add_argument("--kafka-option", action="append", metavar="KEY=VALUE")
-    prod.add_argument("--format", choices=("json", "debezium-json"), default="json",
+    prod.add_argument("--format", choices=("json", "debezium-json", "upsert-json"),
+                      default="json",
                       help="json: ivmflow's update records (default); debezium-json: "
                            "Debezium change events on TOPIC.<schema>.<R>, one transaction "
-                           "per epoch with metadata on TOPIC.transaction (needs --query)")
+                           "per epoch with metadata on TOPIC.transaction; upsert-json: "
+                           "each epoch's rows per key on TOPIC.<R>, record timestamps 1 "
+                           "ms apart per epoch (both need --query)")
     prod.add_argument("--before-images", choices=("full", "key"), default="full",
                       help="debezium-json: full before-images (REPLICA IDENTITY FULL, "
                            "default) or the key only (Postgres' default)")
@@ -348,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--transaction-timeout", type=float, default=60.0, metavar="S",
                      help="change streams: seconds a transaction's END may wait for its "
                           "events before the run fails (default 60)")
+    run.add_argument("--epoch-ms", type=_positive_int, metavar="T",
+                     help="change streams without transactions=: epochs of T ms of the "
+                          "events' source timestamps (not transactionally consistent)")
     run.add_argument("--resume", action="store_true",
                      help="keep the committed epochs of existing --deltas/--snapshots files "
                           "and write only the later ones")
@@ -465,6 +471,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         checkpoint_interval=args.checkpoint_interval, batch_lines=args.batch_lines,
         kafka_options=args.kafka_option, native=args.native, verbose=args.verbose,
         min_epoch_events=args.min_epoch_events, transaction_timeout=args.transaction_timeout,
+        epoch_ms=args.epoch_ms,
     )
 
 

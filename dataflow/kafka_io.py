@@ -261,7 +261,8 @@ def produce(updates: str, topic: str, *, partitions: int = 1, query: str | None 
     ``topic`` (``kafka://host:port/topic``), values typed by the ``query`` file's
     tables (text without one); returns (records written, the topic's URL). With
     ``fmt="debezium-json"`` as Debezium change events, one source transaction per
-    epoch (:mod:`connectors.kafka.debezium_io`; needs the query)."""
+    epoch, with ``fmt="upsert-json"`` as upsert topics (each epoch's net change per
+    key: :mod:`connectors.kafka.debezium_io`; both need the query)."""
     ep = _topic_endpoint(topic, kafka_options)
     if partitions < 1:
         msg = f"--partitions: expected a positive integer, found {partitions}"
@@ -269,20 +270,24 @@ def produce(updates: str, topic: str, *, partitions: int = 1, query: str | None 
     schema, _ = _schema(query)
     if updates != "-" and not Path(updates).exists():
         raise FileNotFoundError(2, "update file not found", updates)
-    if fmt == "debezium-json":
-        from connectors.kafka.debezium_io import produce_changes
+    if fmt in ("debezium-json", "upsert-json"):
+        from connectors.kafka.debezium_io import produce_changes, produce_upserts
 
         if schema is None:
-            msg = "produce --format debezium-json: expected --query QUERY.sql (the tables)"
+            msg = f"produce --format {fmt}: expected --query QUERY.sql (the tables)"
             raise UsageError(msg)
-        if ep.format != "debezium-json":
-            ep = replace(ep, format="debezium-json", per_relation=True)
+        if ep.format != fmt:
+            ep = replace(ep, format=fmt, per_relation=True)
         with kafka_errors(f"produce to {ep.url}", ep.bootstrap):
             try:
-                n, _txns = produce_changes(ep, read_updates(updates, schema), schema,
-                                           partitions=partitions,
-                                           before_images="key" if before_images == "key"
-                                           else "full")
+                if fmt == "upsert-json":
+                    n, _epochs = produce_upserts(ep, read_updates(updates, schema), schema,
+                                                 partitions=partitions)
+                else:
+                    n, _txns = produce_changes(ep, read_updates(updates, schema), schema,
+                                               partitions=partitions,
+                                               before_images="key" if before_images == "key"
+                                               else "full")
             except KafkaConfigError as exc:
                 raise UsageError(str(exc)) from None
         return n, ep.url

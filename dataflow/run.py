@@ -35,7 +35,7 @@ from connectors.files import (
     OnError,
     SnapshotCsvSink,
 )
-from core.errors import UnavailableError
+from core.errors import UnavailableError, UsageError
 from core.native import NativeFallbackWarning
 from core.records import Record
 from dataflow import runners
@@ -123,6 +123,9 @@ class RunOptions:
     an epoch until it holds this many events (docs/change-streams.md)."""
     transaction_timeout: float = 60.0
     """Change streams: seconds an END record may wait for its transaction's events."""
+    epoch_ms: int | None = None
+    """Change streams without transaction metadata: epochs of T milliseconds of the
+    events' source timestamps (docs/change-streams.md; not transactionally consistent)."""
 
     def maintain_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given)."""
@@ -485,6 +488,12 @@ def maintain_view(ctx: RunContext, query: Any = None) -> Any:
 
 
 def _check_available(opts: RunOptions) -> runners.Runner:
+    if opts.epoch_ms is not None and (scheme(opts.updates) != "kafka" or
+                                      _kafka_io().endpoint(opts.updates, opts).format == "json"):
+        msg = (f"--epoch-ms: epochs by the events' source timestamps are for a change "
+               f"stream (kafka://...?format=debezium-json or upsert-json), not "
+               f"{opts.updates}: cut epochs with --epoch N or '*' markers")
+        raise UsageError(msg)
     runner = runners.get(opts.runner)
     for what, target in (("--updates", opts.updates), ("--deltas", opts.deltas),
                          ("--snapshots", opts.snapshots)):

@@ -197,6 +197,40 @@ def test_bad_events_name_the_record_and_field(value: bytes, expected: str, found
     assert "--on-error skip" in str(err)
 
 
+_VALUES = st.one_of(
+    st.integers(-(2**40), 2**40), st.none(), st.booleans(), st.floats(allow_nan=False),
+    st.text(max_size=12), st.from_regex(r"[+-]?\d{1,7}\.\d{0,3}", fullmatch=True),
+    st.from_regex(r"\d{4}-\d\d-\d\d", fullmatch=True), st.integers(-800_000, 3_000_000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_fast_paths_give_what_the_general_path_gives(v: Any) -> None:
+    """The decoders' fast paths (connectors.kafka.debezium.fast_value) change no value:
+    where they apply they give what Debezium's converter rules (``convert``) and the
+    upsert topics' ``Column.coerce`` give, or those refuse it."""
+    from connectors.kafka.debezium import MISSING, DecodeOptions, convert, fast_value, plan
+    from core.schema import ValueParseError
+
+    def bad(expected: str, found: str) -> Any:
+        raise ChangeError("t", "", expected, found)
+
+    for col in (Column("i", "INT"), Column("d", "DECIMAL", 2),
+                Column("t", "TEXT"), Column("day", "DATE"), Column("b", "BOOL")):
+        _c, how, a, b = plan(Relation("r", (col,)))[0]
+        for debezium in (True, False):  # convert for Debezium, coerce for upsert topics
+            fast = fast_value(how, a, b, v, days=debezium)
+            if fast is MISSING or v is None:
+                continue
+            try:
+                want = convert(col, v, None, DecodeOptions(), bad) if debezium \
+                    else col.coerce(v)
+            except (ChangeError, ValueParseError):
+                raise AssertionError(f"{col} {v!r}: fast {fast!r}, the general path "
+                                     "refuses") from None
+            assert (type(fast), str(fast)) == (type(want), str(want)), (col, v)
+
+
 def test_tombstones_and_messages_are_skipped() -> None:
     assert decode_change(None, CUSTOMERS, source="t") is None
     assert decode_change(b'{"schema": null, "payload": null}', CUSTOMERS, source="t") is None
@@ -323,6 +357,131 @@ def test_aligner_reports_what_does_not_add_up() -> None:
     assert a.pop_epochs() == [] and a.overdue(now=5.0, timeout=10) is None
     late = a.overdue(now=11.0, timeout=10)
     assert late is not None and late[0].txid == "t2" and late[3]["R"] == 1
+
+
+def _orphan_run(streams: list[list[tuple[str | None, str]]], ends: list[TransactionEnd],
+                orphans: set[str], order: list[int], min_events: int = 1
+                ) -> tuple[list[tuple[list[str], list[str]]], str | None, list[str]]:
+    """Feed the streams (the events named in ``orphans`` as refused events without a
+    transaction id) and the ENDs in the fetch ``order``, then settle as the change
+    source does at the end of the input: (epochs, the transaction it stops at, strays)."""
+    relation = ["R", "R", "S"]
+    a: TransactionAligner[str] = TransactionAligner(["R", "S"], min_events=min_events)
+    pos = [0, 0, 0, 0]
+    out: list[tuple[list[str], list[str]]] = []
+    queues: list[list[Any]] = [*streams, ends]
+    for pick in [*order, *([0, 1, 2, 3] * 40)]:
+        if pos[pick] < len(queues[pick]):
+            item = queues[pick][pos[pick]]
+            pos[pick] += 1
+            if pick == 3:
+                a.end(item, item.source)
+            elif item[1] in orphans:
+                a.orphan(pick, relation[pick], item[1])
+            else:
+                a.event(pick, relation[pick], item[0], item[1])
+        out += [(e.items, e.txids) for e in a.pop_epochs()]
+    out += [(e.items, e.txids) for e in a.pop_epochs(final=True)]
+    stop = None
+    while (late := a.overdue(now=1e12, timeout=0)) is not None:
+        if a.settle():
+            out += [(e.items, e.txids) for e in a.pop_epochs(final=True)]
+        elif a.suspects(late[0]):
+            stop = late[0].txid
+            break
+        else:
+            raise AssertionError(f"{late[0].txid} incomplete without a suspect")
+    assert not a.problems
+    return out, stop, list(a.strays)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10_000), st.lists(st.integers(0, 3), max_size=200),
+       st.lists(st.integers(0, 40), max_size=3), st.integers(1, 3))
+def test_events_without_a_transaction_id_are_placed_by_position_or_stop(
+        seed: int, schedule: list[int], picks: list[int], min_events: int) -> None:
+    """A refused event whose transaction id cannot be read counts toward the transaction
+    it belongs to wherever its position in its partition says which (the epochs are then
+    exactly those without the fault, whatever the fetch order), else the source stops at
+    that transaction: no epoch ever holds part of a transaction or another's event."""
+    streams, ends = _txn_streams(seed)
+    names = [name for s in streams for _t, name in s]
+    orphans = {names[i % len(names)] for i in picks} if names else set()
+    truth = {name: txid for s in streams for txid, name in s}
+    reference, stop, strays = _orphan_run(streams, ends, orphans, [], min_events)
+    assert _orphan_run(streams, ends, orphans, schedule, min_events) == \
+        (reference, stop, strays)
+    assert not strays  # (every orphan here is an event some END counts)
+    released = [t for _items, txids in reference for t in txids]
+    for items, txids in reference:  # whole transactions, each stream's events in order
+        assert items == [n for t in txids for s in streams for tt, n in s if tt == t]
+    if stop is None:
+        assert released == [e.txid for e in ends if truth_has(truth, e.txid)]
+    else:
+        # Stopped at the oldest transaction an unplaced orphan may belong to; every
+        # transaction before it was released.
+        assert released == [e.txid for e in ends[:int(stop[1:]) - 1] if truth_has(truth, e.txid)]
+
+
+def truth_has(truth: dict[str, str | None], txid: str) -> bool:
+    """Whether ``txid`` has events of the query's tables (else it makes no epoch)."""
+    return txid in truth.values()
+
+
+def test_an_orphan_inside_a_transaction_or_before_the_oldest_one_is_placed() -> None:
+    r0: list[tuple[str | None, str]] = [("t1", "a"), ("t1", "BAD1"), ("t1", "b"),
+                                       ("t2", "BAD2"), ("t2", "c")]
+    ends = [TransactionEnd("t1", 3, (("public.R", 3),), "tx@0"),
+            TransactionEnd("t2", 2, (("public.R", 2),), "tx@1")]
+    out, stop, strays = _orphan_run([r0, [], []], ends, {"BAD1", "BAD2"}, [0, 0, 0, 3, 3])
+    assert out == [(["a", "BAD1", "b"], ["t1"]), (["BAD2", "c"], ["t2"])]
+    assert stop is None and not strays
+    # The last event of t1 and the first of t2 both unreadable, adjacent: either may be
+    # either transaction's, both lack one: the source stops at t1.
+    r0 = [("t1", "a"), ("t1", "BAD1"), ("t2", "BAD2"), ("t2", "c")]
+    ends = [TransactionEnd("t1", 2, (("public.R", 2),), "tx@0"),
+            TransactionEnd("t2", 2, (("public.R", 2),), "tx@1")]
+    out, stop, strays = _orphan_run([r0, [], []], ends, {"BAD1", "BAD2"}, [])
+    assert out == [] and stop == "t1"
+    # An unreadable record that no END counts (not the connector's), between two whole
+    # transactions: handed back as a stray once both are released.
+    r0 = [("t1", "a"), ("t1", "JUNK"), ("t2", "c")]
+    ends = [TransactionEnd("t1", 1, (("public.R", 1),), "tx@0"),
+            TransactionEnd("t2", 1, (("public.R", 1),), "tx@1")]
+    out, stop, strays = _orphan_run([r0, [], []], ends, {"JUNK"}, [])
+    assert out == [(["a"], ["t1"]), (["c"], ["t2"])] and stop is None and strays == ["JUNK"]
+
+
+def test_epochs_by_source_timestamps() -> None:
+    """--epoch-ms: windows of source.ts_ms; a stream's windows never go back; a window
+    is released once every stream has passed it (all at the end of the input)."""
+    from connectors.kafka.changes import ChangeCutter
+    from core.records import EpochEnd, Update
+
+    schema = compile_query(ONE).schema
+    ep = parse_kafka_url("kafka://h:1/pg?format=debezium-json")
+    cutter = ChangeCutter(ep, schema, [("pg.public.R", 0, "R"), ("pg.public.R", 1, "R")],
+                          epoch_ms=10)
+
+    def ev(a: int, ts: int | None) -> bytes:
+        return json.dumps({"before": None, "after": {"a": a, "b": 0}, "op": "c",
+                           "source": {"table": "R", "ts_ms": ts}}).encode()
+
+    def take(**kw: Any) -> list[Any]:
+        return [o.row[0] if isinstance(o, Update) else "*" if isinstance(o, EpochEnd) else o
+                for o in cutter.release(**kw)]
+
+    for off, (a, ts) in enumerate([(1, 5), (2, 12), (3, 8), (4, 25)]):
+        cutter.feed(0, off, None, ev(a, ts))
+    assert take(idle=True) == []  # stream 1 has no event yet: every window waits
+    cutter.feed(1, 0, None, ev(5, 3))
+    cutter.feed(1, 1, None, ev(6, None), timestamp=31)  # no source.ts_ms: the record's
+    # a=3 (ts 8) comes after ts 12 in its stream: it joins window 1.
+    assert take(idle=True) == [1, 5, "*", 2, 3, "*"]
+    assert take(final=True) == [4, "*", 6, "*"]
+    with pytest.raises(KafkaConfigError, match="expected it without transactions="):
+        ChangeCutter(parse_kafka_url("kafka://h:1/pg?format=debezium-json&transactions=t"),
+                     schema, [("pg.public.R", 0, "R")], epoch_ms=10)
 
 
 # ---------------------------------------------------------------------------------------
@@ -479,6 +638,59 @@ def test_min_epoch_events_and_epoch_n(kafka_bootstrap: str, tmp_path: Path) -> N
     assert {r: m for r, m in net.items() if m} == {r: m for r, m in total.items() if m}
 
 
+def test_epoch_ms_on_the_broker(kafka_bootstrap: str, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--epoch-ms T: ivmflow produce writes each transaction k with source.ts_ms = k, so
+    T = 1 gives the update CSV's epochs and T = 3 the CSV's epochs 3w..3w+2 netted as
+    one; an upsert topic is cut by its records' timestamps."""
+    q, u = _files(tmp_path, seed=5)
+    prefix = _name("pg")
+    assert _run("produce", u, f"kafka://{kafka_bootstrap}/{prefix}", "--format",
+                "debezium-json", "--query", q, "--partitions", 2, "--quiet") == 0
+    base = f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+    reference = _reference(q, u)
+    for t in (1, 3):
+        deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+        assert _run("run", q, "--updates", base, "--deltas", deltas, "--epoch-ms", t,
+                    "--stop-at-end", "--quiet", "--no-native") == 0
+        want: dict[int, Counter[tuple[str, ...]]] = {}
+        for k, rows in reference.items():
+            net = want.setdefault(k // t, Counter())
+            for (m, *r), n in rows.items():
+                net[tuple(r)] += int(m) * n
+        windows = [{r: m for r, m in c.items() if m} for _w, c in sorted(want.items())]
+        got = [{tuple(r): int(m) * n for (m, *r), n in rows.items()}
+               for _e, rows in sorted(_kafka_epochs(deltas).items())]
+        assert got == [w for w in windows if w], t
+    # The same stream as upsert topics (ivmflow produce: record timestamps 1 ms apart
+    # per epoch): --epoch-ms 1 gives the CSV's epochs again.
+    up = _name("up")
+    assert _run("produce", u, f"kafka://{kafka_bootstrap}/{up}", "--format", "upsert-json",
+                "--query", q, "--partitions", 2, "--quiet") == 0
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    assert _run("run", q, "--updates", f"kafka://{kafka_bootstrap}/{up}?format=upsert-json",
+                "--deltas", deltas, "--epoch-ms", 1, "--stop-at-end", "--quiet",
+                "--no-native") == 0
+    assert _kafka_epochs(deltas) == reference
+    up = _name("up")
+    _send(kafka_bootstrap, f"{up}.R", [b'{"a": 1, "b": 5}', b'{"a": 2, "b": 5}',
+                                       b'{"a": 1, "b": 6}', None],
+          [b'{"a": 1}', b'{"a": 2}', b'{"a": 1}', b'{"a": 2}'], [1000, 1999, 2000, 2500])
+    plain = tmp_path / "one.sql"
+    plain.write_text(ONE)
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    assert _run("run", plain, "--updates", f"kafka://{kafka_bootstrap}/{up}?format=upsert-json",
+                "--epoch-ms", 1000, "--deltas", deltas, "--stop-at-end", "--quiet") == 0
+    assert _kafka_epochs(deltas) == {
+        1: Counter({("1", "5", "2"): 1}),
+        2: Counter({("-1", "5", "2"): 1, ("1", "6", "1"): 1}),
+    }
+    capsys.readouterr()
+    assert _run("run", q, "--updates", u, "--epoch-ms", 10, "--quiet") == 2
+    assert "--epoch-ms: epochs by the events' source timestamps are for a change stream" \
+        in capsys.readouterr().err
+
+
 def test_without_epochs_or_key_the_run_is_refused(kafka_bootstrap: str, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     q, _u = _files(tmp_path, seed=1)
@@ -493,14 +705,15 @@ def test_without_epochs_or_key_the_run_is_refused(kafka_bootstrap: str, tmp_path
 
 
 def _send(bootstrap: str, topic: str, values: list[bytes | None],
-          keys: list[bytes | None] | None = None) -> None:
+          keys: list[bytes | None] | None = None, times: list[int] | None = None) -> None:
     from kafka import KafkaProducer
     from kafka_broker import create_topic
 
     create_topic(bootstrap, topic, 1)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     for i, v in enumerate(values):
-        producer.send(topic, v, key=keys[i] if keys else None, partition=0)
+        producer.send(topic, v, key=keys[i] if keys else None, partition=0,
+                      timestamp_ms=times[i] if times else None)
     producer.flush()
     producer.close()
 
@@ -595,6 +808,60 @@ def test_an_incomplete_transaction_is_an_error(kafka_bootstrap: str, tmp_path: P
     err = capsys.readouterr().err
     assert f"kafka topic '{prefix}.transaction' partition 0 offset 0" in err
     assert "transaction 1" in err and "R 1 of 2 after the end of the input" in err
+
+
+def test_unreadable_events_with_skip_count_toward_their_transaction_or_stop(
+        kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Malformed events (no transaction id to read) with --on-error skip: one between two
+    events of transaction 2 is that transaction's refused event (dead-lettered; the
+    rest of transaction 2 is epoch 2, without waiting for --transaction-timeout); two
+    side by side at the boundary of transactions 2 and 3, each of which lacks one, stop
+    the run at transaction 2 (exit 1), naming both: either may be either's."""
+    q = tmp_path / "q.sql"
+    q.write_text(ONE)
+    for case in ("placed", "ambiguous"):
+        prefix = _name("pg")
+        bad = b'{"before": null, "after": {"a": 3, "b"'
+        events: list[bytes | None]
+        if case == "placed":
+            events = [_ev("c", None, {"a": 1, "b": 10}, "1"),
+                      _ev("c", None, {"a": 2, "b": 10}, "2"), bad,
+                      _ev("c", None, {"a": 3, "b": 10}, "2"),
+                      _ev("u", None, {"a": 1, "b": 20}, "3")]
+            counts = [1, 3, 1]
+        else:
+            events = [_ev("c", None, {"a": 1, "b": 10}, "1"),
+                      _ev("c", None, {"a": 2, "b": 10}, "2"), bad, bad,
+                      _ev("u", None, {"a": 1, "b": 20}, "3")]
+            counts = [1, 2, 2]
+        _send(kafka_bootstrap, f"{prefix}.public.R", events)
+        _send(kafka_bootstrap, f"{prefix}.transaction",
+              [_end(str(k), n) for k, n in enumerate(counts, 1)])
+        dead = _name("dead")
+        deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+        url = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+               f"&transactions={prefix}.transaction&dead-letter={dead}")
+        code = _run("run", q, "--updates", url, "--deltas", deltas, "--stop-at-end",
+                    "--on-error", "skip", "--transaction-timeout", 600, "--quiet")
+        err = capsys.readouterr().err
+        if case == "placed":
+            assert code == 0, err
+            assert _kafka_epochs(deltas) == {
+                1: Counter({("1", "10", "1"): 1}),
+                2: Counter({("-1", "10", "1"): 1, ("1", "10", "3"): 1}),
+                3: Counter({("-1", "10", "3"): 1, ("1", "10", "2"): 1, ("1", "20", "1"): 1}),
+            }
+            letters = _read_all(kafka_bootstrap, dead)
+            assert [dict(r.headers)["offset"] for r in letters] == [b"2"]
+            assert b"malformed JSON" in dict(letters[0].headers)["reason"]
+        else:
+            assert code == 1
+            assert f"kafka topic '{prefix}.transaction' partition 0 offset 1" in err, err
+            assert "R 1 of 2 after the end of the input" in err
+            assert (f"kafka topic '{prefix}.public.R' partition 0 offset 2; kafka topic "
+                    f"'{prefix}.public.R' partition 0 offset 3") in err
+            assert "--on-error skip does not skip it" in err
+            assert _kafka_epochs(deltas) == {1: Counter({("1", "10", "1"): 1})}
 
 
 def test_upsert_topic_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -18,7 +18,15 @@ Epochs:
 * without transaction metadata, ``--epoch N``: every stream's next N events are one
   epoch (with one stream: every N events), the streams' segments in stream order, so
   the epochs are the same on every run; they are NOT transactionally consistent (an
-  order can be visible without its lineitems), and an idle topic holds epochs back.
+  order can be visible without its lineitems), and an idle topic holds epochs back;
+* or ``--epoch-ms T``: by the events' source timestamps (Debezium's ``source.ts_ms``,
+  else the Kafka record's timestamp, which is all an upsert topic has), epoch = the
+  events whose time falls in one window ``[kT, (k+1)T)``, the streams' events of the
+  window in stream order (windows without events make no epoch). A stream's windows
+  never go back: an event older than its stream's latest one joins that one's window.
+  A window closes once every stream has an event of a later one (an idle stream holds
+  epochs back) or at the end of a bounded read. Not transactionally consistent either
+  in general (docs/change-streams.md says when a window keeps transactions whole).
 
 Offsets: :meth:`ChangeStreamSource.positions` is, per stream, the offset of the oldest
 record not yet released in an epoch (or the next to fetch), so that right after an
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -80,8 +89,9 @@ class ChangeCutter:
     def __init__(self, endpoint: KafkaEndpoint, schema: Schema,
                  streams: list[tuple[str, int, str | None]], *, epoch_size: int | None = None,
                  min_epoch_events: int = 1,
-                 transaction_timeout: float = TRANSACTION_TIMEOUT_S) -> None:
-        check_change_options(endpoint, schema, epoch_size)
+                 transaction_timeout: float = TRANSACTION_TIMEOUT_S,
+                 epoch_ms: int | None = None) -> None:
+        check_change_options(endpoint, schema, epoch_size, epoch_ms)
         self.endpoint = endpoint
         self.schema = schema
         self.streams = streams
@@ -96,12 +106,20 @@ class ChangeCutter:
             sorted(schema.relations), min_events=min_epoch_events)
         self.counts: EpochAligner[int, _Item | None] = EpochAligner(data or [0])
         self._in_segment = dict.fromkeys(data, 0)
+        self.epoch_ms = epoch_ms
+        self._data = data
+        self._window: dict[int, int] = {}
+        """``--epoch-ms``: per stream, the window of its latest event."""
+        self._timed: dict[int, deque[tuple[int, _Item]]] = {s: deque() for s in data}
         self._next: dict[int, int] = {}
         self._pending: list[list[int]] = [[] for _ in streams]
         self._released: list[set[int]] = [set() for _ in streams]
         self.fatal: list[InputError] = []
-        """Refused records that cannot wait for their epoch (no transaction to count
-        them in): raised, or dead-lettered, at once by :meth:`release`."""
+        """Refused records that cannot wait for their epoch: raised at once by
+        :meth:`release` (also with skip: they are ``stops``)."""
+        self._unplaced: list[ChangeError] = []
+        """Refused events without a readable transaction id fed since the last
+        :meth:`release` (raised there at once unless ``skip``)."""
 
     # -- input -----------------------------------------------------------------------
 
@@ -109,7 +127,10 @@ class ChangeCutter:
         """Where ``stream`` is read from."""
         self._next[stream] = offset
 
-    def feed(self, stream: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def feed(self, stream: int, offset: int, key: bytes | None, value: bytes | None,
+             timestamp: int | None = None) -> None:
+        """One record of ``stream``; ``timestamp``: the Kafka record's (ms), for
+        ``--epoch-ms`` where an event has no source timestamp."""
         topic, partition, relation = self.streams[stream]
         self._next[stream] = offset + 1
         src = record_source(topic, partition, offset)
@@ -128,7 +149,15 @@ class ChangeCutter:
             return  # a tombstone, a BEGIN record, a logical message
         item = _Item(stream, offset, payload, value)
         heapq.heappush(self._pending[stream], offset)
-        if not self.transactional:
+        if not self.transactional and self.epoch_ms is not None:
+            ts = payload.ts_ms if isinstance(payload, ChangeEvent) else None
+            ts = ts if ts is not None else timestamp
+            last = self._window.get(stream)
+            window = ts // self.epoch_ms if ts is not None else last if last is not None else 0
+            window = window if last is None else max(window, last)
+            self._window[stream] = window
+            self._timed[stream].append((window, item))
+        elif not self.transactional:
             assert relation is not None
             self.counts.push(stream, item)
             self._in_segment[stream] += 1
@@ -137,9 +166,21 @@ class ChangeCutter:
                 self._in_segment[stream] = 0
         elif isinstance(payload, TransactionEnd):
             self.txns.end(payload, item)
-        elif isinstance(payload, ChangeError) and payload.txid is None:
+        elif isinstance(payload, ChangeError) and relation is None:
+            # A BEGIN or END that cannot be read: its transaction's events would have no
+            # epoch (or be merged into another), so this stops even with skip.
             self._done(item)
-            self.fatal.append(payload)
+            self.fatal.append(ChangeError(
+                payload.source, payload.record, payload.expected, payload.found,
+                "a transaction topic's record that cannot be read leaves a transaction "
+                "without its boundary (--on-error skip cannot skip it); fix the topic or "
+                "read without transactions=", stops=True))
+        elif isinstance(payload, ChangeError) and payload.txid is None:
+            # Placed by its position (connectors.kafka.transactions): with --on-error
+            # skip a refused event of its transaction; without, it stops the run now.
+            assert relation is not None
+            self._unplaced.append(payload)
+            self.txns.orphan(stream, relation, item)
         else:
             assert relation is not None
             txid = payload.txid
@@ -157,6 +198,9 @@ class ChangeCutter:
         epoch: true raises :class:`StopRequested` at that boundary."""
         while self.fatal:
             yield self.fatal.pop(0)
+        if self._unplaced and not skip:
+            yield self._unplaced[0]
+        self._unplaced.clear()
         epochs: list[TxnEpoch[_Item]] = []
         if self.transactional:
             epochs = self.txns.pop_epochs(final=final)
@@ -165,12 +209,33 @@ class ChangeCutter:
             if idle or final:
                 late = self.txns.overdue(t, 0 if final else self.timeout)
                 while late is not None:
+                    if self.txns.settle():  # orphans placed now that everything arrived
+                        epochs.extend(self.txns.pop_epochs(final=final))
+                        late = self.txns.overdue(t, 0 if final else self.timeout)
+                        continue
                     end, item, want, got = late
+                    after = f"after {'the end of the input' if final else f'{self.timeout:g} s'}"
+                    suspects = self.txns.suspects(end)
+                    if suspects:
+                        # Where the missing events may be refused events without a
+                        # readable transaction id: stop, even with skip, rather than
+                        # apply the transaction without them.
+                        where = "; ".join(self._where(i) for i in suspects)
+                        yield ChangeError(
+                            end.source, shown(item.raw), f"the {sum(want.values())} events "
+                            f"of transaction {end.txid} its END counts for the query's "
+                            "tables", f"{describe_missing(end, want, got)} {after}, and "
+                            f"refused events without a readable transaction id that may be "
+                            f"the missing ones ({where})", "the transaction is not applied: "
+                            "without those events it would be a wrong result that no error "
+                            "reports, so --on-error skip does not skip it; repair the "
+                            "events (or remove them and their transaction's END) and rerun",
+                            stops=True)
+                        return
                     yield ChangeError(
                         end.source, shown(item.raw), f"the {sum(want.values())} events "
                         f"of transaction {end.txid} its END counts for the query's tables",
-                        f"{describe_missing(end, want, got)} after "
-                        f"{'the end of the input' if final else f'{self.timeout:g} s'}",
+                        f"{describe_missing(end, want, got)} {after}",
                         "check the connector's topics (a missing partition, a lost event) "
                         "or raise --transaction-timeout; with --on-error skip the "
                         "transaction is applied with the events that arrived")
@@ -180,6 +245,13 @@ class ChangeCutter:
                     epochs.extend(self.txns.pop_epochs(final=final))
                     late = self.txns.overdue(t, 0 if final else self.timeout)
                 epochs.extend(self.txns.flush_untransacted())
+            for stray in self.txns.strays:  # refused, in no transaction still open
+                self._done(stray)
+                assert isinstance(stray.payload, ChangeError)
+                yield stray.payload
+            self.txns.strays.clear()
+        elif self.epoch_ms is not None:
+            epochs = self._time_epochs(final)
         else:
             for ep in self.counts.pop_epochs():
                 epochs.append(TxnEpoch([i for i in ep.items if i is not None], [], []))
@@ -191,6 +263,30 @@ class ChangeCutter:
             if stop():
                 raise StopRequested
             yield from self._epoch(epoch)
+
+    def _time_epochs(self, final: bool) -> list[TxnEpoch[_Item]]:
+        """``--epoch-ms``: the windows every stream has passed (all at ``final``)."""
+        if final:
+            below = None
+        elif len(self._window) < len(self._data):
+            return []  # a stream without an event yet holds every window back
+        else:
+            below = min(self._window[s] for s in self._data)
+        out: list[TxnEpoch[_Item]] = []
+        while True:
+            heads = [q[0][0] for q in self._timed.values() if q]
+            if not heads or (below is not None and min(heads) >= below):
+                return out
+            w = min(heads)
+            items = []
+            for s in self._data:
+                q = self._timed[s]
+                while q and q[0][0] == w:
+                    items.append(q.popleft()[1])
+            out.append(TxnEpoch(items, [], []))
+
+    def _where(self, item: _Item) -> str:
+        return record_source(*self.streams[item.stream][:2], item.offset)
 
     def _problems(self) -> Iterator[Out]:
         while self.txns.problems:
@@ -234,8 +330,8 @@ class ChangeCutter:
         return out
 
 
-def check_change_options(endpoint: KafkaEndpoint, schema: Schema, epoch_size: int | None
-                         ) -> None:
+def check_change_options(endpoint: KafkaEndpoint, schema: Schema, epoch_size: int | None,
+                         epoch_ms: int | None = None) -> None:
     """Refuse a change-stream input that cannot be cut into epochs or keyed."""
     if endpoint.format == "upsert-json":
         unkeyed = [r.name for r in schema.relations.values() if not r.key]
@@ -243,11 +339,20 @@ def check_change_options(endpoint: KafkaEndpoint, schema: Schema, epoch_size: in
             msg = (f"{endpoint.url}: format=upsert-json keys each table by its PRIMARY KEY; "
                    f"expected one declared in CREATE TABLE for {', '.join(unkeyed)}")
             raise KafkaConfigError(msg)
-    if endpoint.transactions_topic is None and epoch_size is None:
+    if epoch_ms is not None and (endpoint.transactions_topic is not None
+                                 or epoch_size is not None):
+        other = ("transactions= (one epoch per source transaction; --min-epoch-events N "
+                 "for fewer, larger ones)" if endpoint.transactions_topic is not None
+                 else "--epoch N")
+        msg = (f"{endpoint.url}: --epoch-ms cuts epochs by the events' timestamps; "
+               f"expected it without {other}")
+        raise KafkaConfigError(msg)
+    if endpoint.transactions_topic is None and epoch_size is None and epoch_ms is None:
         msg = (f"{endpoint.url}: format={endpoint.format} needs epochs: expected "
                "transactions=TOPIC (Debezium's transaction metadata topic, "
-               "provide.transaction.metadata=true: one epoch per source transaction) or "
-               "--epoch N (N events per topic partition, not transactionally consistent)")
+               "provide.transaction.metadata=true: one epoch per source transaction), "
+               "--epoch N (N events per topic partition) or --epoch-ms T (by the events' "
+               "source timestamps); the last two are not transactionally consistent")
         raise KafkaConfigError(msg)
 
 
@@ -267,6 +372,7 @@ class ChangeStreamSource(KafkaUpdateSource):
         epoch_size: int | None = None,
         min_epoch_events: int = 1,
         transaction_timeout: float = TRANSACTION_TIMEOUT_S,
+        epoch_ms: int | None = None,
         on_error: OnError = "fail",
         dead_letter: DeadLetterSink | None = None,
         stop_at_end: bool = False,
@@ -274,7 +380,7 @@ class ChangeStreamSource(KafkaUpdateSource):
         poll_timeout_ms: int = 200,
         start_offsets: Mapping[TopicPartitionKey, int] | None = None,
     ) -> None:
-        check_change_options(endpoint, schema, epoch_size)
+        check_change_options(endpoint, schema, epoch_size, epoch_ms)
         super().__init__(endpoint, schema, group_id=group_id, on_error=on_error,
                          dead_letter=dead_letter, stop_at_end=stop_at_end,
                          stop_requested=stop_requested, poll_timeout_ms=poll_timeout_ms,
@@ -282,7 +388,7 @@ class ChangeStreamSource(KafkaUpdateSource):
         self.cutter = ChangeCutter(
             endpoint, schema, [(t, p, r) for (t, p), r in zip(self.streams, self._relations)],
             epoch_size=epoch_size, min_epoch_events=min_epoch_events,
-            transaction_timeout=transaction_timeout)
+            transaction_timeout=transaction_timeout, epoch_ms=epoch_ms)
         starts = start_offsets or {}
         for i, key in enumerate(self.streams):
             self.cutter.start(i, starts.get(key, 0))
@@ -325,7 +431,7 @@ class ChangeStreamSource(KafkaUpdateSource):
             i = self._index[tp]
             for r in recs:
                 self._recent[record_source(tp.topic, tp.partition, r.offset)] = r.value
-                self.cutter.feed(i, r.offset, r.key, r.value)
+                self.cutter.feed(i, r.offset, r.key, r.value, r.timestamp)
                 n += 1
         self.records_read += n
         while len(self._recent) > 20_000:
@@ -345,7 +451,7 @@ class ChangeStreamSource(KafkaUpdateSource):
 
     def _refuse(self, err: InputError) -> None:
         self._remember(err.source, self._raw_of(err.source))
-        if self.on_error == "fail":
+        if self.on_error == "fail" or getattr(err, "stops", False):
             raise err
         if self.dead_letter is not None:
             self.dead_letter.write(err)
@@ -357,4 +463,5 @@ def change_source_kwargs(opts: Any) -> dict[str, Any]:
     return {"epoch_size": opts.epoch,
             "min_epoch_events": getattr(opts, "min_epoch_events", 1) or 1,
             "transaction_timeout": getattr(opts, "transaction_timeout", None)
-            or TRANSACTION_TIMEOUT_S}
+            or TRANSACTION_TIMEOUT_S,
+            "epoch_ms": getattr(opts, "epoch_ms", None)}

@@ -94,12 +94,14 @@ _TS_SCHEMA_UNITS = {
 
 class ChangeError(InputError):
     """A change event ivmflow refuses; ``txid`` is its transaction when the event says
-    (so that the transaction aligner still counts it)."""
+    (so that the transaction aligner still counts it); ``stops``: the run stops also
+    with ``--on-error skip`` (skipping would apply part of a transaction unnoticed)."""
 
     def __init__(self, source: str, record: str, expected: str, found: str,
-                 hint: str = SKIP_HINT, txid: str | None = None) -> None:
+                 hint: str = SKIP_HINT, txid: str | None = None, stops: bool = False) -> None:
         super().__init__(source, record, expected, found, hint)
         self.txid = txid
+        self.stops = stops
 
 
 @dataclass(frozen=True)
@@ -243,25 +245,107 @@ def decode_change(value: bytes | None, relation: Relation, *, source: str,
                        text)
 
 
+MISSING: Any = object()
+_DAYS = (-719_162, 2_932_896)
+"""Days since 1970-01-01 of 0001-01-01 and 9999-12-31 (a DATE Python holds)."""
+_PLAIN_DECIMAL = re.compile(r"[+-]?[0-9]+\.[0-9]+")
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9][0-9]-[0-9][0-9]")
+_TEXT, _INT, _DEC, _DATE = 1, 2, 3, 4
+_PLANS: dict[int, tuple[Relation, list[tuple[Column, int, int, int]]]] = {}
+
+
+_UNBOUNDED = 1 << 400
+
+
+def _int_range(col: Column) -> tuple[int, int]:
+    """The integers ``col`` holds (a Column without ``int_range`` holds any)."""
+    rng: tuple[int, int] = getattr(col, "int_range", (-_UNBOUNDED, _UNBOUNDED))
+    return rng
+
+
+def _int_digits(col: Column) -> int:
+    """The digits a DECIMAL column holds before the point (any without ``precision``)."""
+    precision: int | None = getattr(col, "precision", None)
+    return _UNBOUNDED if precision is None else precision - col.scale
+
+
+def plan(relation: Relation) -> list[tuple[Column, int, int, int]]:
+    """Per column: (column, kind, a, b) for :func:`fast_value` (INT: its range a..b;
+    DECIMAL: its scale a and digits before the point b)."""
+    got = _PLANS.get(id(relation))
+    if got is not None and got[0] is relation:
+        return got[1]
+    plan = []
+    for c in relation.columns:
+        if c.type == "INT":
+            plan.append((c, _INT, *_int_range(c)))
+        elif c.type == "DECIMAL":
+            plan.append((c, _DEC, c.scale, _int_digits(c)))
+        else:
+            plan.append((c, {"TEXT": _TEXT, "DATE": _DATE}.get(c.type, 0), 0, 0))
+    _PLANS[id(relation)] = (relation, plan)
+    return plan
+
+
+def fast_value(kind: int, a: int, b: int, v: Any, text_decimals: bool = True,
+               days: bool = True) -> Any:
+    """The value of the commonest JSON forms for a column of :func:`plan`'s ``kind``,
+    ``a``, ``b`` (what converting or coercing it gives), else ``MISSING``: a string for
+    TEXT; an integer in range for INT; a decimal number with exactly the column's scale
+    (``text_decimals``) for DECIMAL; ``YYYY-MM-DD`` or (``days``) days since 1970-01-01
+    for DATE."""
+    tv = type(v)
+    if tv is str:
+        if kind == _TEXT:
+            return v
+        if kind == _DEC and text_decimals:
+            dot = v.find(".")
+            if len(v) - dot - 1 == a and dot - (v[:1] in "+-") <= b and \
+                    _PLAIN_DECIMAL.fullmatch(v):
+                return Decimal(v)
+        elif kind == _DATE and len(v) == 10 and _ISO_DATE.fullmatch(v):
+            try:
+                return datetime.date(int(v[:4]), int(v[5:7]), int(v[8:]))
+            except ValueError:
+                return MISSING
+    elif tv is int:
+        if kind == _INT and a <= v <= b:
+            return v
+        if kind == _DATE and days and _DAYS[0] <= v <= _DAYS[1]:
+            return _EPOCH_DATE + datetime.timedelta(days=v)
+    return MISSING
+
+
 def _row(obj: dict[str, Any], relation: Relation, part: str,
          fields: dict[str, dict[str, Any]], opts: DecodeOptions, bad: Bad,
          need_all: bool) -> tuple[Row, bool]:
-    by_name = {str(k).lower(): v for k, v in obj.items()}
-    missing = [c.name for c in relation.columns if c.name.lower() not in by_name]
-    if missing and need_all:
-        bad(f"field {part}: the columns {relation.name}({', '.join(relation.column_names)})",
-            f"no {', '.join(missing)}")
+    cols = relation.columns
+    vals = [obj.get(c.name, MISSING) for c in cols]  # names as declared: the usual case
+    full = True
+    if MISSING in vals:
+        by_name = {str(k).lower(): v for k, v in obj.items()}
+        vals = [by_name.get(c.name.lower(), MISSING) for c in cols]
+        missing = [c.name for c, v in zip(cols, vals) if v is MISSING]
+        if missing and need_all:
+            bad(f"field {part}: the columns {relation.name}"
+                f"({', '.join(relation.column_names)})", f"no {', '.join(missing)}")
+        full = not missing
+    text_decimals = not fields and opts.decimal_mode in ("auto", "string")
     out: list[Value] = []
-    for col in relation.columns:
-        low = col.name.lower()
-        if low not in by_name:
+    for (col, kind, a, b), v in zip(plan(relation), vals):
+        if v is None or v is MISSING:
             out.append(None)
             continue
+        fast = fast_value(kind, a, b, v, text_decimals)
+        if fast is not MISSING:
+            out.append(fast)
+            continue
+
         def bad_field(expected: str, found: str, c: Column = col) -> NoReturn:
             bad(f"{part}.{c.name}: {expected}", found)
 
-        out.append(convert(col, by_name[low], fields.get(low), opts, bad_field))
-    return tuple(out), not missing
+        out.append(convert(col, v, fields.get(col.name.lower()), opts, bad_field))
+    return tuple(out), full
 
 
 def convert(col: Column, v: object, field: Mapping[str, Any] | None, opts: DecodeOptions,
@@ -290,7 +374,10 @@ def convert(col: Column, v: object, field: Mapping[str, Any] | None, opts: Decod
                 return v
             bad("BOOLEAN as a JSON boolean", kind(v))
         if col.type == "DECIMAL":
-            return col.coerce(_decimal(col, v, name, ftype, field, opts, bad))
+            d = _decimal(col, v, name, ftype, field, opts, bad)
+            if d.as_tuple().exponent == -col.scale and d.adjusted() < _int_digits(col):
+                return d  # (at the column's scale and in range: what coerce returns)
+            return col.coerce(d)
         if col.type == "DATE":
             if isinstance(v, int) and not isinstance(v, bool):
                 return _EPOCH_DATE + datetime.timedelta(days=v)
@@ -315,18 +402,21 @@ def convert(col: Column, v: object, field: Mapping[str, Any] | None, opts: Decod
 
 
 def _decimal(col: Column, v: object, name: object, ftype: object,
-             field: Mapping[str, Any] | None, opts: DecodeOptions, bad: Bad) -> Decimal:
-    what = f"{col.type_text} as Debezium writes it (base64 bytes, text or a number)"
+             field: Mapping[str, Any] | None, opts: DecodeOptions, bad_value: Bad) -> Decimal:
+    def bad(found: str, expected: str = "") -> NoReturn:  # (the text made only if need be)
+        bad_value(f"{col.type_text} as Debezium writes it (base64 bytes, text or a number)"
+                  f"{expected}", found)
+
     if isinstance(v, dict) and "value" in v:  # io.debezium.data.VariableScaleDecimal
         scale = v.get("scale")
         raw = v.get("value")
         if isinstance(scale, int) and isinstance(raw, str):
-            return _unscaled(raw, scale, bad, what)
-        bad(what, "an object without an integer scale and a base64 value")
+            return _unscaled(raw, scale, bad)
+        bad("an object without an integer scale and a base64 value")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
     if not isinstance(v, str):
-        bad(what, kind(v))
+        bad(kind(v))
     as_bytes = ftype == "bytes" or name == "org.apache.kafka.connect.data.Decimal"
     if not as_bytes and (ftype == "string" or opts.decimal_mode == "string"):
         as_text = True
@@ -336,7 +426,7 @@ def _decimal(col: Column, v: object, name: object, ftype: object,
         as_text = _DECIMAL_TEXT.fullmatch(v.strip()) is not None
     if as_text:
         if _DECIMAL_TEXT.fullmatch(v.strip()) is None:
-            bad(what, kind(v))
+            bad(kind(v))
         return Decimal(v.strip())
     params = field.get("parameters") if field else None
     scale_text = params.get("scale") if isinstance(params, dict) else None
@@ -345,17 +435,17 @@ def _decimal(col: Column, v: object, name: object, ftype: object,
         try:
             scale = int(scale_text)
         except (TypeError, ValueError):
-            bad(f"{what}: an integer scale parameter", kind(scale_text))
-    return _unscaled(v, scale, bad, what)
+            bad(kind(scale_text), ": an integer scale parameter")
+    return _unscaled(v, scale, bad)
 
 
-def _unscaled(text: str, scale: int, bad: Bad, what: str) -> Decimal:
+def _unscaled(text: str, scale: int, bad: Callable[[str], NoReturn]) -> Decimal:
     if _BASE64.fullmatch(text) is None:
-        bad(what, f"string {text!r} (neither a decimal number nor base64)")
+        bad(f"string {text!r} (neither a decimal number nor base64)")
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        bad(what, f"string {text!r} (not base64)")
+        bad(f"string {text!r} (not base64)")
     return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
 
 

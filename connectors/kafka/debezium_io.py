@@ -11,18 +11,29 @@ for a new key, ``d`` for a removed one, ``u`` for a changed one, with a full
 before-image (``before_images="full"``, REPLICA IDENTITY FULL) or the key only
 (``"key"``, Postgres' default REPLICA IDENTITY: ``u`` then has ``before = null`` and
 ``d`` the key). A relation without a key writes one ``c`` / ``d`` (full before-image)
-per update and copy (a multiplicity m is m events). Events of a keyed relation are
-keyed (and partitioned) by their key, others by their row.
+per update and copy (a multiplicity m is m events), also with ``"key"`` (as a table
+without a primary key needs REPLICA IDENTITY FULL; ``"key"`` needs one keyed table).
+Events of a keyed relation are keyed (and partitioned) by their key, others by their
+row.
+
+``ivmflow produce --format upsert-json`` (:func:`produce_upserts`) writes upsert topics
+(``PREFIX.R``) the same way: per epoch each key's net change, the new row (``c``,
+``u``) or a tombstone (``d``), keyed by the key; the record timestamps are the write's
+start plus the epoch number in milliseconds, so that ``--epoch-ms 1`` reads the epochs
+back (upsert topics carry no transactions).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from connectors.kafka.codec import json_value
 from connectors.kafka.config import KafkaConfigError, KafkaEndpoint
 from connectors.kafka.debezium import encode_change, encode_transaction, json_field
 from connectors.kafka.topics import ensure_topic
@@ -105,71 +116,137 @@ class ChangeWriter:
         return out
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """One record to write: its relation's topic (None: the transaction topic), key,
+    value (None: a tombstone) and timestamp (None: the producer's)."""
+
+    relation: str | None
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
+
+
+class ChangeEncoder:
+    """Update records (epochs ended by :class:`~core.records.EpochEnd`) as the records
+    of a database's change topics (module docstring): ``debezium-json`` events with a
+    BEGIN and an END per transaction, or ``upsert-json`` rows and tombstones (record
+    timestamps ``base_ms`` + the epoch number). Counts ``updates`` read and ``epochs``
+    (transactions) written."""
+
+    def __init__(self, schema: Schema, fmt: str = "debezium-json", *,
+                 before_images: BeforeImages = "full", schema_name: str = "public",
+                 name: str = "ivmflow", base_ms: int = 0) -> None:
+        self.schema = schema
+        self.format = fmt
+        self.before_images = before_images
+        self.schema_name = schema_name
+        self.name = name
+        self.base_ms = base_ms
+        self.writer = ChangeWriter(schema)
+        self.updates = 0
+        self.epochs = 0
+
+    def records(self, records: Iterable[Record]) -> Iterator[Encoded]:
+        epoch: list[Update] = []
+        for rec in records:
+            if isinstance(rec, EpochEnd):
+                yield from self._epoch(epoch)
+                epoch = []
+                continue
+            self.updates += 1
+            epoch.append(rec)
+        yield from self._epoch(epoch)
+
+    def _epoch(self, updates: list[Update]) -> Iterator[Encoded]:
+        events = self.writer.epoch(updates)
+        if not events:
+            return
+        self.epochs += 1
+        k = self.epochs
+        if self.format == "upsert-json":
+            for rel, _op, before, after in events:
+                row = after if after is not None else before
+                assert row is not None
+                value = None if after is None else json.dumps(
+                    dict(zip(rel.column_names, after)), separators=(",", ":"),
+                    default=json_value).encode()
+                yield Encoded(rel.name, _key_bytes(rel, row), value, self.base_ms + k)
+            return
+        txid = str(k)
+        yield Encoded(None, None, encode_transaction("BEGIN", txid, ts_ms=k))
+        per: Counter[str] = Counter()
+        for total, (rel, op, before, after) in enumerate(events, 1):
+            collection = f"{self.schema_name}.{rel.name}"
+            per[collection] += 1
+            bcols = None
+            if self.before_images == "key" and rel.key:
+                bcols = [rel.columns[i].name for i in rel.key]
+                if op == "u":
+                    before = None
+            value = encode_change(op, before, after, rel.column_names, name=self.name,
+                                  schema=self.schema_name, table=rel.name, txid=txid,
+                                  total_order=total, collection_order=per[collection],
+                                  ts_ms=k, before_columns=bcols)
+            row = after if after is not None else before
+            assert row is not None
+            yield Encoded(rel.name, _key_bytes(rel, row), value)
+        yield Encoded(None, None, encode_transaction("END", txid, sorted(per.items()),
+                                                     ts_ms=k))
+
+
+def _write(endpoint: KafkaEndpoint, encoded: Iterable[Encoded], topics: Mapping[str, str],
+           tx_topic: str | None, partitions: int) -> None:
+    """Send the records: a relation's to its topic, on the partition of its key."""
+    from kafka import KafkaProducer
+
+    counts = {t: ensure_topic(endpoint, t, partitions) for t in topics.values()}
+    if tx_topic is not None:
+        ensure_topic(endpoint, tx_topic, 1)
+    cfg = endpoint.client_config("producer")
+    cfg.update(acks="all", enable_idempotence=True, linger_ms=5, batch_size=1 << 20)
+    producer: Any = KafkaProducer(**cfg)
+    try:
+        for e in encoded:
+            if e.relation is None:
+                assert tx_topic is not None
+                producer.send(tx_topic, e.value, partition=0)
+                continue
+            topic = topics[e.relation]
+            assert e.key is not None
+            producer.send(topic, e.value, key=e.key,
+                          partition=zlib.crc32(e.key) % counts[topic], timestamp_ms=e.timestamp)
+        producer.flush()
+    finally:
+        producer.close()
+
+
 def produce_changes(endpoint: KafkaEndpoint, records: Iterable[Record], schema: Schema, *,
                     partitions: int = 1, before_images: BeforeImages = "full",
                     name: str = "ivmflow") -> tuple[int, int]:
     """Write update records as Debezium change events with transaction metadata
     (module docstring); returns (updates read, transactions written)."""
-    from kafka import KafkaProducer
+    if before_images == "key" and not any(r.key for r in schema.relations.values()):
+        msg = ("--before-images key: expected a PRIMARY KEY in a CREATE TABLE (key-only "
+               "before-images name the row by it), found none")
+        raise KafkaConfigError(msg)
+    enc = ChangeEncoder(schema, "debezium-json", before_images=before_images,
+                        schema_name=endpoint.format_options.get("schema", "public"), name=name)
+    _write(endpoint, enc.records(records), {r: endpoint.topic_for(r) for r in schema.relations},
+           transactions_topic(endpoint), partitions)
+    return enc.updates, enc.epochs
 
-    if before_images == "key":
-        unkeyed = [r.name for r in schema.relations.values() if not r.key]
-        if unkeyed:
-            msg = (f"--before-images key needs a PRIMARY KEY in CREATE TABLE for "
-                   f"{', '.join(unkeyed)} (key-only before-images name the row by it)")
-            raise KafkaConfigError(msg)
-    ep = endpoint
-    schema_name = ep.format_options.get("schema", "public")
-    tx_topic = transactions_topic(ep)
-    topics = {r: ep.topic_for(r) for r in schema.relations}
-    counts = {t: ensure_topic(ep, t, partitions) for t in topics.values()}
-    ensure_topic(ep, tx_topic, 1)
-    cfg = ep.client_config("producer")
-    cfg.update(acks="all", enable_idempotence=True, linger_ms=5)
-    producer: Any = KafkaProducer(**cfg)
-    n = txns = 0
-    epoch: list[Update] = []
-    writer = ChangeWriter(schema)
 
-    def flush_epoch() -> None:
-        nonlocal txns
-        events = writer.epoch(epoch)
-        epoch.clear()
-        if not events:
-            return
-        txns += 1
-        txid = str(txns)
-        producer.send(tx_topic, encode_transaction("BEGIN", txid, ts_ms=txns), partition=0)
-        per: Counter[str] = Counter()
-        for total, (rel, op, before, after) in enumerate(events, 1):
-            collection = f"{schema_name}.{rel.name}"
-            per[collection] += 1
-            bcols = None
-            if before_images == "key" and rel.key:
-                bcols = [rel.columns[i].name for i in rel.key]
-                if op == "u":
-                    before = None
-            value = encode_change(op, before, after, rel.column_names, name=name,
-                                  schema=schema_name, table=rel.name, txid=txid,
-                                  total_order=total, collection_order=per[collection],
-                                  ts_ms=txns, before_columns=bcols)
-            row = after if after is not None else before
-            assert row is not None
-            key = _key_bytes(rel, row)
-            topic = topics[rel.name]
-            producer.send(topic, value, key=key, partition=zlib.crc32(key) % counts[topic])
-        producer.send(tx_topic, encode_transaction("END", txid, sorted(per.items()),
-                                                   ts_ms=txns), partition=0)
-
-    try:
-        for rec in records:
-            if isinstance(rec, EpochEnd):
-                flush_epoch()
-                continue
-            n += 1
-            epoch.append(rec)
-        flush_epoch()
-        producer.flush()
-    finally:
-        producer.close()
-    return n, txns
+def produce_upserts(endpoint: KafkaEndpoint, records: Iterable[Record], schema: Schema, *,
+                    partitions: int = 1) -> tuple[int, int]:
+    """Write update records as upsert topics, one per relation (module docstring);
+    returns (updates read, epochs written). Every relation needs a PRIMARY KEY."""
+    unkeyed = sorted(r.name for r in schema.relations.values() if not r.key)
+    if unkeyed:
+        msg = (f"--format upsert-json keys each table by its PRIMARY KEY: expected one in "
+               f"CREATE TABLE for {', '.join(unkeyed)}")
+        raise KafkaConfigError(msg)
+    enc = ChangeEncoder(schema, "upsert-json", base_ms=int(time.time() * 1000))
+    _write(endpoint, enc.records(records), {r: endpoint.topic_for(r) for r in schema.relations},
+           None, partitions)
+    return enc.updates, enc.epochs

@@ -23,7 +23,20 @@ event names its transaction (``transaction.id``). :class:`TransactionAligner`:
   or when the source is idle (:meth:`~TransactionAligner.flush_untransacted`);
 * what does not add up is reported in :attr:`~TransactionAligner.problems` (an event
   of a transaction already released, an END counting fewer events than arrived), and
-  :meth:`~TransactionAligner.overdue` names the oldest END still incomplete.
+  :meth:`~TransactionAligner.overdue` names the oldest END still incomplete;
+* an event refused without a readable transaction id (malformed JSON, say:
+  :meth:`~TransactionAligner.orphan`) is placed by its position in its stream, where
+  each transaction's events are contiguous and transactions come in commit order: it
+  belongs to a transaction from that of the event before it to that of the event after
+  it. Between two events of one transaction (or of the snapshot) that is the one; else
+  the one of those transactions that lacks an event of its table, when exactly one does
+  (the transaction it belongs to surely does; one whose END has not arrived is waited
+  for), and it counts there as a refused event. An orphan with no event after it yet is
+  placed so only once everything has arrived (:meth:`~TransactionAligner.settle`: an
+  END overdue). Where two or more transactions it may belong to lack events,
+  :meth:`~TransactionAligner.suspects` names it for the oldest (the caller stops rather
+  than release that transaction without it); one whose possible transactions were all
+  released complete is handed back in :attr:`~TransactionAligner.strays`.
 
     >>> a: TransactionAligner[str] = TransactionAligner(["R", "S"], {"public.r": "R",
     ...                                                              "public.s": "S"})
@@ -65,6 +78,24 @@ class TxnEpoch(Generic[T]):
 class _Pending(Generic[T]):
     by_stream: dict[int, list[T]] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    front: Counter[int] = field(default_factory=Counter)
+    """Per stream: orphans placed before the transaction's first event there."""
+
+
+@dataclass
+class _Orphan(Generic[T]):
+    """A refused event without a readable transaction id, and the transactions of its
+    stream's neighbours: ``prev`` of the event before it (None: an event without a
+    transaction; ``first``: none before it in this run, i.e. only released ones), and
+    once the next event arrived (``pinned``) its transaction ``next``."""
+
+    stream: int
+    relation: str
+    item: T
+    prev: str | None
+    first: bool
+    pinned: bool = False
+    next: str | None = None
 
 
 def collection_relation(collection: str, relations: Sequence[str],
@@ -107,11 +138,35 @@ class TransactionAligner(Generic[T]):
         self._group_events = 0
         self.problems: list[tuple[T, str, str]] = []
         """``(item, expected, found)`` of what did not add up (taken by the caller)."""
+        self._last: dict[int, str | None] = {}
+        self._waiting: dict[int, list[_Orphan[T]]] = {}
+        self._orphans: list[_Orphan[T]] = []
+        self.strays: list[T] = []
+        """Refused events without a transaction id whose possible transactions were all
+        released without them (taken by the caller: they belong to no epoch)."""
 
     # -- input -----------------------------------------------------------------------
 
     def event(self, stream: int, relation: str, txid: str | None, item: T) -> None:
         """A change event of ``relation`` fetched from ``stream``."""
+        for o in self._waiting.pop(stream, ()):
+            o.pinned, o.next = True, txid
+            if o.prev == txid and not o.first:  # inside one transaction's run of events
+                self._add(o.stream, o.relation, txid, o.item)
+            elif txid is None and (o.first or o.prev is None):  # inside the snapshot's
+                self._add(o.stream, o.relation, None, o.item)
+            else:
+                self._orphans.append(o)
+        self._last[stream] = txid
+        self._add(stream, relation, txid, item)
+
+    def orphan(self, stream: int, relation: str, item: T) -> None:
+        """A refused event of ``stream`` whose transaction id could not be read (module
+        docstring), in the stream's order among :meth:`event` calls."""
+        self._waiting.setdefault(stream, []).append(
+            _Orphan(stream, relation, item, self._last.get(stream), stream not in self._last))
+
+    def _add(self, stream: int, relation: str, txid: str | None, item: T) -> None:
         if txid is None:
             self._untransacted.setdefault(stream, []).append(item)
             return
@@ -143,7 +198,8 @@ class TransactionAligner(Generic[T]):
     def buffered(self) -> int:
         """Events held back."""
         return (sum(len(v) for p in self._pending.values() for v in p.by_stream.values())
-                + sum(len(v) for v in self._untransacted.values()))
+                + sum(len(v) for v in self._untransacted.values())
+                + len(self._orphans) + sum(len(v) for v in self._waiting.values()))
 
     def pop_epochs(self, final: bool = False) -> list[TxnEpoch[T]]:
         """The epochs whose transactions are complete, oldest first (``final``: also a
@@ -152,6 +208,7 @@ class TransactionAligner(Generic[T]):
         while self._ends:
             end, item, _t = self._ends[0]
             want = self.expected(end)
+            self._place()
             p = self._pending.get(end.txid, _Pending())
             over = [r for r in p.counts if p.counts[r] > want.get(r, 0)]
             if over:
@@ -177,6 +234,7 @@ class TransactionAligner(Generic[T]):
         if len(self._released) > self._released_memory:
             self._released.pop(next(iter(self._released)))
         self._group_markers.append(item)
+        self._drop_strays()
         n = sum(p.counts.values())
         if n:
             self._group.append((end.txid, p))
@@ -204,6 +262,84 @@ class TransactionAligner(Generic[T]):
         if self._pending or self._ends or self._group:
             return []
         return self._untransacted_epoch()
+
+    def _short(self, end: TransactionEnd, relation: str) -> bool:
+        got = self._pending.get(end.txid, _Pending()).counts.get(relation, 0)
+        return got < self.expected(end).get(relation, 0)
+
+    def _place(self, settled: bool = False) -> bool:
+        """Count each orphan toward its transaction where its position leaves one
+        possible (module docstring): of the transactions from its previous event's
+        (the oldest unreleased one if that was released) to its next event's, in commit
+        order, the only one that lacks an event of its relation (the one it belongs to
+        lacks it for sure). ``settled``: everything has arrived (an END overdue, the
+        end of the input), so an orphan with no next event may be any transaction from
+        its previous one on. Returns whether one was placed."""
+        waiting = [o for os in self._waiting.values() for o in os] if settled else []
+        if not self._orphans and not waiting:
+            return False
+        ends = [e for e, _item, _t in self._ends]
+        order = {e.txid: i for i, e in enumerate(ends)}
+        placed = False
+        for o in [*self._orphans, *waiting]:
+            if o.pinned and o.next is not None:
+                hi = order.get(o.next)
+            else:
+                hi = len(ends) - 1 if settled else None
+            lo = 0 if o.first or o.prev is None or o.prev in self._released \
+                else order.get(o.prev)
+            if hi is None or lo is None:
+                continue
+            short = [ends[i].txid for i in range(lo, hi + 1) if self._short(ends[i], o.relation)]
+            if len(short) != 1:
+                continue
+            if o.pinned:
+                self._orphans.remove(o)
+            else:
+                self._waiting[o.stream].remove(o)
+            p = self._pending.setdefault(short[0], _Pending())
+            events = p.by_stream.setdefault(o.stream, [])
+            if o.pinned and o.next == short[0]:  # before its first event of the stream
+                events.insert(p.front[o.stream], o.item)
+                p.front[o.stream] += 1
+            else:
+                events.append(o.item)
+            p.counts[o.relation] += 1
+            placed = True
+        return placed
+
+    def settle(self) -> bool:
+        """Place the orphans that everything having arrived lets place (see
+        :meth:`_place`); call when an END is overdue, before :meth:`suspects`."""
+        return self._place(settled=True)
+
+    def _drop_strays(self) -> None:
+        """Orphans whose next event's transaction was released (or, next to the
+        snapshot's events, whose previous one was): theirs were all released without
+        them."""
+        keep = []
+        for o in self._orphans:
+            gone = (o.next in self._released if o.next is not None
+                    else o.prev is not None and o.prev in self._released)
+            if gone:
+                self.strays.append(o.item)
+            else:
+                keep.append(o)
+        self._orphans = keep
+
+    def suspects(self, end: TransactionEnd) -> list[T]:
+        """The orphans that may be events the oldest unreleased END's transaction
+        lacks (of a relation it lacks events of, with nothing but released transactions
+        or its own events before them in their stream), in stream order."""
+        want = self.expected(end)
+        got = self._pending.get(end.txid, _Pending()).counts
+        short = {r for r, n in want.items() if got.get(r, 0) < n}
+        waiting = [o for os in self._waiting.values() for o in os]
+        return [o.item for o in sorted([*self._orphans, *waiting], key=lambda o: o.stream)
+                if o.relation in short
+                and (o.first or o.prev is None or o.prev == end.txid
+                     or o.prev in self._released)
+                and (not o.pinned or o.next is None or o.next not in self._released)]
 
     def overdue(self, now: float, timeout: float
                 ) -> tuple[TransactionEnd, T, Counter[str], Counter[str]] | None:

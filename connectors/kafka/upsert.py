@@ -43,12 +43,15 @@ from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 from connectors.kafka.debezium import (
+    MISSING,
     SKIP_HINT,
     Bad,
     ChangeError,
     ChangeEvent,
+    fast_value,
     kind,
     load_json,
+    plan,
     shown,
 )
 from core.records import Update
@@ -183,14 +186,20 @@ def decode_upsert(key: bytes | None, value: bytes | None, relation: Relation, *,
         obj = load_json(value, bad, "a JSON object of the row's columns")
         if not isinstance(obj, dict):
             bad(f"the row of {relation.name} as a JSON object", kind(obj))
-        by_name = {str(k).lower(): v for k, v in obj.items()}
-        missing = [c.name for c in relation.columns if c.name.lower() not in by_name]
-        if missing:
-            bad(f"columns {relation.name}({', '.join(relation.column_names)})",
-                f"no {', '.join(missing)}")
-        row = tuple(_typed(relation, i, by_name[c.name.lower()], bad)
-                    for i, c in enumerate(relation.columns))
-        return ChangeEvent("c", relation.name, None, row, False, None, None, source, text)
+        vals = [obj.get(c.name, MISSING) for c in relation.columns]  # names as declared
+        if MISSING in vals:
+            by_name = {str(k).lower(): v for k, v in obj.items()}
+            vals = [by_name.get(c.name.lower(), MISSING) for c in relation.columns]
+            missing = [c.name for c, v in zip(relation.columns, vals) if v is MISSING]
+            if missing:
+                bad(f"columns {relation.name}({', '.join(relation.column_names)})",
+                    f"no {', '.join(missing)}")
+        row: list[Value] = []
+        for i, ((_col, how, a, b), v) in enumerate(zip(plan(relation), vals)):
+            fast = None if v is None else fast_value(how, a, b, v, days=False)
+            row.append(_typed(relation, i, v, bad) if fast is MISSING else fast)
+        return ChangeEvent("c", relation.name, None, tuple(row), False, None, None, source,
+                           text)
     if key is None:
         bad("a record key (the primary key) with a null value", "neither key nor value")
     k = load_json(key, bad, "the key as JSON")
