@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import sys
 import tempfile
 import threading
@@ -179,6 +180,7 @@ def spark_session(master: str | None = None, partitions: int = 2,
 
     if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         require_java("spark", SPARK_JAVA)  # a JVM is started here (not by spark-submit)
+    interrupt = signal.getsignal(signal.SIGINT)
     try:
         with output_to(log):
             spark = builder.getOrCreate()
@@ -191,7 +193,19 @@ def spark_session(master: str | None = None, partitions: int = 2,
         append(log, trace)
         raise JobStartError(msg, trace, log) from None
     spark.sparkContext.setLogLevel("ERROR")
+    _keep_sigint_handler(interrupt)
     return spark
+
+
+def _keep_sigint_handler(handler: Any) -> None:
+    """A new SparkContext takes SIGINT over (it cancels every job and raises
+    KeyboardInterrupt): give it back to the handler that was there, when that is a stop
+    handler (the command line's, :func:`dataflow.run.stop_on_signals`, which stops the
+    run after the micro-batch in progress), not Python's default."""
+    if (callable(handler) and handler is not signal.default_int_handler
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not handler):
+        signal.signal(signal.SIGINT, handler)
 
 
 SPARK_JAVA = (17, 21)
@@ -281,6 +295,10 @@ def _unwrap(exc: Exception) -> Exception:
     return exc
 
 
+STOP_COMMIT_WAIT_S = 10.0
+"""How long a stop waits for Spark to commit the micro-batch whose sink ran."""
+
+
 class _StopRequested(Exception):  # noqa: N818 - not an error: a stop on request
     """Raised by the sink of a micro-batch that starts after a stop request: the batch
     fails before writing anything, and Spark does not commit it."""
@@ -345,6 +363,8 @@ class SparkJob:
         self._sink_lock = threading.Lock()
         """Held while a micro-batch runs its sink (:meth:`_stop_after_batch`)."""
         self._stopping = False
+        self._last_batch: int | None = None
+        """The last micro-batch whose sink ran to its end."""
         self._last_epoch_seen = 0
 
     def stop(self) -> None:
@@ -464,6 +484,7 @@ class SparkJob:
                 if self._stopping:
                     raise _StopRequested(batch_id)
                 write_batch(df)
+                self._last_batch = batch_id
 
         def write_batch(df: DataFrame) -> None:
             # With a Kafka sink, one task merges the partitions' bundles per epoch and
@@ -565,9 +586,18 @@ class SparkJob:
         (the sink holds the lock while it runs and writes the batch: its closed epochs
         are whole), then stop. Epochs are written only when closed, so the sinks hold
         whole epochs; the open epoch's updates are in the checkpoint's state (a batch
-        Spark committed) or not read yet (one it did not: a restart runs it again)."""
+        Spark committed) or not read yet (one it did not: a restart runs it again).
+        Spark commits a batch just after its sink: that is waited for too (a few
+        seconds at most), so that the restart does not run it again."""
         with self._sink_lock:
             self._stopping = True
+            written = self._last_batch
+        deadline = time.monotonic() + STOP_COMMIT_WAIT_S
+        while written is not None and time.monotonic() < deadline and query.isActive:
+            last = query.lastProgress
+            if last is not None and int(last["batchId"]) >= written:
+                break
+            time.sleep(0.05)
         query.stop()
 
     def _closed_epochs(self, n: int) -> None:
