@@ -1,0 +1,431 @@
+"""Change streams in (issue 43, item 8): events per second of ``format=debezium-json``
+and ``format=upsert-json`` against ivmflow's own JSON update records on the local
+runner, over a TPC-H stream; and the upsert state's bytes per key.
+
+    python bench/change_stream_bench.py [--sf 0.01] [--refresh-pairs 2] [--repeat 3]
+                                        [--parts decode run state] [--bootstrap H:P]
+
+One stream, ``ivmflow generate tpch`` (the load, then RF1, RF2 and UPD per refresh
+pair; one epoch each), written four ways by ``ivmflow produce`` (one partition per
+topic):
+
+* ``json``: ivmflow's update records, one topic, a ``*`` marker per epoch;
+* ``debezium full``: Debezium events with full before-images (REPLICA IDENTITY FULL) over
+  the spec's schema: one ``c`` or ``d`` per update; one source transaction per epoch,
+  with its BEGIN and END on the transaction topic (``transactions=``);
+* ``debezium key``: key-only before-images (Postgres' default) over the schema with the
+  spec's primary keys, so ivmflow keeps the current row per key (the upsert state); an
+  UPD change is one ``u`` event, ``before = null``;
+* ``upsert``: upsert topics over the keyed schema (the new row, or a tombstone, per
+  changed key), epochs by the records' timestamps (``--epoch-ms 1``).
+
+Parts (``--parts``):
+
+* ``decode``: the format alone, in memory (no broker, no query): each topic's record
+  values through the source's decoding and epoch cutting (json: ``decode_update``;
+  change streams: ``ChangeCutter.feed`` and ``release`` with the upsert state), records
+  fed in batches of 5000 as the consumer fetches them;
+* ``run``: ``ivmflow run QUERY --updates kafka://... --stop-at-end --no-native`` in this
+  process over the produced topics, minus the same run over empty topics of that format
+  (compile, connect, join the consumer group): the reading and maintaining alone.
+  ``QUERY`` is ``SELECT COUNT(*) FROM lineitem`` over the 8 tables (``count``: every
+  table's events are read and applied, the view is cheap) or a TPC-H query (``q09``);
+* ``state``: the upsert state after the stream (keyed schema): keys and bytes, shallow
+  (``ChangeApplier.state_bytes``: the dicts, key and row tuples) and deep (the values
+  too, each object once), per table.
+
+Times are process CPU seconds (the machine is shared: wall time counts the other
+work too; it is reported beside them), the best of ``--repeat``. Without
+``--bootstrap`` a ``noida-db`` broker process is started (tests/kafka_broker.py).
+Writes ``bench/results/change_streams.json`` (the commit, the machine, the command)
+and prints the table of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench.kafka_bench import kafka_bootstrap  # noqa: E402
+from connectors import tpch  # noqa: E402
+from connectors.files import read_updates  # noqa: E402
+from connectors.kafka import parse_kafka_url  # noqa: E402
+from connectors.kafka.changes import ChangeCutter  # noqa: E402
+from connectors.kafka.codec import decode_update, encode_update  # noqa: E402
+from connectors.kafka.debezium_io import ChangeEncoder, Encoded  # noqa: E402
+from connectors.kafka.upsert import ChangeApplier  # noqa: E402
+from core.errors import InputError  # noqa: E402
+from core.records import EpochEnd, Record, Update  # noqa: E402
+from core.schema import Schema  # noqa: E402
+from dataflow.api import compile_query  # noqa: E402
+from dataflow.cli import main as ivmflow  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+FETCH = 5000  # records per poll, as ChangeStreamSource and KafkaUpdateSource fetch
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    fmt: str  # json | debezium-json | upsert-json
+    keyed: bool
+    before_images: str = "full"
+
+    def produce_args(self) -> list[str]:
+        if self.fmt == "json":
+            return []
+        out = ["--format", self.fmt]
+        return out + (["--before-images", self.before_images] if self.fmt == "debezium-json"
+                      else [])
+
+    def url(self, bootstrap: str, prefix: str) -> str:
+        if self.fmt == "json":
+            return f"kafka://{bootstrap}/{prefix}"
+        if self.fmt == "upsert-json":
+            return f"kafka://{bootstrap}/{prefix}?format=upsert-json"
+        return (f"kafka://{bootstrap}/{prefix}?format=debezium-json"
+                f"&transactions={prefix}.transaction")
+
+    def run_args(self) -> list[str]:
+        return ["--epoch-ms", "1"] if self.fmt == "upsert-json" else []
+
+
+VARIANTS = (
+    Variant("json", "json", keyed=False),
+    Variant("debezium full", "debezium-json", keyed=False),
+    Variant("debezium key", "debezium-json", keyed=True, before_images="key"),
+    Variant("upsert", "upsert-json", keyed=True),
+)
+
+
+@dataclass
+class Stream:
+    """The generated stream and the query files per schema."""
+
+    dir: Path
+    updates: Path
+    queries: dict[tuple[str, bool], Path] = field(default_factory=dict)
+    """(query name, keyed schema) -> query file."""
+
+
+def _query_text(name: str, data: Path, keyed: bool) -> str:
+    schema = tpch.schema_sql(keys=keyed)
+    if name == "count":
+        return f"{schema}\nSELECT COUNT(*) AS n FROM lineitem;\n"
+    import tpch_oracle
+
+    text = (data / "queries" / f"{name}.sql").read_text()
+    return f"{schema}\n{tpch_oracle.query_part(text)};\n"
+
+
+def prepare(args: argparse.Namespace, tmp: Path) -> Stream:
+    data = Path(args.data) if args.data else tmp / f"tpch-sf{args.sf}"
+    if not (data / "updates.csv").exists():
+        t = time.perf_counter()
+        tpch.write_tpch(tpch.TpchSpec(args.sf, args.refresh_pairs, seed=0), data)
+        print(f"generated {data} in {time.perf_counter() - t:.0f} s", flush=True)
+    stream = Stream(data, data / "updates.csv")
+    for q in args.queries:
+        for keyed in (False, True):
+            path = tmp / f"{q}{'-keyed' if keyed else ''}.sql"
+            path.write_text(_query_text(q, data, keyed))
+            stream.queries[q, keyed] = path
+    return stream
+
+
+# -- decode: the format alone ---------------------------------------------------------
+
+
+def _records(stream: Stream, schema: Schema) -> list[Record]:
+    return list(read_updates(stream.updates, schema))
+
+
+def encoded(variant: Variant, records: list[Record], schema: Schema) -> list[Encoded]:
+    """The records the variant's topics hold, in write order."""
+    if variant.fmt == "json":
+        return [Encoded("", None, encode_update(r)) for r in records]
+    enc = ChangeEncoder(schema, variant.fmt, before_images=variant.before_images,  # type: ignore[arg-type]
+                        base_ms=1_000_000)
+    return list(enc.records(records))
+
+
+def decode_json(recs: list[Encoded], schema: Schema) -> tuple[int, int]:
+    updates = epochs = 0
+    for i, e in enumerate(recs):
+        rec = decode_update(e.value, schema, topic="t", partition=0, offset=i)
+        if isinstance(rec, EpochEnd):
+            epochs += 1
+        else:
+            updates += 1
+    return updates, epochs
+
+
+def cutter_for(variant: Variant, schema: Schema) -> tuple[ChangeCutter, dict[str | None, int]]:
+    url = variant.url("h:1", "pfx")
+    ep = parse_kafka_url(url)
+    rels = sorted(schema.relations)
+    streams: list[tuple[str, int, str | None]] = [(ep.topic_for(r), 0, r) for r in rels]
+    if ep.transactions_topic is not None:
+        streams.append((ep.transactions_topic, 0, None))
+    cutter = ChangeCutter(ep, schema, streams, epoch_ms=1 if variant.fmt == "upsert-json"
+                          else None)
+    index: dict[str | None, int] = {r: i for i, r in enumerate(rels)}
+    index[None] = len(rels)
+    for i in range(len(streams)):
+        cutter.start(i, 0)
+    return cutter, index
+
+
+def decode_changes(variant: Variant, recs: list[Encoded], schema: Schema
+                   ) -> tuple[int, int, ChangeCutter]:
+    cutter, index = cutter_for(variant, schema)
+    offsets = [0] * len(index)
+    updates = epochs = 0
+
+    def take(final: bool) -> None:
+        nonlocal updates, epochs
+        for out in cutter.release(idle=final, final=final):
+            if isinstance(out, Update):
+                updates += 1
+            elif isinstance(out, EpochEnd):
+                epochs += 1
+            elif isinstance(out, InputError):
+                raise out
+
+    for i, e in enumerate(recs, 1):
+        s = index[e.relation]
+        cutter.feed(s, offsets[s], e.key, e.value, e.timestamp)
+        offsets[s] += 1
+        if i % FETCH == 0:
+            take(False)
+    take(True)
+    return updates, epochs, cutter
+
+
+def best(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(CPU seconds, wall seconds, result) of the fastest (by CPU) of ``repeat`` calls."""
+    runs = []
+    for _ in range(repeat):
+        c, w = time.process_time(), time.perf_counter()
+        res = fn()
+        runs.append((time.process_time() - c, time.perf_counter() - w, res))
+    return min(runs, key=lambda r: r[0])
+
+
+def part_decode(stream: Stream, repeat: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    rows: dict[str, Any] = {}
+    state: dict[str, Any] = {}
+    for v in VARIANTS:
+        schema = compile_query(_query_text("count", stream.dir, v.keyed)).schema
+        records = _records(stream, schema)
+        recs = encoded(v, records, schema)
+        events = sum(1 for e in recs if e.relation is not None) if v.fmt != "json" else \
+            sum(1 for r in records if isinstance(r, Update))
+        if v.fmt == "json":
+            cpu, wall, (updates, epochs) = best(repeat, partial(decode_json, recs, schema))
+        else:
+            cpu, wall, (updates, epochs, cutter) = best(
+                repeat, partial(decode_changes, v, recs, schema))
+            if v.name == "debezium key":
+                state = state_of(cutter.applier)
+        rows[v.name] = {"records": len(recs), "events": events, "updates": updates,
+                        "epochs": epochs, "cpu_s": cpu, "wall_s": wall,
+                        "events_per_cpu_s": events / cpu,
+                        "bytes": sum(len(e.value or b"") + len(e.key or b"") for e in recs)}
+        print(f"decode {v.name}: {events} events in {cpu:.2f} s CPU", flush=True)
+    base = rows["json"]["events_per_cpu_s"]
+    for r in rows.values():
+        r["vs_json"] = r["events_per_cpu_s"] / base
+    return rows, state
+
+
+# -- state: the upsert state ------------------------------------------------------------
+
+
+def _deep(rows: Iterator[tuple[Any, ...]], seen: set[int]) -> int:
+    total = 0
+    for row in rows:
+        for v in row:
+            if id(v) not in seen:
+                seen.add(id(v))
+                total += sys.getsizeof(v)
+    return total
+
+
+def state_of(applier: ChangeApplier) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    seen: set[int] = set()
+    for rel, s in sorted(applier.state.items()):
+        if not s:
+            continue
+        shallow = sys.getsizeof(s) + sum(sys.getsizeof(k) + sys.getsizeof(r)
+                                         for k, r in s.items())
+        deep = shallow + _deep(iter(s.values()), seen)
+        out[rel] = {"keys": len(s), "bytes": shallow, "deep_bytes": deep,
+                    "bytes_per_key": shallow / len(s), "deep_bytes_per_key": deep / len(s)}
+    keys = sum(r["keys"] for r in out.values())
+    total = {"keys": keys, "bytes": applier.state_bytes(),
+             "deep_bytes": sum(r["deep_bytes"] for r in out.values())}
+    total["bytes_per_key"] = total["bytes"] / keys
+    total["deep_bytes_per_key"] = total["deep_bytes"] / keys
+    out["total"] = total
+    return out
+
+
+# -- run: through the broker and the local runner ----------------------------------------
+
+
+def _ivmflow(argv: list[str]) -> tuple[float, float]:
+    c, w = time.process_time(), time.perf_counter()
+    code = ivmflow(argv)
+    if code != 0:
+        msg = f"ivmflow {' '.join(argv)} exited {code}"
+        raise RuntimeError(msg)
+    return time.process_time() - c, time.perf_counter() - w
+
+
+def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
+             events: dict[str, int], tmp: Path) -> dict[str, Any]:
+    empty = tmp / "empty.csv"
+    empty.write_text("")
+    rows: dict[str, Any] = {}
+    for v in VARIANTS:
+        tag = uuid.uuid4().hex[:8]
+        prefix, none = f"cs-{tag}", f"cs-{tag}-empty"
+        qfile = stream.queries[args.queries[0], v.keyed]
+        produce = _ivmflow(["produce", str(stream.updates), f"kafka://{bootstrap}/{prefix}",
+                            "--query", str(qfile), "-q", *v.produce_args()])
+        _ivmflow(["produce", str(empty), f"kafka://{bootstrap}/{none}", "--query",
+                  str(qfile), "-q", *v.produce_args()])
+        for q in args.queries:
+            qfile = stream.queries[q, v.keyed]
+            runs = []
+            for rep in range(args.repeat):
+                out = tmp / f"{tag}-{q}-{rep}.csv"
+                base = ["run", str(qfile), "--no-native", "--stop-at-end", "-q",
+                        *v.run_args(), "--updates"]
+                start = _ivmflow([*base, v.url(bootstrap, none), "--deltas", f"{out}.e"])
+                full = _ivmflow([*base, v.url(bootstrap, prefix), "--deltas", str(out)])
+                runs.append((full[0] - start[0], full[1] - start[1], full, start))
+            cpu, wall, full, start = min(runs, key=lambda r: r[0])
+            n = events[v.name]
+            rows[f"{v.name} {q}"] = {
+                "variant": v.name, "query": q, "events": n, "cpu_s": cpu, "wall_s": wall,
+                "run_cpu_s": full[0], "run_wall_s": full[1], "startup_cpu_s": start[0],
+                "startup_wall_s": start[1], "events_per_cpu_s": n / cpu,
+                "events_per_wall_s": n / wall, "produce_cpu_s": produce[0],
+                "produce_wall_s": produce[1],
+                "delta_lines": len((tmp / f"{tag}-{q}-0.csv").read_text().splitlines()) - 1}
+            print(f"run {v.name} {q}: {cpu:.2f} s CPU ({wall:.1f} s wall) after "
+                  f"{start[0]:.2f} s CPU of startup", flush=True)
+    for q in args.queries:
+        base = rows[f"json {q}"]["events_per_cpu_s"]
+        for r in rows.values():
+            if r["query"] == q:
+                r["vs_json"] = r["events_per_cpu_s"] / base
+    return rows
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def _commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + (" (uncommitted changes in the tree)"
+                                                  if dirty else "")
+
+
+def print_table(res: dict[str, Any]) -> None:
+    print(f"\nTPC-H SF {res['sf']}, {res['refresh_pairs']} refresh pairs: "
+          f"{res['updates']} updates, {res['epochs']} epochs")
+    if "decode" in res:
+        print(f"\n{'decode (no broker)':<20}{'events':>9}{'updates':>9}{'CPU s':>8}"
+              f"{'events/s':>10}{'x json':>8}")
+        for name, r in res["decode"].items():
+            print(f"{name:<20}{r['events']:>9}{r['updates']:>9}{r['cpu_s']:>8.2f}"
+                  f"{r['events_per_cpu_s']:>10.0f}{r['vs_json']:>8.2f}")
+    if "run" in res:
+        print(f"\n{'run (broker, local)':<24}{'events':>9}{'CPU s':>8}{'events/s':>10}"
+              f"{'x json':>8}{'wall s':>8}{'startup':>9}")
+        for name, r in res["run"].items():
+            print(f"{name:<24}{r['events']:>9}{r['cpu_s']:>8.2f}{r['events_per_cpu_s']:>10.0f}"
+                  f"{r['vs_json']:>8.2f}{r['wall_s']:>8.1f}{r['startup_cpu_s']:>9.2f}")
+    if "state" in res:
+        print(f"\n{'upsert state':<12}{'keys':>9}{'bytes/key':>11}{'deep/key':>10}{'MB':>8}"
+              f"{'deep MB':>9}")
+        for name, r in res["state"].items():
+            print(f"{name:<12}{r['keys']:>9}{r['bytes_per_key']:>11.0f}"
+                  f"{r['deep_bytes_per_key']:>10.0f}{r['bytes'] / 1e6:>8.2f}"
+                  f"{r['deep_bytes'] / 1e6:>9.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sf", type=float, default=0.01)
+    ap.add_argument("--refresh-pairs", type=int, default=2)
+    ap.add_argument("--data", help="an `ivmflow generate tpch` directory to reuse")
+    ap.add_argument("--queries", nargs="+", default=["count"],
+                    help="count, or TPC-H query files' names (q09)")
+    ap.add_argument("--parts", nargs="+", choices=("decode", "run", "state"),
+                    default=["decode", "run", "state"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bootstrap", default=None, help="use this broker (default: start one)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "change_streams.json")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("IVMFLOW_NATIVE", "0")
+    load_before = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="ivmflow-csbench-"))
+    stream = prepare(args, tmp)
+    manifest = json.loads((stream.dir / "manifest.json").read_text())
+    res: dict[str, Any] = {
+        "commit": _commit(),
+        "command": " ".join(["python", "bench/change_stream_bench.py", *(argv or sys.argv[1:])]),
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(),
+                    "python": platform.python_version(), "platform": platform.platform(),
+                    "load_average_before": load_before,
+                    "note": "2 cores shared with other work: times are process CPU seconds"},
+        "sf": args.sf, "refresh_pairs": args.refresh_pairs,
+        "updates": sum(sum(e["inserts"].values()) + sum(e["deletes"].values())
+                       for e in manifest["epochs"]),
+        "epochs": len(manifest["epochs"]), "repeat": args.repeat,
+        "native": "interpreted (IVMFLOW_NATIVE=0, --no-native)",
+    }
+    decode_rows, state = part_decode(stream, args.repeat)
+    if "decode" in args.parts:
+        res["decode"] = decode_rows
+    if "state" in args.parts:
+        res["state"] = state
+    if "run" in args.parts:
+        with kafka_bootstrap(args.bootstrap) as bootstrap:
+            res["run"] = part_run(stream, args, bootstrap,
+                                  {k: r["events"] for k, r in decode_rows.items()}, tmp)
+    res["machine"]["load_average_after"] = os.getloadavg()
+    print_table(res)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
