@@ -365,12 +365,16 @@ def _parse_record(
 ) -> Record:
     if undecodable:
         raise _bad(source, text, "UTF-8 text", "bytes that are not valid UTF-8")
+    quoted: set[int] = set()
     if '"' in text:
         try:
             fields = next(csv.reader([text], strict=True))
         except csv.Error as exc:
             raise _bad(source, text, "a CSV record op,relation,v1,...,vn",
                        f"malformed CSV ({exc})") from None
+        # (a field written "" is the empty string, an empty field NULL: DuckDB's CSV
+        # reader with allow_quoted_nulls=false)
+        quoted = {i - 2 for i in _quoted_empty(text) if i >= 2}
     else:
         fields = text.split(",")
 
@@ -412,17 +416,50 @@ def _parse_record(
         raise _bad(source, text, f"{_plural(rel.arity, 'value')} for {signature}",
                    _plural(len(values), "value"))
     try:
-        row = rel.parse_row(values)
+        row = rel.parse_row(values, quoted)
     except ValueParseError:
-        for col, field_text in zip(rel.columns, values):
+        for i, (col, field_text) in enumerate(zip(rel.columns, values)):
             try:
-                col.parse(field_text)
-            except ValueParseError:
-                raise _bad(source, text,
-                           f"{_TYPE_WORDS[col.type]} for column {rel.name}.{col.name}",
-                           repr(field_text)) from None
+                if i in quoted:
+                    col.parse_quoted_empty()
+                else:
+                    col.parse(field_text)
+            except ValueParseError as err:
+                # (out of its type's range: the type and its range; else the words)
+                what = err.expected if err.out_of_range else _TYPE_WORDS[col.type]
+                raise _bad(source, text, f"{what} for column {rel.name}.{col.name}",
+                           err.found) from None
         raise  # pragma: no cover - parse_row failed, so some column fails
     return Update(op, rel.name, row, mult, source)
+
+
+def _quoted_empty(text: str) -> set[int]:
+    """The positions of the fields of a CSV line written ``""`` (the csv module reads
+    them as it reads an empty field).
+
+    >>> sorted(_quoted_empty('+,S,"",,"a""b",""'))
+    [2, 5]
+    """
+    out: set[int] = set()
+    i = pos = 0
+    n = len(text)
+    while True:
+        if text.startswith('""', pos) and (pos + 2 == n or text[pos + 2] == ","):
+            out.add(i)
+        elif pos < n and text[pos] == '"':  # (a quoted field: past its closing quote)
+            pos += 1
+            while pos < n:
+                if text[pos] == '"':
+                    if text.startswith('""', pos):
+                        pos += 2
+                        continue
+                    break
+                pos += 1
+        comma = text.find(",", pos)
+        if comma < 0:
+            return out
+        pos = comma + 1
+        i += 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -430,6 +467,10 @@ def _parse_record(
 
 
 def _text_field(text: str) -> str:
+    """A string field as DuckDB's CSV writer quotes it: ``""`` for the empty string (an
+    empty field is NULL), quotes around a comma, quote or line break."""
+    if not text:
+        return '""'
     if '"' in text:
         return '"' + text.replace('"', '""') + '"'
     if "," in text or "\n" in text or "\r" in text:

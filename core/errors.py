@@ -44,6 +44,28 @@ class InputError(IvmflowError):
         return f"expected {self.expected}, found {self.found}"
 
 
+class EvaluationError(InputError):
+    """A row expression failed on a value, where DuckDB fails too: an overflow (DuckDB's
+    Out of Range Error: an integer or DECIMAL result outside its type, a CAST to a
+    narrower type) or a string that does not convert (its Conversion Error). Raised
+    while an update is applied, the run names that update's record (``source`` and
+    ``record`` are filled in by the driver) and ``--on-error skip`` skips it; met at an
+    epoch's end (an expression after the aggregate), it stops the run naming the
+    expression.
+
+    >>> print(EvaluationError("`a + 1` within INTEGER", "2147483647 + 1 (overflow)"))
+    cannot evaluate: expected `a + 1` within INTEGER, found 2147483647 + 1 (overflow)
+    """
+
+    def __init__(self, expected: str, found: str, hint: str = "") -> None:
+        self.source = ""
+        self.record = ""
+        self.expected = expected
+        self.found = found
+        self.hint = hint
+        IvmflowError.__init__(self, f"cannot evaluate: expected {expected}, found {found}")
+
+
 class UsageError(IvmflowError):
     """Bad use of the command line or of run options, found after parsing (exit code
     2): options that contradict each other, a URL that names no topic, ..."""

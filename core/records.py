@@ -96,6 +96,8 @@ def format_value(value: Value) -> str:
 
     >>> [format_value(v) for v in (None, True, 0.1, 7, "a", Decimal("-0.00"))]
     ['', 'true', '0.1', '7', 'a', '0.00']
+    >>> format_value(Decimal("1E-8")), format_value(Decimal("0E-8"))
+    ('0.00000001', '0.00000000')
     >>> format_value(datetime.datetime(1998, 9, 2)), format_value(datetime.date(1998, 9, 2))
     ('1998-09-02 00:00:00', '1998-09-02')
     """
@@ -108,8 +110,9 @@ def format_value(value: Value) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, Decimal):
-        # (a sum that cancels to zero can be -0.00; DuckDB writes 0.00)
-        return str(value.copy_abs() if value.is_zero() else value)
+        # (a sum that cancels to zero can be -0.00; DuckDB writes 0.00; and never
+        # Python's exponent form: 0.00000001, not 1E-8)
+        return format(value.copy_abs() if value.is_zero() else value, "f")
     if isinstance(value, datetime.datetime):
         return value.isoformat(sep=" ")
     return str(value)
@@ -126,14 +129,35 @@ def csv_line(fields: Iterable[str]) -> str:
     return buf.getvalue()
 
 
+def csv_value(value: Value) -> str:
+    """One value as a field of a CSV line: :func:`format_value`, a string quoted when it
+    must be, and the empty string written ``""`` (an empty field is NULL), as DuckDB's
+    CSV writer does.
+
+    >>> print(*[csv_value(v) for v in (None, "", "a,b", 'a"b', 1.5)], sep="|")
+    |""|"a,b"|"a""b"|1.5
+    """
+    if not isinstance(value, str):
+        return format_value(value)
+    if not value:
+        return '""'
+    if '"' in value:
+        return '"' + value.replace('"', '""') + '"'
+    if "," in value or "\n" in value or "\r" in value:
+        return f'"{value}"'
+    return value
+
+
 def format_update(record: Record) -> str:
     """Render a record as one line of the update CSV (without newline); an epoch end
     is ``*``.
 
     >>> format_update(Update("-", "G", (1, None), 2)), format_update(EPOCH_END)
     ('-2,G,1,', '*')
+    >>> format_update(Update("+", "S", ("", None)))
+    '+,S,"",'
     """
     if isinstance(record, EpochEnd):
         return "*"
     op = record.op if record.mult == 1 else f"{record.op}{record.mult}"
-    return csv_line([op, record.relation, *(format_value(v) for v in record.row)])
+    return ",".join([op, csv_value(record.relation), *(csv_value(v) for v in record.row)])

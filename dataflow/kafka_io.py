@@ -45,7 +45,7 @@ from connectors.kafka import (
     unique_columns,
 )
 from core.errors import InputError, IvmflowError, UsageError
-from core.records import EpochEnd, Op, Record, Update, format_value
+from core.records import EpochEnd, Op, Record, Update, csv_value
 from core.schema import Schema
 
 if TYPE_CHECKING:
@@ -311,5 +311,7 @@ def consume(topic: str, out: TextIO, *, snapshots: bool = False, query: str | No
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([key, "mult", *names])
     for epoch, mult, row in rows:
-        writer.writerow([epoch, mult, *(format_value(row.get(c)) for c in names)])
+        # (csv_value: the empty string as "", apart from NULL, as the delta CSV writes it)
+        out.write(",".join([str(epoch), str(mult), *(csv_value(row.get(c)) for c in names)])
+                  + "\n")
     out.flush()

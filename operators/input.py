@@ -38,9 +38,10 @@ class RelationInput:
                 equal_pairs.append((first[v], i))
             else:
                 first[v] = i
-        # SQL equality never holds for NULL: a NULL in a join column joins nothing.
+        # SQL equality never holds for NULL: a NULL in a join column joins nothing. (A
+        # join variable that is a derived cast has its column's IS NOT NULL filter.)
         not_null = sorted(
-            {first[v] for v in atom.vars if v in join_vars}
+            {first[v] for v in atom.vars if v in join_vars and v in first}
             | {i for pair in equal_pairs for i in pair}
         )
         self._not_null = not_null

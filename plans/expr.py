@@ -20,7 +20,7 @@ Example:
     >>> code = ExprCompiler(env, resolve).compile(sqlglot.parse_one("p * (1 - d)"))
     >>> from decimal import Decimal
     >>> eval(code.src, env, {"row": (Decimal("10.00"), Decimal("0.05"))}), code.type
-    (Decimal('9.5000'), SqlType(name='DECIMAL', scale=4))
+    (Decimal('9.5000'), SqlType(name='DECIMAL', scale=4, width=18))
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from core.errors import QueryError
-from core.schema import Column
-from core.sqlfuncs import HELPERS, like_test
+from core.errors import EvaluationError, QueryError
+from core.schema import DECIMAL_DIGITS, INT_BITS, INT_NAMES, INT_RANGES, Column
+from core.sqlfuncs import HELPERS, caster, float_compare, like_test
 
 _NAMES = itertools.count()
 
@@ -44,26 +44,59 @@ _NAMES = itertools.count()
 @dataclass(frozen=True)
 class SqlType:
     """A static SQL type: INT, DECIMAL (with its scale), FLOAT (DOUBLE), TEXT, BOOL,
-    DATE, TIMESTAMP, INTERVAL, or NULL (the type of a bare NULL)."""
+    DATE, TIMESTAMP, INTERVAL, or NULL (the type of a bare NULL). ``width`` is an
+    INT's bits (8 TINYINT ... 128 HUGEINT; 0: BIGINT) or a DECIMAL's precision (0: 38),
+    as DuckDB types the result of each operation (its overflow checks follow them)."""
 
     name: str
     scale: int = 0
+    width: int = 0
 
     @staticmethod
     def of_column(col: Column) -> SqlType:
-        return SqlType(col.type, col.scale if col.type == "DECIMAL" else 0)
+        if col.type == "DECIMAL":
+            return SqlType("DECIMAL", col.scale, col.precision)
+        if col.type == "INT":
+            # (UBIGINT computes as a HUGEINT)
+            return SqlType("INT", 0, 128 if col.width < 0 else col.width or 64)
+        return SqlType(col.type)
 
     @property
     def numeric(self) -> bool:
         return self.name in ("INT", "DECIMAL", "FLOAT", "NULL")
 
+    @property
+    def bits(self) -> int:
+        """An INT's width in bits."""
+        return self.width or 64
+
+    @property
+    def digits(self) -> int:
+        """A DECIMAL's precision (an INT's: the digits DuckDB gives it as a DECIMAL)."""
+        if self.name == "INT":
+            return DECIMAL_DIGITS[self.bits]
+        return self.width or 38
+
+    @property
+    def sql_name(self) -> str:
+        """DuckDB's name of the type (``INTEGER``, ``DECIMAL(18,4)``, ``DOUBLE``)."""
+        if self.name == "INT":
+            return INT_NAMES[self.bits]
+        if self.name == "DECIMAL":
+            return f"DECIMAL({self.digits},{self.scale})"
+        return {"FLOAT": "DOUBLE", "TEXT": "VARCHAR", "BOOL": "BOOLEAN"}.get(self.name,
+                                                                               self.name)
+
     def column(self, name: str) -> Column:
         """A column of this type (derived relations, output)."""
         kind = {"NULL": "INT", "INTERVAL": "TEXT"}.get(self.name, self.name)
-        return Column(name, kind, self.scale)  # type: ignore[arg-type]
+        width = self.bits if self.name == "INT" else self.digits \
+            if self.name == "DECIMAL" else 0
+        return Column(name, kind, self.scale, width)  # type: ignore[arg-type]
 
 
 INT, FLOAT, TEXT, BOOL = SqlType("INT"), SqlType("FLOAT"), SqlType("TEXT"), SqlType("BOOL")
+BIGINT = SqlType("INT", 0, 64)
 DATE, TIMESTAMP, NULL = SqlType("DATE"), SqlType("TIMESTAMP"), SqlType("NULL")
 
 
@@ -77,6 +110,10 @@ class Code:
     nullable: bool
     simple: bool = False
     const: bool = False
+    literal: bool = False
+    """An integer literal (``7``, ``-1``): DuckDB gives it the type of the other operand
+    of an arithmetic or a CASE when its value fits that type. A string literal
+    (``'12'``): DuckDB reads it as the type it is compared with or mixed with."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +143,16 @@ _UNITS = {"YEAR": (12, 0, 0), "YEARS": (12, 0, 0), "MONTH": (1, 0, 0),
           "SECOND": (0, 0, 1_000_000), "WEEK": (0, 7, 0), "QUARTER": (3, 0, 0)}
 
 
+def _literal_bits(value: int) -> int:
+    """The integer type DuckDB gives an integer literal: INTEGER, BIGINT or HUGEINT by
+    its size (0: too large for any, a DOUBLE)."""
+    for bits in (32, 64, 128):
+        lo, hi = INT_RANGES[bits]
+        if lo <= value <= hi:
+            return bits
+    return 0
+
+
 def column_refs(node: exp.Expr) -> list[exp.Column]:
     return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
 
@@ -119,18 +166,34 @@ class ExprCompiler:
         self.resolve = resolve
         self.last_type = NULL
         """The type of the last :meth:`output` (the column a view over this one reads)."""
+        self._raising: set[str] = set()
+        """Names of the bound casts (they raise on a value that does not convert)."""
         env.update(HELPERS)
         env.setdefault("_timedelta", datetime.timedelta)
 
     # -- constants -------------------------------------------------------------------
-    def const(self, value: Any, typ: SqlType) -> Code:
+    def const(self, value: Any, typ: SqlType, literal: bool = False) -> Code:
         if value is None:
             return Code("None", typ if typ.name != "NULL" else NULL, True, True, True)
         if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**62):
-            return Code(repr(value), typ, False, True, True)
+            return Code(repr(value), typ, False, True, True, literal)
+        return Code(self._bind(value), typ, False, True, True, literal)
+
+    def _as_name(self, src: str) -> str:
+        """``src``, a number or string literal bound to a name (Python warns of ``is``
+        with a literal)."""
+        if src[:1].isdigit() or src[:1] in "-'\"":
+            try:
+                return self._bind(eval(src, self.env))  # noqa: S307
+            except Exception:  # noqa: BLE001 - (not a literal after all)
+                return src
+        return src
+
+    def _bind(self, value: Any) -> str:
+        """A name in ``env`` for ``value`` (unique across a query)."""
         name = f"_k{next(_NAMES)}"
         self.env[name] = value
-        return Code(name, typ, False, True, True)
+        return name
 
     def _fold(self, code: Code, node: exp.Expr) -> Code:
         """Evaluate a column-free expression now (once), keeping its type."""
@@ -138,6 +201,11 @@ class ExprCompiler:
             return code
         try:
             value = eval(code.src, self.env)  # noqa: S307 - our own generated source
+        except EvaluationError:
+            # (DuckDB raises it for each row that reaches it, not for the query: an
+            # empty table, or a CASE branch never taken, raises nothing; a NULL
+            # operand beside it does not spare it: evaluated, not short-cut)
+            return Code(code.src, code.type, True)
         except (ArithmeticError, ValueError, OverflowError) as err:
             raise ExprError(node, f"cannot evaluate {node.sql()!r}: {err}") from None
         return self.const(value, code.type)
@@ -153,10 +221,19 @@ class ExprCompiler:
         return any(self.resolve(n) is not None for n in node.walk()
                    if isinstance(n, exp.AggFunc))
 
+    def value(self, node: exp.Expr) -> Code:
+        """:meth:`compile` for a value that is kept (a derived variable, an output
+        column): a computed DOUBLE's NaN made the one NaN object, so rows holding it
+        are equal (a delete retracts its insert; GROUP BY puts NaNs together)."""
+        code = self.compile(node)
+        if code.type.name == "FLOAT" and not code.simple and not code.const:
+            code = Code(f"_f_canon({code.src})", code.type, code.nullable)
+        return code
+
     def output(self, node: exp.Expr) -> str:
         """Source of an output column's value: a DECIMAL at its static scale (how
         DuckDB prints it, whatever scale the operands' values carried)."""
-        code = self.compile(node)
+        code = self.value(node)
         self.last_type = code.type
         if code.type.name != "DECIMAL":
             return code.src
@@ -191,19 +268,39 @@ class ExprCompiler:
         if isinstance(node, exp.Cast):
             return self._cast(node)
         if isinstance(node, exp.Neg):
+            inner = node.this
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
+            if isinstance(inner, exp.Literal) and not inner.is_string:
+                # (a negative literal is one constant to DuckDB, typed as a literal)
+                lit = self._literal(inner)
+                value = eval(lit.src, self.env)  # noqa: S307
+                return self._literal_int(-value, lit.type.bits) if lit.literal else \
+                    self.const(-value, lit.type)
             a = self.compile(node.this)
             self._need_numeric(node, a)
-            return self._wrap1(a, "-{}", a.type, "_f_neg")
+            return self._checked(self._wrap1(a, "-{}", a.type, "_f_neg"), node)
         if isinstance(node, tuple(_ARITH)):
             return self._arith(node, _ARITH[type(node)])
         if isinstance(node, exp.Div):
             a, b = self.compile(node.this), self.compile(node.expression)
             self._need_numeric(node, a, b)
             return Code(f"_f_div({a.src}, {b.src})", FLOAT, True)
+        if isinstance(node, exp.IntDiv):
+            a, b = self.compile(node.this), self.compile(node.expression)
+            self._need_numeric(node, a, b)
+            if {a.type.name, b.type.name} <= {"INT", "NULL"}:
+                t = self._int_type(a, b)
+                return self._checked(Code(f"_f_intdiv({a.src}, {b.src})", t, True), node)
+            # (DuckDB 1.5: // of DECIMALs or DOUBLEs divides, NULL for a zero divisor)
+            return Code(f"_f_div_or_null({a.src}, {b.src})", FLOAT, True)
         if isinstance(node, exp.Mod):
             a, b = self.compile(node.this), self.compile(node.expression)
             self._need_numeric(node, a, b)
-            t = self._promote(a.type, b.type)
+            t, _check = self._numeric_type(node, "%", a, b)
+            if t.name == "INT":
+                k = self._bind(self._range(t, node))
+                return Code(f"_f_imod({a.src}, {b.src}, {k})", t, True)
             return Code(f"_f_mod({self._as(a, t).src}, {self._as(b, t).src})", t, True)
         if isinstance(node, tuple(_CMP)):
             return self._compare(node, _CMP[type(node)], node.this, node.expression)
@@ -231,9 +328,17 @@ class ExprCompiler:
             return self._case(exp.Case(ifs=[node.copy()], default=node.args.get("false")))
         if isinstance(node, exp.Coalesce):
             parts = [self.compile(node.this)] + [self.compile(e) for e in node.expressions]
-            t = self._unify(node, [p.type for p in parts])
-            srcs = ", ".join(self._as(p, t).src for p in parts)
-            return Code(f"_f_coalesce({srcs})", t, all(p.nullable for p in parts))
+            t = self._unify(node, parts)
+            values = [self._branch_value(p, t, node).src for p in parts]
+            nullable = all(p.nullable for p in parts)
+            if any(self._may_raise(Code(v, t, True)) for v in values[1:]):
+                # (an argument that may raise only where those before it are NULL)
+                src = values[-1]
+                for v in reversed(values[:-1]):
+                    v = self._as_name(v)
+                    src = f"({v} if {v} is not None else {src})"
+                return Code(src, t, nullable)
+            return Code(f"_f_coalesce({', '.join(values)})", t, nullable)
         if isinstance(node, exp.Nullif):
             a, b = self.compile(node.this), self.compile(node.expression)
             return Code(f"_f_nullif({a.src}, {b.src})", a.type, True)
@@ -247,12 +352,13 @@ class ExprCompiler:
             return Code(f"_f_substring({', '.join(args)})", TEXT, True)
         if isinstance(node, exp.DPipe):
             a, b = self.compile(node.this), self.compile(node.expression)
-            sa, sb = self._text(a), self._text(b)
+            # (DuckDB's || casts a value of another type to VARCHAR)
+            sa, sb = self._as_text(a), self._as_text(b)
             return self._wrap2(sa, sb, "({} + {})", TEXT, "_f_concat")
         simple_fns: dict[type[exp.Expr], tuple[str, str, SqlType | None]] = {
             exp.Upper: ("{}.upper()", "_f_upper", TEXT),
             exp.Lower: ("{}.lower()", "_f_lower", TEXT),
-            exp.Length: ("len({})", "_f_length", INT),
+            exp.Length: ("len({})", "_f_length", BIGINT),
             exp.Trim: ("{}.strip(' ')", "_f_trim", TEXT),
             exp.Abs: ("abs({})", "_f_abs", None),
         }
@@ -262,31 +368,57 @@ class ExprCompiler:
                 raise ExprError(node, "TRIM with characters or LEADING/TRAILING")
             fmt, helper, rt = simple_fns[type(node)]
             a = self.compile(node.this)
+            if isinstance(node, exp.Abs):
+                self._need_numeric(node, a)
+                return self._checked(self._wrap1(a, fmt, a.type, helper), node)
+            if rt is TEXT or isinstance(node, exp.Length):
+                self._text(a, node)
             return self._wrap1(a, fmt, rt or a.type, helper)
         if isinstance(node, exp.Round):
             a = self.compile(node.this)
             self._need_numeric(node, a)
             d = node.args.get("decimals")
-            digits = int(d.name) if isinstance(d, exp.Literal) and not d.is_string else 0
-            if d is not None and not (isinstance(d, exp.Literal) and not d.is_string):
+            sign = 1
+            if isinstance(d, exp.Neg):
+                d, sign = d.this, -1
+            if d is not None and not (isinstance(d, exp.Literal) and not d.is_string
+                                      and d.name.isdigit()):
                 raise ExprError(node, "ROUND's digits must be an integer constant")
-            t = SqlType("DECIMAL", max(digits, 0)) if a.type.name == "DECIMAL" else a.type
-            return Code(f"_f_round({a.src}, {digits})", t, a.nullable)
+            digits = sign * int(d.name) if d is not None else 0
+            t = SqlType("DECIMAL", max(digits, 0), a.type.width) \
+                if a.type.name == "DECIMAL" else a.type
+            return self._checked(Code(f"_f_round({a.src}, {digits})", t, a.nullable), node)
         if isinstance(node, exp.Column):
             raise ExprError(node, f"unknown column {node.sql()!r}")
         raise ExprError(node, f"unsupported expression {type(node).__name__.upper()}")
 
     # -- pieces ----------------------------------------------------------------------
     def _literal(self, node: exp.Literal) -> Code:
+        """A constant typed as DuckDB types it: an integer INTEGER, BIGINT or HUGEINT
+        by its size (a literal, see :attr:`Code.literal`; larger: DOUBLE), ``1.50``
+        DECIMAL(3,2), ``1e5`` DOUBLE."""
         text = str(node.this)
         if node.is_string:
-            return self.const(text, TEXT)
+            return self.const(text, TEXT, literal=True)
         if any(c in text for c in "eE"):
             return self.const(float(text), FLOAT)
         if "." in text:
             d = Decimal(text)
-            return self.const(d, SqlType("DECIMAL", max(-int(d.as_tuple().exponent), 0)))
-        return self.const(int(text), INT)
+            scale = max(-int(d.as_tuple().exponent), 0)
+            whole = text.split(".")[0].lstrip("+-").lstrip("0") or "0"
+            width = len(whole) + scale
+            if width > 38:
+                return self.const(float(text), FLOAT)
+            return self.const(d, SqlType("DECIMAL", scale, width))
+        return self._literal_int(int(text))
+
+    def _literal_int(self, value: int, bits: int | None = None) -> Code:
+        """An integer literal; ``bits`` given for a negated one (DuckDB types ``-x`` by
+        ``x``: ``-2147483648`` is a BIGINT)."""
+        bits = _literal_bits(value) if bits is None else bits
+        if bits == 0:
+            return self.const(float(value), FLOAT)
+        return self.const(value, SqlType("INT", 0, bits), literal=True)
 
     def _interval(self, node: exp.Interval) -> Code:
         unit = node.args.get("unit")
@@ -312,35 +444,42 @@ class ExprCompiler:
         kind = SQL_TYPE_NAMES.get(type_name)
         if kind is None:
             raise ExprError(node, f"CAST to {type_name}")
-        scale = 0
+        scale = width = 0
         if kind == "DECIMAL":
             params = [p.this.name for p in to.expressions if isinstance(p.this, exp.Literal)]
+            width = int(params[0]) if params else 18
             scale = int(params[1]) if len(params) > 1 else (0 if params else 3)
-        col = Column("cast", kind, scale)
-        target = SqlType(kind, scale)
+        elif kind == "INT":
+            width = INT_BITS.get(type_name, 64)
+        col = Column("cast", kind, scale, width)
+        target = SqlType.of_column(col)
         a = self.compile(node.this)
         if a.type == target:
             return a
-        name = f"_k{next(_NAMES)}"
-        if kind == "INT" and a.type.name in ("DECIMAL", "FLOAT"):
-            self.env[name] = lambda v: None if v is None else int(HELPERS["_f_round"](v, 0))
-        elif kind == "TEXT":
+        temporal = {"DATE", "TIMESTAMP"}
+        if (a.type.name in temporal) != (kind in temporal) and \
+                "TEXT" not in (a.type.name, kind) and a.type.name != "NULL":
+            raise ExprError(node, f"CAST of {a.type.sql_name} to {target.sql_name} "
+                                  "(DuckDB has no such cast)")
+        if kind == "TEXT":
             from core.records import format_value
 
-            self.env[name] = lambda v: None if v is None else format_value(v)
+            fn: Any = lambda v: None if v is None else format_value(v)  # noqa: E731
         elif kind == "TIMESTAMP" and a.type.name == "DATE":
-            self.env[name] = HELPERS["_f_to_timestamp"]
+            fn = HELPERS["_f_to_timestamp"]
         elif kind == "DATE" and a.type.name == "TIMESTAMP":
-            self.env[name] = lambda v: None if v is None else v.date()
+            fn = lambda v: None if v is None else v.date()  # noqa: E731
         elif kind == "FLOAT" and a.type.numeric:
-            self.env[name] = HELPERS["_f_to_float"]
+            fn = HELPERS["_f_to_float"]
+        elif kind == "INT" and a.type.name == "INT" and a.type.bits <= target.bits:
+            return Code(a.src, target, a.nullable, a.simple, a.const)  # (widening)
         else:
-            def cast(v: Any, _col: Column = col) -> Any:
-                return None if v is None else _col.coerce(v if not isinstance(v, bool)
-                                                          else str(v).lower())
-
-            self.env[name] = cast
-        return Code(f"{name}({a.src})", target, a.nullable)
+            # (DuckDB's run-time CAST: rounding, range and conversion errors)
+            fn = caster(col, node.meta.get("ivmflow_text") or node.sql("duckdb"))
+            name = self._bind(fn)
+            self._raising.add(name)
+            return Code(f"{name}({a.src})", target, a.nullable)
+        return Code(f"{self._bind(fn)}({a.src})", target, a.nullable)
 
     def _need_numeric(self, node: exp.Expr, *codes: Code) -> None:
         for c in codes:
@@ -360,6 +499,87 @@ class ExprCompiler:
         if "DECIMAL" in names:
             return SqlType("DECIMAL", max(a.scale, b.scale))
         return INT
+
+    def _int_type(self, a: Code, b: Code) -> SqlType:
+        """The INT type of an integer operation on ``a`` and ``b`` (DuckDB): the wider
+        of the two; a literal takes the other side's type when its value fits it."""
+        if a.type.name == "NULL":
+            return b.type if b.type.name == "INT" else BIGINT
+        if b.type.name == "NULL":
+            return a.type
+        if a.literal and not b.literal:
+            a, b = b, a
+        if b.literal and not a.literal:
+            value = eval(b.src, self.env)  # noqa: S307
+            lo, hi = INT_RANGES[a.type.bits]
+            bits = a.type.bits if lo <= value <= hi else max(a.type.bits, b.type.bits)
+            return SqlType("INT", 0, bits)
+        return SqlType("INT", 0, max(a.type.bits, b.type.bits))
+
+    @staticmethod
+    def _decimal_of(code: Code) -> tuple[int, int]:
+        """(precision, scale) of a DECIMAL or INT operand of DECIMAL arithmetic."""
+        if code.type.name == "INT":
+            return DECIMAL_DIGITS[code.type.bits], 0
+        return code.type.digits, code.type.scale
+
+    def _numeric_type(self, node: exp.Expr, op: str, a: Code, b: Code
+                      ) -> tuple[SqlType, bool]:
+        """The result type of ``a op b`` (``op`` one of ``+ - * %``) as DuckDB binds it,
+        and whether the result needs a range check (DuckDB's overflow check: every
+        integer operation; a DECIMAL one whose precision was capped at 18 or 38)."""
+        names = {a.type.name, b.type.name}
+        if "FLOAT" in names:
+            return FLOAT, False
+        if names <= {"INT", "NULL"}:
+            return self._int_type(a, b), op != "%" and "NULL" not in names
+        if "NULL" in names:
+            return (b.type if a.type.name == "NULL" else a.type), False
+        (wa, sa), (wb, sb) = self._decimal_of(a), self._decimal_of(b)
+        if op == "*":
+            width, scale = wa + wb, sa + sb
+            if scale > 38:
+                raise ExprError(node, f"a DECIMAL product needs scale {scale} "
+                                      f"(DuckDB's maximum is 38) in {node.sql()!r}; "
+                                      "CAST an operand to DOUBLE or a smaller scale")
+            check = False
+            if width > 18 and wa <= 18 and wb <= 18 and scale < 18:
+                width, check = 18, True
+            if width > 38:
+                width, check = 38, True
+            return SqlType("DECIMAL", scale, width), check
+        scale = max(sa, sb)
+        need = max(scale + max(wa - sa, wb - sb), wa, wb)
+        if op == "%":
+            return SqlType("DECIMAL", scale, min(need, 38)), False
+        need += 1
+        check = False
+        if need > 18 and max(wa, wb) <= 18:
+            need, check = 18, True
+        if need > 38:
+            need, check = 38, True
+        return SqlType("DECIMAL", scale, need), check
+
+    def _range(self, t: SqlType, node: exp.Expr) -> tuple[Any, Any, str, str]:
+        """(low, high, type name, expression text): what :func:`core.sqlfuncs.check`
+        tests a result of type ``t`` against."""
+        text = node.sql("duckdb")
+        if t.name == "INT":
+            lo, hi = INT_RANGES[t.bits]
+            return lo, hi, t.sql_name, text
+        top = Decimal(10) ** (t.digits - t.scale) - Decimal(1).scaleb(-t.scale)
+        return -top, top, t.sql_name, text
+
+    def _checked(self, code: Code, node: exp.Expr) -> Code:
+        """``code`` with DuckDB's overflow check of an INT result (a value outside its
+        type is an :class:`~core.errors.EvaluationError`)."""
+        if code.type.name != "INT":
+            return code
+        return self._check(code, node)
+
+    def _check(self, code: Code, node: exp.Expr) -> Code:
+        k = self._bind(self._range(code.type, node))
+        return Code(f"_f_check({code.src}, {k})", code.type, code.nullable)
 
     def _as(self, code: Code, target: SqlType) -> Code:
         """``code`` converted for an operation in ``target`` (DECIMAL with FLOAT: float)."""
@@ -391,17 +611,16 @@ class ExprCompiler:
             return self._date_arith(node, op, a, b)
         if a.type.name == "DATE" and b.type.name == "INT" and op in "+-":
             days = b if op == "+" else self._wrap1(b, "-{}", INT, "_f_neg")
-            return Code(f"(None if {a.src} is None or {days.src} is None else "
-                        f"{a.src} + _timedelta(days={days.src}))", DATE, True)
+            k = self._bind(node.sql("duckdb"))
+            return Code(f"_f_add_days({a.src}, {days.src}, {k})", DATE, True)
         if a.type.name in ("DATE", "TIMESTAMP") and a.type == b.type and op == "-":
             self.env["_f_days"] = lambda x, y: None if x is None or y is None else (x - y).days
-            return Code(f"_f_days({a.src}, {b.src})", INT, True)
+            return Code(f"_f_days({a.src}, {b.src})", BIGINT, True)
         self._need_numeric(node, a, b)
-        t = self._promote(a.type, b.type)
-        if t.name == "DECIMAL" and op == "*":
-            t = SqlType("DECIMAL", a.type.scale + b.type.scale)
-        return self._wrap2(self._as(a, t), self._as(b, t), "({} " + op + " {})", t,
+        t, check = self._numeric_type(node, op, a, b)
+        code = self._wrap2(self._as(a, t), self._as(b, t), "({} " + op + " {})", t,
                            _HELPER_OF[op])
+        return self._check(code, node) if check else code
 
     def _date_arith(self, node: exp.Expr, op: str, a: Code, b: Code) -> Code:
         if a.type.name == "INTERVAL" and op == "+":
@@ -413,32 +632,55 @@ class ExprCompiler:
         return Code(f"_f_add_interval({a.src}, {sign * iv.months}, {sign * iv.days}, "
                     f"{sign * iv.micros})", TIMESTAMP, a.nullable)
 
-    def _align(self, node: exp.Expr, a: Code, b: Code) -> tuple[Code, Code]:
-        """Operands of a comparison in one domain (a string constant read as the other
-        side's type; DATE against TIMESTAMP as TIMESTAMP; DECIMAL against DOUBLE)."""
+    def _align(self, node: exp.Expr, a: Code, b: Code, op: str = "==") -> tuple[Code, Code]:
+        """Operands of a comparison in one domain, as DuckDB casts them: a string
+        constant read as the other side's type (now: a bad one is a compile-time
+        error); a string value compared with ``=`` or ``<>`` to a value of another type
+        cast to that type when the row is read (a string that does not convert is an
+        :class:`~core.errors.EvaluationError`), any other comparison of a string with
+        another type refused (DuckDB's binder refuses it too); DATE against TIMESTAMP
+        as TIMESTAMP; DECIMAL or integer against DOUBLE as DOUBLE; BOOLEAN against a
+        number as 1/0."""
         for x, y, swap in ((a, b, False), (b, a, True)):
-            if x.type.name == "TEXT" and x.const and y.type.name not in ("TEXT", "NULL"):
+            if x.type.name == "TEXT" and x.literal and y.type.name not in ("TEXT", "NULL"):
                 value = eval(x.src, self.env)  # noqa: S307
+                fn = caster(y.type.column("literal"), node.sql("duckdb"))
                 try:
-                    typed = SqlType.column(y.type, "literal").coerce(value)
-                except ValueError as err:
-                    raise ExprError(node, f"{value!r} is not a {y.type.name}: {err}") \
-                        from None
-                x2 = self.const(typed, y.type)
+                    x2 = self.const(fn(value), y.type)
+                except EvaluationError:  # (DuckDB's error, for each row compared)
+                    name = self._bind(fn)
+                    self._raising.add(name)
+                    x2 = Code(f"{name}({x.src})", y.type, True)
                 return (y, x2) if swap else (x2, y)
-        if {a.type.name, b.type.name} == {"DATE", "TIMESTAMP"}:
+        names = {a.type.name, b.type.name}
+        if names == {"DATE", "TIMESTAMP"}:
             a = a if a.type.name == "TIMESTAMP" else self._to_ts(a)
             b = b if b.type.name == "TIMESTAMP" else self._to_ts(b)
             return a, b
-        if a.type.numeric and b.type.numeric:
-            if "FLOAT" in (a.type.name, b.type.name):
+        if names <= {"INT", "DECIMAL", "FLOAT", "BOOL", "NULL"} and \
+                (a.type.name != "BOOL" or b.type.name != "BOOL"):
+            if "FLOAT" in names:
                 # DuckDB compares a DECIMAL or an integer with a DOUBLE as DOUBLEs
                 # (Python would compare Decimal('1.47') and 1.47 exactly: not equal)
                 return self._as(a, FLOAT), self._as(b, FLOAT)
             return a, b  # (int and Decimal compare exactly, as DuckDB's DECIMALs do)
-        if a.type.name != b.type.name and "NULL" not in (a.type.name, b.type.name):
-            raise ExprError(node, f"comparison of {a.type.name} with {b.type.name} in "
-                                  f"{node.sql()!r}")
+        if "TEXT" in names and "NULL" not in names and len(names) == 2:
+            x, y = (a, b) if a.type.name == "TEXT" else (b, a)
+            if op not in ("==", "!="):
+                shown = {"==": "=", "!=": "<>"}.get(op, op)
+                raise ExprError(node, f"comparison {shown} of VARCHAR with "
+                                      f"{y.type.sql_name} in {node.sql('duckdb')!r}: DuckDB "
+                                      "compares a string with another type only by = or "
+                                      "<> (write a CAST)")
+            fn = caster(y.type.column("cast"), node.sql("duckdb"))
+            name = self._bind(fn)
+            self._raising.add(name)
+            x2 = Code(f"{name}({x.src})", y.type, x.nullable)
+            return (x2, y) if x is a else (y, x2)
+        if a.type.name != b.type.name and "NULL" not in names:
+            raise ExprError(node, f"comparison of {a.type.sql_name} with {b.type.sql_name} "
+                                  f"in {node.sql('duckdb')!r} (DuckDB cannot cast one to "
+                                  "the other)")
         return a, b
 
     def _to_ts(self, a: Code) -> Code:
@@ -448,7 +690,11 @@ class ExprCompiler:
         return Code(f"_f_to_timestamp({a.src})", TIMESTAMP, a.nullable)
 
     def _compare(self, node: exp.Expr, op: str, left: exp.Expr, right: exp.Expr) -> Code:
-        a, b = self._align(node, self.compile(left), self.compile(right))
+        a, b = self._align(node, self.compile(left), self.compile(right), op)
+        if "FLOAT" in (a.type.name, b.type.name):
+            # (DuckDB's order of DOUBLEs: NaN = NaN, and NaN above everything)
+            name = self._bind(float_compare(op))
+            return Code(f"{name}({a.src}, {b.src})", BOOL, a.nullable or b.nullable)
         # A DATE column against a midnight TIMESTAMP constant compares as dates (exact,
         # and no conversion per row).
         if a.src.startswith("_f_to_timestamp(") and b.const:
@@ -466,11 +712,9 @@ class ExprCompiler:
         if (a.simple or not a.nullable) and (b.simple or not b.nullable):
             tests = " or ".join(f"{c.src} is None" for c in (a, b) if c.nullable)
             return Code(f"(None if {tests} else {a.src} {op} {b.src})", BOOL, True)
-        name = f"_k{next(_NAMES)}"
         from core.sqlfuncs import compare
 
-        self.env[name] = compare(op)
-        return Code(f"{name}({a.src}, {b.src})", BOOL, True)
+        return Code(f"{self._bind(compare(op))}({a.src}, {b.src})", BOOL, True)
 
     def _logic(self, node: exp.Expr, op: str) -> Code:
         a, b = self.compile(node.this), self.compile(node.expression)
@@ -479,33 +723,48 @@ class ExprCompiler:
             return self._and_codes(a, b)
         if not a.nullable and not b.nullable:
             return Code(f"({a.src} or {b.src})", BOOL, False)
+        if self._may_raise(b):  # (b only where a does not decide, as DuckDB)
+            return Code(f"(True if {a.src} is True else _f_or3({a.src}, {b.src}))", BOOL,
+                        True)
         return Code(f"_f_or3({a.src}, {b.src})", BOOL, True)
 
     def _and_codes(self, a: Code, b: Code) -> Code:
         if not a.nullable and not b.nullable:
             return Code(f"({a.src} and {b.src})", BOOL, False)
+        if self._may_raise(b):
+            return Code(f"(False if {a.src} is False else _f_and3({a.src}, {b.src}))",
+                        BOOL, True)
         return Code(f"_f_and3({a.src}, {b.src})", BOOL, True)
+
+    def _may_raise(self, code: Code) -> bool:
+        """Whether evaluating ``code`` can raise DuckDB's run-time errors (an overflow
+        check, a cast): such an operand of AND, OR or COALESCE is evaluated only where
+        the operands before it do not decide the value, as DuckDB does."""
+        return "_f_check(" in code.src or "_f_imod(" in code.src or any(
+            f"{name}(" in code.src for name in self._raising)
 
     def _is(self, node: exp.Is) -> Code:
         target = node.expression
         if isinstance(target, exp.Null):
             a = self.compile(node.this)
-            return Code(f"({a.src} is None)", BOOL, False)
+            return Code(f"({self._as_name(a.src)} is None)", BOOL, False)
         if isinstance(target, exp.Boolean):
             a = self.compile(node.this)
-            return Code(f"({a.src} is {bool(target.this)!r})", BOOL, False)
+            return Code(f"({self._as_name(a.src)} is {bool(target.this)!r})", BOOL, False)
         raise ExprError(node, "IS with something other than NULL, TRUE or FALSE")
 
     def _in(self, node: exp.In) -> Code:
         if node.args.get("query") is not None or node.args.get("unnest") is not None:
             raise ExprError(node, "IN (subquery)")
-        a = self.compile(node.this)
+        a0 = self.compile(node.this)
         items = [self.compile(e) for e in node.expressions]
-        if all(i.const for i in items):
+        aligned = [self._align(e, a0, item, "==") for item, e in zip(items, node.expressions)]
+        if all(c.const for _, c in aligned) and len({x.src for x, _ in aligned}) == 1 and \
+                "FLOAT" not in {c.type.name for c in (a0, *items)}:
+            a = aligned[0][0]
             values = []
             has_null = False
-            for item, e in zip(items, node.expressions):
-                _, c = self._align(e, a, item)
+            for _, c in aligned:
                 v = eval(c.src, self.env)  # noqa: S307
                 if v is None:
                     has_null = True
@@ -533,9 +792,12 @@ class ExprCompiler:
         if node.args.get("escape") is not None:
             raise ExprError(node, "LIKE ... ESCAPE")
         pattern = node.expression
+        if isinstance(pattern, exp.Null):
+            self._text(self.compile(node.this), node)
+            return self.const(None, BOOL)
         if not (isinstance(pattern, exp.Literal) and pattern.is_string):
             raise ExprError(node, "LIKE with a pattern that is not a string constant")
-        a = self._text(self.compile(node.this))
+        a = self._text(self.compile(node.this), node)
         name = f"_k{next(_NAMES)}"
         self.env[name] = like_test(str(pattern.this), isinstance(node, exp.ILike))
         code = self._wrap1(a, name + "({})", BOOL, "_f_like_" + name)
@@ -546,9 +808,21 @@ class ExprCompiler:
             code = self._wrap1(code, "not {}", BOOL, "_f_not3")
         return code
 
-    def _text(self, code: Code) -> Code:
+    def _as_text(self, code: Code) -> Code:
+        """``code`` as a VARCHAR (CAST's text of another type)."""
+        if code.type.name in ("TEXT", "NULL"):
+            return code
+        from core.records import format_value
+
+        fn = self._bind(lambda v: None if v is None else format_value(v))
+        return Code(f"{fn}({code.src})", TEXT, code.nullable)
+
+    def _text(self, code: Code, node: exp.Expr | None = None) -> Code:
         if code.type.name not in ("TEXT", "NULL"):
-            raise ExprError(exp.Null(), f"a string operation on {code.type.name}")
+            where = f" in {node.sql('duckdb')!r}" if node is not None else ""
+            raise ExprError(node if node is not None else exp.Null(),
+                            f"a string operation on {code.type.sql_name}{where} (DuckDB "
+                            "has no such function for it; write a CAST)")
         return code
 
     def _case(self, node: exp.Case) -> Code:
@@ -564,35 +838,74 @@ class ExprCompiler:
             branches.append((src, self.compile(clause.args["true"])))
         default = node.args.get("default")
         other = self.compile(default) if default is not None else self.const(None, NULL)
-        t = self._unify(node, [c.type for _, c in branches] + [other.type])
-        src = self._branch_value(other, t).src
+        t = self._unify(node, [c for _, c in branches] + [other])
+        src = self._branch_value(other, t, node).src
         for test_src, value in reversed(branches):
-            src = f"({self._branch_value(value, t).src} if {test_src} else {src})"
+            src = f"({self._branch_value(value, t, node).src} if {test_src} else {src})"
         nullable = other.nullable or any(v.nullable for _, v in branches)
         return Code(src, t, nullable)
 
-    def _branch_value(self, code: Code, t: SqlType) -> Code:
-        if t.name == "DECIMAL" and code.const and code.src != "None":
+    def _branch_value(self, code: Code, t: SqlType, node: exp.Expr | None = None) -> Code:
+        """A CASE branch or COALESCE argument as a value of their type ``t``: a string
+        constant or a BOOLEAN among numbers cast to it (DuckDB's implicit casts)."""
+        if code.src == "None":
+            return code
+        if code.type.name in ("TEXT", "BOOL") and t.name not in ("TEXT", "BOOL", "NULL"):
+            fn = caster(t.column("cast"), node.sql("duckdb") if node is not None else "")
+            if code.const:
+                try:
+                    return self.const(fn(eval(code.src, self.env)), t)  # noqa: S307
+                except EvaluationError:
+                    pass  # (raised for each row that reaches it)
+            name = self._bind(fn)
+            self._raising.add(name)
+            return Code(f"{name}({code.src})", t, code.nullable)
+        if t.name == "DECIMAL" and code.const:
             v = eval(code.src, self.env)  # noqa: S307
             return self.const(Decimal(v).quantize(Decimal(1).scaleb(-t.scale)), t)
+        if t.name == "TIMESTAMP" and code.type.name == "DATE":
+            return self._to_ts(code)
         return self._as(code, t)
 
-    def _unify(self, node: exp.Expr, types: list[SqlType]) -> SqlType:
-        real = [t for t in types if t.name != "NULL"]
+    def _unify(self, node: exp.Expr, codes: list[Code]) -> SqlType:
+        """The type of CASE branches or COALESCE arguments (DuckDB's): numbers by the
+        widest (a literal fitting another branch's type takes it; DECIMALs keep every
+        branch's digits), DATE with TIMESTAMP a TIMESTAMP."""
+        real = [c for c in codes if c.type.name != "NULL"]
+        typed = [c for c in real if not (c.type.name == "TEXT" and c.literal)]
+        if typed:  # (a string constant takes the other branches' type)
+            real = typed
         if not real:
             return NULL
-        if all(t.numeric for t in real):
-            out = real[0]
-            for t in real[1:]:
-                out = self._promote(out, t)
-            return out
-        if {t.name for t in real} <= {"DATE", "TIMESTAMP"} and len(
-                {t.name for t in real}) == 2:
-            raise ExprError(node, "branches of DATE and TIMESTAMP")
-        if len({t.name for t in real}) > 1:
-            found = ", ".join(sorted({t.name for t in real}))
-            raise ExprError(node, f"branches of different types ({found})")
-        return real[0]
+        names = {c.type.name for c in real}
+        if "BOOL" in names and len(names) > 1 and names <= {"INT", "DECIMAL", "FLOAT",
+                                                              "BOOL"}:
+            # (a BOOLEAN among numbers is 1 or 0: DuckDB casts it to the numbers' type)
+            real = [c if c.type.name != "BOOL" else Code("0", SqlType("INT", 0, 32), False)
+                    for c in real]
+            names = {c.type.name for c in real}
+        if names <= {"INT", "DECIMAL", "FLOAT"}:
+            if "FLOAT" in names:
+                return FLOAT
+            if names == {"INT"}:
+                ints = [c for c in real if not c.literal] or real
+                bits = max(c.type.bits for c in ints)
+                lo, hi = INT_RANGES[bits]
+                for c in real:
+                    if c.literal and not lo <= eval(c.src, self.env) <= hi:  # noqa: S307
+                        bits = max(bits, c.type.bits)
+                return SqlType("INT", 0, bits)
+            props = [self._decimal_of(c) for c in real]
+            scale = max(sc for _w, sc in props)
+            width = min(scale + max(w - sc for w, sc in props), 38)
+            return SqlType("DECIMAL", scale, width)
+        if names == {"DATE", "TIMESTAMP"}:
+            return TIMESTAMP
+        if len(names) > 1:
+            found = ", ".join(sorted(SqlType(n).sql_name for n in names))
+            raise ExprError(node, f"branches of different types ({found}): DuckDB cannot "
+                                  "mix them (write a CAST)")
+        return real[0].type
 
     def _extract(self, node: exp.Extract) -> Code:
         part = node.this.name.upper()

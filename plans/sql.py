@@ -23,7 +23,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
 
 from core.errors import QueryError
-from core.schema import SQL_TYPE_NAMES, Column, Relation, Schema, Value
+from core.schema import INT_BITS, INT_NAMES, SQL_TYPE_NAMES, Column, Relation, Schema, Value
 from plans.cq import (
     Aggregate,
     Atom,
@@ -201,14 +201,20 @@ def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
             known = ("INT, BIGINT, DOUBLE, REAL, DECIMAL(p,s), NUMERIC, VARCHAR, CHAR, TEXT, "
                      "DATE, TIMESTAMP, BOOLEAN")
             raise reject(coldef, f"column type {type_name}", f"supported types: {known}")
-        scale = 0
+        scale = width = 0
         if mapped == "DECIMAL":
             assert kind is not None
             params = [p.this.name for p in kind.expressions
                       if isinstance(p, exp.DataTypeParam) and isinstance(p.this, exp.Literal)]
             # (DuckDB's DECIMAL without parameters is DECIMAL(18, 3))
+            width = int(params[0]) if params else 18
             scale = int(params[1]) if len(params) > 1 else (0 if params else 3)
-        cols.append(Column(coldef.name, mapped, scale))
+            if not 1 <= width <= 38 or scale > width:
+                raise reject(coldef, f"DECIMAL({width},{scale})", "DECIMAL(p,s) needs "
+                             "1 <= p <= 38 and s <= p (DuckDB's DECIMAL)")
+        elif mapped == "INT":
+            width = INT_BITS.get(type_name.upper(), 64)
+        cols.append(Column(coldef.name, mapped, scale, width))
     names = [c.name.lower() for c in cols]
     for k in key:
         if k.name.lower() not in names:
@@ -319,23 +325,56 @@ def _rejects_nulls(cond: exp.Expr, alias: str) -> bool:
     return any(c.table == alias for c in cond.find_all(exp.Column))
 
 
+def _join_cast(left: str, right: str) -> str | None:
+    """Which side of ``left = right`` (column types) DuckDB casts to the other's type:
+    None (Python's equality and hash of the values agree with DuckDB's comparison),
+    "left", "right", or "refuse" (no cast between them)."""
+    if left == right:
+        return None
+    pair = {left, right}
+    if pair <= {"INT", "DECIMAL", "BOOL"}:
+        return None
+    if "TEXT" in pair:
+        return "left" if left == "TEXT" else "right"
+    if pair == {"DATE", "TIMESTAMP"}:
+        return "left" if left == "DATE" else "right"
+    if "FLOAT" in pair and pair <= {"INT", "DECIMAL", "FLOAT"}:
+        return "left" if right == "FLOAT" else "right"
+    if pair == {"FLOAT", "BOOL"}:
+        return None
+    return "refuse"
+
+
 _AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _MULTISET_FUNCS = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
 
 
 def _aggregate_type(agg: Aggregate) -> SqlType:
     if agg.func in ("count", "count_star"):
-        return SqlType("INT")
+        return SqlType("INT", 0, 64)  # (BIGINT)
     if agg.func == "avg":
         return SqlType("FLOAT")
-    return SqlType(agg.result_type, agg.scale)
+    return _sum_type(SqlType(agg.result_type, agg.scale))
+
+
+def _sum_type(t: SqlType) -> SqlType:
+    """The type of SUM over values of ``t`` (DuckDB's: an integer SUM is a HUGEINT, a
+    DECIMAL SUM a DECIMAL(38, s))."""
+    if t.name == "INT":
+        return SqlType("INT", 0, 128)
+    if t.name == "DECIMAL":
+        return SqlType("DECIMAL", t.scale, 38)
+    return t
 
 
 def _ddl_type(t: SqlType) -> str:
-    """The SQL type a CREATE TABLE declares for values of ``t``."""
+    """The SQL type a CREATE TABLE declares for values of ``t`` (its width kept: an
+    INTEGER stays an INTEGER, a DECIMAL(15,2) a DECIMAL(15,2))."""
     if t.name == "DECIMAL":
-        return f"DECIMAL(38,{t.scale})"
-    return {"INT": "BIGINT", "FLOAT": "DOUBLE", "TEXT": "VARCHAR", "BOOL": "BOOLEAN",
+        return f"DECIMAL({t.digits},{t.scale})"
+    if t.name == "INT":
+        return INT_NAMES[t.bits]
+    return {"FLOAT": "DOUBLE", "TEXT": "VARCHAR", "BOOL": "BOOLEAN",
             "NULL": "BIGINT", "INTERVAL": "VARCHAR", "KEY": "IVMFLOW_KEY"}.get(t.name, t.name)
 
 
@@ -361,6 +400,9 @@ class _Builder:
         self.taken_names: set[str] = set()
         self.multi_conditions: list[exp.Expr] = []
         self.carried: list[tuple[str, SqlType, str]] = []
+        self.join_casts: list[tuple[exp.Column, str, SqlType, tuple[str, int], exp.Expr]] = []
+        self.join_derived: list[tuple[str, str]] = []
+        """(FROM item, variable) of each derived variable that joins (a cast)."""
         self.final_keys: tuple[str, ...] = ()
 
     # -- FROM ----------------------------------------------------------------------
@@ -489,15 +531,44 @@ class _Builder:
     def _add_filter(self, col: exp.Column, op: CompareOp, values: tuple[Value, ...]) -> None:
         alias, idx = self._resolve(col)
         rel = dict(self.aliases)[alias]
-        typed: list[Value] = []
-        for v in values:
-            try:
-                typed.append(rel.columns[idx].coerce(v))
-            except ValueError as err:
-                raise self.reject(col, "comparison", str(err)) from None
         self.filters.setdefault(alias, []).append(
-            Filter(idx, rel.columns[idx].name, op, tuple(typed))
+            Filter(idx, rel.columns[idx].name, op, values)
         )
+
+    def _try_filter(self, col: exp.Column, op: CompareOp, literals: list[exp.Expr]) -> bool:
+        """``col op constant(s)`` as a plain filter, when Python's comparison of the
+        column's values with the constants is DuckDB's: an integer constant with an
+        integer column (whatever its width), a string with a string column, a boolean
+        with a boolean one, a number with a DOUBLE column except by ``>``/``>=`` (a NaN
+        is greater than everything to DuckDB, to Python nothing); a string constant
+        with another type is read as that type (DuckDB casts it). False: the expression
+        compiler takes it (DuckDB's casts across types; a string that does not convert
+        is an error for each row compared)."""
+        alias, idx = self._resolve(col)
+        column = dict(self.aliases)[alias].columns[idx]
+        typed: list[Value] = []
+        for node in literals:
+            value = self._literal(node)
+            if isinstance(value, str) and column.type != "TEXT":
+                try:
+                    value = column.coerce(value)
+                except ValueError:  # (DuckDB's error for each row: the compiler's cast)
+                    return False
+            if column.type == "INT":
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif column.type == "FLOAT":
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    op not in (">", ">=")
+                value = float(value) if ok else value  # type: ignore[arg-type]
+            elif column.type == "TEXT":
+                ok = isinstance(value, str)
+            else:
+                ok = column.type == "BOOL" and isinstance(value, bool)
+            if not ok:
+                return False
+            typed.append(value)
+        self._add_filter(col, op, tuple(typed))
+        return True
 
     def _simple_condition(self, cond: exp.Expr) -> bool:  # noqa: C901
         """The plain forms (joins, column op constant): True when ``cond`` was one."""
@@ -518,30 +589,72 @@ class _Builder:
             if not cond.expressions or not all(self._plain_literal(v)
                                                for v in cond.expressions):
                 return False
-            values = tuple(self._literal(v) for v in cond.expressions)
-            self._add_filter(cond.this, "in", values)
-            return True
+            return self._try_filter(cond.this, "in", cond.expressions)
         op = _COMPARISONS.get(type(cond))
         if op is not None:
             left, right = cond.this, cond.expression
             if isinstance(left, exp.Column) and isinstance(right, exp.Column):
                 if op != "=":
                     return False
-                la, li = self._resolve(left)
-                ra, ri = self._resolve(right)
-                rels = dict(self.aliases)
-                self.uf.union(
-                    self._key(la, rels[la].columns[li].name),
-                    self._key(ra, rels[ra].columns[ri].name),
-                )
-                return True
+                return self._join_equality(cond, left, right)
             if self._plain_column(left) and self._plain_literal(right):
-                self._add_filter(left, op, (self._literal(right),))
-                return True
+                return self._try_filter(left, op, [right])
             if self._plain_column(right) and self._plain_literal(left):
-                self._add_filter(right, _FLIPPED[op], (self._literal(left),))
-                return True
+                return self._try_filter(right, _FLIPPED[op], [left])
         return False
+
+    def _join_equality(self, cond: exp.Expr, left: exp.Column, right: exp.Column) -> bool:
+        """``a.x = b.y``: one variable for both columns when Python's equality of their
+        values is DuckDB's (same types, integers with DECIMALs or BOOLEANs). Across
+        types DuckDB casts one side (a VARCHAR to the other's type, failing on a string
+        that does not convert; a DATE to TIMESTAMP; an integer or DECIMAL to DOUBLE):
+        that side's cast is a derived variable of its FROM item, joined with the other
+        column (:meth:`_cast_joins`); within one FROM item, a predicate (False). Types
+        DuckDB cannot cast into each other are refused."""
+        la, li = self._resolve(left)
+        ra, ri = self._resolve(right)
+        rels = dict(self.aliases)
+        lc, rc = rels[la].columns[li], rels[ra].columns[ri]
+        if (la, li) == (ra, ri):  # (x = x: true where x is not NULL)
+            self._add_filter(left, "is not null", ())
+            return True
+        cast = _join_cast(lc.type, rc.type)
+        if cast is None:
+            self.uf.union(self._key(la, lc.name), self._key(ra, rc.name))
+            return True
+        if cast == "refuse":
+            lt, rt = SqlType.of_column(lc).sql_name, SqlType.of_column(rc).sql_name
+            raise ExprError(cond, f"comparison of {lt} with {rt} in {cond.sql('duckdb')!r} "
+                                  "(DuckDB cannot cast one to the other)")
+        if la == ra:
+            return False
+        node, (alias, idx), other = (left, (la, li), (ra, ri)) if cast == "left" else \
+            (right, (ra, ri), (la, li))
+        target = SqlType.of_column(rels[other[0]].columns[other[1]])
+        self.join_casts.append((node, alias, target, other, cond))
+        # (a NULL joins nothing; its cast is NULL)
+        self._add_filter(node, "is not null", ())
+        return True
+
+    def _cast_joins(self) -> None:
+        """The derived variables of the cross-type join equalities
+        (:meth:`_join_equality`), each named as the other column's variable; where the
+        FROM item has that variable already, the equality is a predicate of it."""
+        for node, alias, target, (oa, oi), cond in self.join_casts:
+            var = self.var_of(oa, oi)
+            cast = exp.Cast(this=node.copy(), to=exp.DataType.build(target.sql_name))
+            cast.meta["ivmflow_text"] = cond.sql("duckdb")  # (what a failed cast names)
+            rel = dict(self.aliases)[alias]
+            has: list[exp.Expr] = [exp.column(c.name, table=alias)
+                                   for i, c in enumerate(rel.columns)
+                                   if self.var_of(alias, i) == var]
+            has += [sqlglot.parse_one(d.sql, read="duckdb") for d in
+                    self.derived.get(alias, []) if d.var == var]
+            if has:
+                self._condition(exp.EQ(this=cast, expression=has[0]))
+                continue
+            self._derive(cast, var, force=True)
+            self.join_derived.append((alias, var))
 
     def _plain_column(self, node: exp.Expr) -> bool:
         """A column whose type the plain filters compare with constants as they are."""
@@ -589,8 +702,10 @@ class _Builder:
 
         return ExprCompiler(self.env.setdefault(alias, {}), resolve)
 
-    def _derive(self, node: exp.Expr, name: str | None = None) -> tuple[str, SqlType]:
-        """A variable computed per row of the one FROM item ``node`` reads."""
+    def _derive(self, node: exp.Expr, name: str | None = None,
+                force: bool = False) -> tuple[str, SqlType]:
+        """A variable computed per row of the one FROM item ``node`` reads (``force``:
+        named ``name`` whatever else has the name: a join variable's cast)."""
         aliases = self._aliases_in(node)
         if len(aliases) != 1:
             what = "no table" if not aliases else f"several tables ({', '.join(sorted(aliases))})"
@@ -599,15 +714,20 @@ class _Builder:
         alias = next(iter(aliases))
         key = (alias, node.sql("duckdb"))
         hit = self.derived_by_sql.get(key)
-        if hit is not None:
+        if hit is not None and not force:
             return hit
-        code = self._atom_compiler(alias).compile(node)
-        var = name if name and name not in self.taken_names else f"_e{len(self.derived_by_sql)}"
+        code = self._atom_compiler(alias).value(node)
+        if force and name:
+            var = name
+        else:
+            var = name if name and name not in self.taken_names else \
+                f"_e{len(self.derived_by_sql)}"
         self.taken_names.add(var)
         column = code.type.column(var)
         self.derived.setdefault(alias, []).append(
             DerivedVar(var, code.src, column, node.sql("duckdb")))
-        self.derived_by_sql[key] = (var, code.type)
+        if hit is None:
+            self.derived_by_sql[key] = (var, code.type)
         return var, code.type
 
     # -- SELECT --------------------------------------------------------------------
@@ -691,6 +811,7 @@ class _Builder:
             return names[root]
 
         self.var_of = var_of
+        self._cast_joins()
         for cond in rest:
             self._condition(cond)
 
@@ -846,6 +967,8 @@ class _Builder:
             atom_cols.append(cv)
             for v in cv:
                 occurrences[v] = occurrences.get(v, 0) + 1
+        for _alias, v in self.join_derived:
+            occurrences[v] = occurrences.get(v, 0) + 1
         join_vars = frozenset(v for v, n in occurrences.items() if n > 1)
         keep = used | join_vars
         order: list[str] = []
@@ -925,8 +1048,7 @@ class _Builder:
                 if agg not in aggregates:
                     aggregates.append(agg)
                 j = aggregates.index(agg)
-                t = {"INT": SqlType("INT"), "FLOAT": SqlType("FLOAT")}.get(
-                    agg.result_type, SqlType("DECIMAL", agg.scale))
+                t = _aggregate_type(agg)
                 if agg.func in ("count", "count_star"):
                     return Code(f"v[{j}]", SqlType("INT"), False, simple=True)
                 if agg.func == "avg":
@@ -1047,7 +1169,8 @@ class _Builder:
                 return Code(f"v[{j}]", SqlType("INT"), False, simple=True)
             if func == "avg_distinct":
                 return Code(f"v[{j}]", SqlType("FLOAT"), True, simple=True)
-            return Code(f"v[{j}]", t, True, simple=True)
+            return Code(f"v[{j}]", _sum_type(t) if func == "sum_distinct" else t, True,
+                        simple=True)
         if func == "count_star":
             fa = FinalAggregate("count_star", None, None, "INT")
             t = SqlType("INT")
@@ -1075,7 +1198,7 @@ class _Builder:
             return Code(f"v[{j}]", SqlType("INT"), False, simple=True)
         if func == "avg":
             return Code(f"v[{j}]", SqlType("FLOAT"), True, simple=True)
-        return Code(f"v[{j}]", t, True, simple=True)
+        return Code(f"v[{j}]", _sum_type(t) if func == "sum" else t, True, simple=True)
 
     def _var_type(self, var: str) -> SqlType:
         for (alias, rel) in self.aliases:

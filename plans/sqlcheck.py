@@ -32,10 +32,10 @@ _EXPRESSIONS: tuple[type[exp.Expr], ...] = (
     exp.Column, exp.Identifier, exp.Star, exp.Literal, exp.Boolean, exp.Null, exp.Paren,
     exp.Alias, exp.Neg, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.LT, exp.LTE,
     exp.GT, exp.GTE, exp.Is, exp.In, exp.Between, exp.Like, exp.ILike, exp.Add, exp.Sub,
-    exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Case, exp.If, exp.Coalesce, exp.Nullif,
-    exp.Cast, exp.DataType, exp.DataTypeParam, exp.Extract, exp.Interval, exp.Substring,
-    exp.Upper, exp.Lower, exp.Length, exp.Trim, exp.Abs, exp.Round, exp.Count, exp.Sum,
-    exp.Avg, exp.Min, exp.Max, exp.Var,
+    exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.DPipe, exp.Case, exp.If, exp.Coalesce,
+    exp.Nullif, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Extract, exp.Interval,
+    exp.Substring, exp.Upper, exp.Lower, exp.Length, exp.Trim, exp.Abs, exp.Round,
+    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Var,
 )
 _CLAUSES: tuple[type[exp.Expr], ...] = (
     exp.Select, exp.From, exp.Join, exp.Table, exp.TableAlias, exp.Where, exp.Group,

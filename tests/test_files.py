@@ -150,7 +150,7 @@ def test_wrong_arity() -> None:
     ("line", "expected", "found"),
     [
         ("+,G,1,x2", "an INT (integer) for column G.dst", "'x2'"),
-        ("+,G,1.5,2", "an INT (integer) for column G.src", "'1.5'"),
+        ("+,G,1.5x,2", "an INT (integer) for column G.src", "'1.5x'"),
         ("+,Person,a,high,true", "a FLOAT (number) for column Person.score", "'high'"),
         ("+,Person,a,1,maybe", "a BOOL (true/false) for column Person.active", "'maybe'"),
     ],

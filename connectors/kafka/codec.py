@@ -141,7 +141,9 @@ def decode_update(
     for col, v in zip(rel.columns, values):
         try:
             typed.append(col.coerce(v))
-        except ValueParseError:
+        except ValueParseError as err:
+            if err.out_of_range:  # (the type's range: DECIMAL digits, integer width)
+                bad(f"{err.expected} for column {rel.name}.{col.name}", err.found)
             bad(f"a {col.type} for column {rel.name}.{col.name}", _kind(v))
     return Update(op, rel.name, tuple(typed), mult, source)
 
