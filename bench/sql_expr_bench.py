@@ -37,7 +37,7 @@ from dataflow.api import compile_query  # noqa: E402
 
 EXTRA = {
     # table -> (extra column DDL, function of the row giving the extra values)
-    "lineitem": (", l_disc_price DECIMAL(30,4), l_charge DECIMAL(45,6)",
+    "lineitem": (", l_disc_price DECIMAL(30,4), l_charge DECIMAL(38,6)",
                  lambda r: (r[5] * (1 - r[6]), r[5] * (1 - r[6]) * (1 + r[7]))),
     "orders": (", o_year INTEGER", lambda r: (r[4].year,)),
     "part": (", p_green BOOLEAN", lambda r: ("green" in r[1],)),
