@@ -99,7 +99,7 @@ def test_native_refuses_bad_input_with_nothing_changed() -> None:
     assert view.end_epoch().rows == ((2, (1, 2, 4)),)
     assert view.snapshot() == [(2, (1, 2, 4))]
     assert "'-,G,7,7'" in str(absent.value) and "delete of 1" in str(absent.value)
-    assert "column 'src' expects INT, found 'x'" in str(mistyped.value)
+    assert "column 'src' expects INTEGER, found 'x'" in str(mistyped.value)
 
 
 @needs_native
