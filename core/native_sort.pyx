@@ -169,3 +169,102 @@ def sorted_int_changes(dict net):
     finally:
         free(keys)
         free(order)
+
+
+# -- the delete check's row digest (operators/deletecheck.py) -----------------------------
+# 64-bit words through xxHash64's word step and avalanche: a tag and length per value,
+# then its bits (an int's 64 bits, a float's, a str's code units as CPython stores them:
+# one canonical form per string), so that different canonical tuples give different
+# word sequences. Not keyed, not cryptographic.
+from libc.stdint cimport uint64_t
+from libc.string cimport memcpy
+
+cdef extern from "Python.h":
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    unsigned int PyUnicode_KIND(object o)
+    void *PyUnicode_DATA(object o)
+    double PyFloat_AS_DOUBLE(object o)
+
+cdef uint64_t _P1 = 11400714785074694791ULL
+cdef uint64_t _P2 = 14029467366897019727ULL
+cdef uint64_t _P3 = 1609587929392839161ULL
+cdef uint64_t _P4 = 9650029242287828579ULL
+cdef uint64_t _P5 = 2870177450012600261ULL
+
+
+cdef inline uint64_t _word(uint64_t h, uint64_t k) noexcept nogil:
+    k *= _P2
+    k = (k << 31) | (k >> 33)
+    k *= _P1
+    h ^= k
+    return ((h << 27) | (h >> 37)) * _P1 + _P4
+
+
+cdef uint64_t _digest_bytes(uint64_t h, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t w
+    while n >= 8:
+        memcpy(&w, p, 8)
+        h = _word(h, w)
+        p += 8
+        n -= 8
+    if n:
+        w = 0
+        memcpy(&w, p, n)
+        h = _word(h, w)
+    return h
+
+
+cdef uint64_t _digest_value(uint64_t h, object v) except? 0xffffffffffffffff:
+    cdef int overflow = 0
+    cdef long long x
+    cdef double d
+    cdef Py_ssize_t n
+    cdef unsigned int kind
+    cdef bytes b
+    if v is None:
+        return _word(h, 1)
+    if v is True:
+        return _word(h, 2)
+    if v is False:
+        return _word(h, 3)
+    t = type(v)
+    if t is int:
+        x = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if not overflow:
+            return _word(_word(h, 4), <uint64_t>x)
+        b = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
+        n = len(b)
+        return _digest_bytes(_word(_word(h, 5), <uint64_t>n), b, n)
+    if t is str:
+        n = PyUnicode_GET_LENGTH(v)
+        kind = PyUnicode_KIND(v)
+        h = _word(_word(h, 8 + kind), <uint64_t>n)
+        return _digest_bytes(h, <const unsigned char *>PyUnicode_DATA(v), n * kind)
+    if t is float:
+        d = PyFloat_AS_DOUBLE(v)
+        memcpy(&x, &d, 8)
+        return _word(_word(h, 6), <uint64_t>x)
+    if t is tuple:
+        h = _word(_word(h, 7), <uint64_t>len(<tuple>v))
+        for e in <tuple>v:
+            h = _digest_value(h, e)
+        return h
+    import marshal  # (a value of no type above: its marshal bytes, rare)
+    b = marshal.dumps(v, 2)
+    n = len(b)
+    return _digest_bytes(_word(_word(h, 13), <uint64_t>n), b, n)
+
+
+def row_digest64(tuple t):
+    """The 64-bit digest of a row's canonical values (operators.deletecheck.RowDigest):
+    a tag and the length of every value, then its bits, through xxHash64's word step;
+    xxHash64's avalanche at the end."""
+    cdef uint64_t h = _P5 + <uint64_t>len(t)
+    for v in t:
+        h = _digest_value(h, v)
+    h ^= h >> 33
+    h *= _P2
+    h ^= h >> 29
+    h *= _P3
+    h ^= h >> 32
+    return h

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import datetime
+import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -58,9 +59,9 @@ from dataflow.kinds import (
     TriangleKind,
     estimate_rates,
 )
+from operators.deletecheck import DeleteCheck, RowDigest
 from operators.finalize import OutputFinalizer
-from operators.input import BaseValidator, RelationInput
-from operators.state import DictState
+from operators.input import RelationInput
 from plans.cq import ConjunctiveQuery
 from plans.dag import finalize_mode
 from plans.ghd import build_ghd
@@ -117,11 +118,21 @@ class CompiledQuery:
 
     def maintain(self, parallelism: int = 1, eps: float | None = None,
                  native: bool | None = None,
-                 on_compile: Callable[[], None] | None = None) -> View:
+                 on_compile: Callable[[], None] | None = None,
+                 validate: bool = True, keep_rows: bool = False) -> View:
         """A live view; ``eps`` (triangle queries) overrides the compiled epsilon;
         ``native`` and ``on_compile``: whether its generated code is compiled, and a
-        call before a first-use build (see :class:`View`)."""
-        return View(self, parallelism, eps, native, on_compile)
+        call before a first-use build; ``validate`` and ``keep_rows``: its delete
+        check (see :class:`View`)."""
+        return View(self, parallelism, eps, native, on_compile, validate, keep_rows)
+
+    def delete_check(self, parallelism: int = 1, validate: bool = True,
+                     keep_rows: bool = False) -> str:
+        """What a view's delete check keeps per relation (``ivmflow explain``)."""
+        view = View(self, parallelism, native=False, validate=validate,
+                    keep_rows=keep_rows)
+        declared = [r.name for r in self.schema.relations.values()]
+        return view.validator.explain(declared)
 
     def native_status(self, parallelism: int = 1, eps: float | None = None,
                       native: bool | None = None) -> str:
@@ -269,6 +280,11 @@ def make_finalizer(plan: Plan, count_supports: bool,
     return finalizer
 
 
+def _bound_hash(digest: RowDigest, _build: Any) -> Callable[[tuple[Any, ...]], int]:
+    """The hash ``digest`` has bound (a compiled build's, once it bound it)."""
+    return digest.hash
+
+
 @dataclass
 class _RelationRoute:
     relation: Relation
@@ -286,6 +302,7 @@ class View:
     def __init__(
         self, query: CompiledQuery, parallelism: int = 1, eps: float | None = None,
         native: bool | None = None, on_compile: Callable[[], None] | None = None,
+        validate: bool = True, keep_rows: bool = False,
     ) -> None:
         """``native``: the generated hot path of a single-partition view runs compiled
         with Cython and a C compiler (:mod:`core.native`; ``pip install
@@ -296,7 +313,16 @@ class View:
         fails with the reason when it cannot run; ``False`` keeps it interpreted.
         Results are the same either way; :attr:`native` and :attr:`native_note` say
         which runs and why. ``on_compile()`` is called before a build that is not
-        cached yet (first use of the query shape: a few seconds)."""
+        cached yet (first use of the query shape: a few seconds).
+
+        The delete check (:mod:`operators.deletecheck`): a delete of copies that are not
+        there raises :class:`InputError` with nothing changed. It keeps a multiset of
+        row digests per relation the query reads (none where a FROM item's node keeps
+        the rows whole: checked there), nothing for a relation it does not read (shape
+        and type checked only). ``validate=False`` turns it off, for sources consistent
+        by construction (``--trust-deletes``); ``keep_rows=True`` keeps the rows whole
+        instead of digests, for :meth:`base_tuples` (the local runner's state
+        checkpoint), checking deletes against them either way."""
         if parallelism < 1:
             msg = f"parallelism must be at least 1, got {parallelism}"
             raise ValueError(msg)
@@ -308,7 +334,6 @@ class View:
         self.engines: list[PartitionEngine] = [
             query.kind.make_engine(eps=self.eps) for _ in range(self.partitioner.partitions)
         ]
-        self.validator = BaseValidator(DictState().map("validate.base"))
         # Partitions (and engines that emit bag multiplicities) make DISTINCT count
         # supports in the finalizer.
         self.finalizer = make_finalizer(
@@ -324,13 +349,18 @@ class View:
             self.routes[atom.relation.name.lower()].atoms.append(
                 (atom.index, RelationInput(atom, cq.join_vars))
             )
+        # The delete check: over the relations the query reads (a relation declared
+        # and not read is checked for shape and type only).
+        reads = {route.relation.name: route.relation for route in self.routes.values()
+                 if route.atoms}
+        self.validator = DeleteCheck(
+            reads, "rows" if keep_rows else "digests" if validate else "off")
         # Fast path: exact relation name and exactly typed values skip _check.
         self._fast: dict[str, tuple[str, int, tuple[type, ...], list[Any]]] = {}
         for route in self.routes.values():
             rel = route.relation
             inputs = [(atom, ri.project) for atom, ri in route.atoms]
             self._fast[rel.name] = (rel.name, rel.arity, route.exact_types, inputs)
-        self._counts = self.validator.counts
         self._held = self._hold_relations()
         self._pending = [0]  # (one slot: generated code counts into it)
         # closed epochs, updates in them (updates_total adds the open epoch's)
@@ -386,7 +416,7 @@ class View:
         row a second time (one map, and its writes, less per update). Returns relation
         name -> that item's position among the relation's FROM items."""
         held: dict[str, int] = {}
-        if len(self.engines) != 1:
+        if len(self.engines) != 1 or self.validator.mode == "off":
             return held
         nodes = self.engines[0].atom_nodes
         for route in self.routes.values():
@@ -413,8 +443,7 @@ class View:
         nodes = self.engines[0].atom_nodes
         for route in self.routes.values():
             rel = route.relation
-            env: dict[str, Any] = {"counts": self._counts, "counts_get": self._counts.get,
-                                   "check": self.validator.check, "NAME": rel.name}
+            env: dict[str, Any] = {"check": self.validator.check, "NAME": rel.name}
             type_tests = ["type(row) is not tuple", f"len(row) != {rel.arity}"]
             for i, t in enumerate(route.exact_types):
                 env[f"T{i}"] = t
@@ -429,16 +458,7 @@ class View:
                 "        return False",
                 "    dm = m if u.op == '+' else -m",
             ]
-            count_lines = [
-                "    key = (NAME, row)",
-                "    n = counts_get(key, 0) + dm",
-                "    if n > 0:",
-                "        counts[key] = n",
-                "    elif n == 0:",
-                "        del counts[key]",
-                "    else:",
-                "        check(NAME, row, dm, u.source)",
-            ]
+            count_lines = self._count_lines(rel.name, env)
             # Past the exact type checks no column holds a NULL (unless typed so).
             non_null = frozenset(i for i, t in enumerate(route.exact_types)
                                  if t is not type(None))
@@ -467,7 +487,7 @@ class View:
                 env["HELD_NET"] = nets[held].get
                 have = f"{have} + HELD_NET(row, 0)"
                 check = [f"    {'elif' if test else 'if'} dm < 0 and {have} + dm < 0:",
-                         "        check(NAME, row, dm, u.source)"]
+                         f"        check(NAME, row, dm, u.source, {have})"]
                 if test:  # (rows the holding node does not take are counted here)
                     lines += [f"    if {test}:", *("    " + ln for ln in count_lines)]
                 lines += check
@@ -489,6 +509,29 @@ class View:
             lines.append("    return True")
             define("\n".join(lines), f"<apply {rel.name}>", env)
             self._direct[rel.name] = env["fast"]
+
+    def _count_lines(self, name: str, env: dict[str, Any]) -> list[str]:
+        """The fast path's lines that count a row of relation ``name`` in the delete
+        check (its digest, or the row itself) and refuse a delete of copies that are
+        not there, binding what they use in ``env``; none for a relation not checked.
+        (Lines at one indent; they may ``return False`` before the count, for a value
+        whose digest needs the checked path.)"""
+        check = self.validator
+        counts = check.counts.get(name)
+        if counts is None:
+            return []
+        env["counts"], env["counts_get"] = counts, counts.get
+        digest = check.digests.get(name)
+        if digest is None:
+            lines = ["    key = row"]
+        else:
+            dlines, bound = digest.fast_lines("row", "key", "_dg")
+            env.update(bound)
+            lines = ["    " + ln for ln in dlines]
+        return [*lines, "    have = counts_get(key, 0)", "    n = have + dm",
+                "    if n > 0:", "        counts[key] = n", "    elif n == 0:",
+                "        del counts[key]", "    else:",
+                "        check(NAME, row, dm, u.source, have)"]
 
     def _bind_flush(self) -> Callable[[], None]:
         """The generated function that applies the open epoch's netted tuples
@@ -540,6 +583,14 @@ class View:
         bindings.entry("end_epoch", close_env["end_epoch"], self._set_close)
         for name, fast in self._direct.items():
             bindings.entry(f"fast {name}", fast, partial(self._direct.__setitem__, name))
+            # The delete check's digests in C (core/native_sort.pyx), for the fast path
+            # and the checked path alike: the same hash for every row of the view.
+            digest = self.validator.digests.get(name)
+            if digest is not None and digest.bits <= 64:
+                bindings.value(f"digest {name}", digest.bind_hash,
+                               lambda build: build.module.row_digest64)
+                bindings.global_(f"fast {name} digest", fast.__globals__, "HASH_dg",
+                                 partial(_bound_hash, digest))
         for n, engine in enumerate(self.engines):
             register = getattr(engine, "register_native", None)
             if register is not None:
@@ -691,6 +742,19 @@ class View:
         """Updates applied since this view was made (the open epoch's too)."""
         return self._counters[1] + self._pending[0]
 
+    def typed(self, update: Update) -> tuple[str, Row]:
+        """The declared name of ``update``'s relation and its row typed by the columns
+        (as :meth:`apply` checks them), or :class:`InputError`: an unknown relation, a
+        wrong number of values, a value not of its column's type, a multiplicity below
+        one."""
+        fast = self._fast.get(update.relation)
+        row = update.row
+        if fast is None or type(row) is not tuple or tuple(map(type, row)) != fast[2] \
+                or update.mult < 1:
+            route, row = self._check(update)
+            return route.relation.name, row
+        return fast[0], row
+
     def _apply_checked(self, update: Update) -> None:
         self._flush()  # (the validator and the nodes below read the nodes' counts)
         row = update.row
@@ -699,6 +763,9 @@ class View:
             route, row = self._check(update)
             fast = self._fast[route.relation.name]
         name = fast[0]
+        if float in fast[2]:
+            # (NaN is one value, as DuckDB's NaN = NaN: the NaN ivmflow parses)
+            row = tuple(math.nan if type(v) is float and v != v else v for v in row)
         dm = update.mult if update.op == "+" else -update.mult
         self.validator.update(name, row, dm, update.source)
         engines = self.engines
@@ -736,9 +803,17 @@ class View:
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The database the view holds: ``(relation, row, multiplicity)`` per distinct
-        base tuple (what :mod:`dataflow.runners.local.checkpoint` saves)."""
+        base tuple of the relations the query reads (what
+        :mod:`dataflow.runners.local.checkpoint` saves). Only a view made with
+        ``keep_rows=True`` has them (else :class:`UsageError`)."""
         self._flush()
         return list(self.validator.items())
+
+    @property
+    def delete_check(self) -> str:
+        """Which delete check runs, in a few words (the run's summary line):
+        ``row digests (64-bit)``, ``off (--trust-deletes)``, ..."""
+        return self.validator.describe()
 
     def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:
         """Load ``base`` into this fresh view as the state after ``epoch`` closed epochs:
@@ -788,5 +863,5 @@ class View:
         """Stored state entries over all partitions (base validator and output included)."""
         self._flush()
         total = sum(e.state_entries() for e in self.engines)
-        total += len(self.validator.counts) + len(self.finalizer.state)
+        total += self.validator.entries() + len(self.finalizer.state)
         return total

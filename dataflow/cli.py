@@ -134,13 +134,15 @@ def _job_error(exc: JobError, verbose: bool, runner: str) -> int:
 
 def cmd_explain(
     query_path: str, eps: float | None = None, parallelism: int = 1, partitioning: str = "single",
-    native: bool | None = None,
+    native: bool | None = None, trust_deletes: bool = False,
 ) -> int:
     """``ivmflow explain``: print the plan of a query file, then which hot path a local
-    run would use and why (``hot path: compiled ...`` / ``hot path: interpreted: ...``)."""
+    run would use and why (``hot path: compiled ...`` / ``hot path: interpreted: ...``)
+    and what its delete check keeps (``delete check: row digests (64-bit) of ...``)."""
     query = compile_file(query_path, eps, partitioning=partitioning)
     print(query.explain(parallelism=parallelism, eps=eps))
     print(f"hot path: {query.native_status(parallelism, eps, native)}")
+    print(f"delete check: {query.delete_check(parallelism, validate=not trust_deletes)}")
     return 0
 
 
@@ -354,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--epoch-ms", type=_positive_int, metavar="T",
                      help="change streams without transactions=: epochs of T ms of the "
                           "events' source timestamps (not transactionally consistent)")
+    _add_trust_deletes(run)
     run.add_argument("--resume", action="store_true",
                      help="keep the committed epochs of existing --deltas/--snapshots files "
                           "and write only the later ones")
@@ -390,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--partitioning", choices=("single", "double"), default="single",
                          help="triangle COUNT(*): single or double heavy/light partitioning")
     _add_native_flags(explain)
+    _add_trust_deletes(explain)
 
     _add_kafka_commands(sub)
     gen = sub.add_parser("generate", help="write synthetic update streams")
@@ -460,6 +464,14 @@ def _add_native_flags(parser: argparse.ArgumentParser) -> None:
                        help="local runner: always interpreted (also IVMFLOW_NATIVE=0)")
 
 
+def _add_trust_deletes(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust-deletes", action="store_true",
+                        help="local runner: do not check that a delete removes copies that "
+                             "are there (default: checked against a digest of each row "
+                             "of the tables the query reads); for sources consistent by "
+                             "construction, such as a database's change stream")
+
+
 def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         query=args.query, updates=args.updates, runner=args.runner, epoch=args.epoch,
@@ -472,6 +484,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         kafka_options=args.kafka_option, native=args.native, verbose=args.verbose,
         min_epoch_events=args.min_epoch_events, transaction_timeout=args.transaction_timeout,
         epoch_ms=args.epoch_ms,
+        trust_deletes=args.trust_deletes,
     )
 
 
@@ -506,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_kafka(args)
         if args.command == "explain":
             return cmd_explain(args.query, args.eps, args.parallelism, args.partitioning,
-                               args.native)
+                               args.native, args.trust_deletes)
         return cmd_generate(args)
     except QueryError as exc:
         return _error(str(exc), 2)

@@ -224,7 +224,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 10
+STATE_LAYOUT = 11
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -235,8 +235,10 @@ merger; 7: set and dict values of over 64 elements stored one entry per element,
 :class:`~operators.writeback.TrackedMap`; 8: a top leaf with generated code keeps its
 multiplicities in its ``proj`` groups, tuple -> multiplicity dicts, and no ``base``; 9:
 the per-element tags pickle from :mod:`operators.writeback`; 10: an entry whose key's
-text reads back stores only its value, :func:`~operators.writeback.encode_entry`), so
-that a checkpoint of another layout fails loud instead of being read wrongly."""
+text reads back stores only its value, :func:`~operators.writeback.encode_entry`; 11: a
+keyed view's delete check keeps row digests per base table, ``keyed.base.<table>``, not
+whole rows in ``keyed.base``: :mod:`operators.deletecheck`), so that a checkpoint of
+another layout fails loud instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):

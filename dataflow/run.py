@@ -127,13 +127,24 @@ class RunOptions:
     """Change streams without transaction metadata: epochs of T milliseconds of the
     events' source timestamps (docs/change-streams.md; not transactionally consistent)."""
 
+    trust_deletes: bool = False
+    """Local runner: no delete check (``validate=False``): for a source consistent by
+    construction, such as a database's change stream (a delete of a row that is not
+    there is then not refused, and the results are wrong from there on)."""
+
     def maintain_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given)."""
+        """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given;
+        the delete check off with ``--trust-deletes``; the rows kept whole for a local
+        state checkpoint, which saves them)."""
         kwargs: dict[str, Any] = {"parallelism": self.parallelism}
         if self.eps is not None:
             kwargs["eps"] = self.eps
         if self.native is not None:
             kwargs["native"] = self.native
+        if self.trust_deletes:
+            kwargs["validate"] = False
+        if self.checkpoint and self.runner == "local":
+            kwargs["keep_rows"] = True
         return kwargs
 
     @property
@@ -227,6 +238,9 @@ class Progress:
         runner sets it), shown at the end of the line and of the summary."""
         self.compile_seconds = 0.0
         """Time spent compiling the hot path (not counted in the rate)."""
+        self.check_note: str | None = None
+        """Which delete check runs (``row digests (64-bit)``, ``off (--trust-deletes)``;
+        the local runner sets it), shown at the end of the summary."""
         self._compile_start: float | None = None
 
     def track_files(self, paths: Sequence[Path]) -> Callable[[BinaryIO], None]:
@@ -353,6 +367,8 @@ class Progress:
         rate = self.rate(now)
         snaps = f", {plural(st.snapshots, 'snapshot')}" if st.snapshots else ""
         note = f", {self.native_note}" if self.native_note else ""
+        if self.check_note:
+            note += f", delete check: {self.check_note}"
         return (f"{PROG}: {plural(st.updates, 'update')}, {plural(st.epochs, 'epoch')}, "
                 f"{plural(st.delta_rows, 'delta row')}{snaps} in {secs:.1f}s "
                 f"({rate:.0f} updates/s){note}")
@@ -482,12 +498,18 @@ def maintain_view(ctx: RunContext, query: Any = None) -> Any:
         else:  # (someone else's: shown as it would have been)
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     progress.native_note = getattr(view, "native_note", None) or None
+    progress.check_note = getattr(view, "delete_check", None) or None
     if progress.enabled:
         progress.draw(progress.clock())
     return view
 
 
 def _check_available(opts: RunOptions) -> runners.Runner:
+    if opts.trust_deletes and opts.runner != "local":
+        msg = (f"--trust-deletes is for the local runner; the {opts.runner} runner checks "
+               "deletes against the tuples its joins keep (and row digests for an outer "
+               "join's side), with no row kept for it alone: run without it")
+        raise UsageError(msg)
     if opts.epoch_ms is not None and (scheme(opts.updates) != "kafka" or
                                       _kafka_io().endpoint(opts.updates, opts).format == "json"):
         msg = (f"--epoch-ms: epochs by the events' source timestamps are for a change "

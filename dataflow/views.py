@@ -18,8 +18,11 @@ Example:
     >>> view.apply(Update("-", "R", (3, 30)))   # the average drops to 15: (2, 20) enters
     >>> view.end_epoch().rows
     ((1, (2, 20)), (-1, (3, 30)))
+    >>> kept = q.maintain(keep_rows=True)         # (what a state checkpoint saves)
+    >>> for u in [Update("+", "R", (1, 10)), Update("+", "R", (2, 20))]:
+    ...     kept.apply(u)
     >>> again = q.maintain()                      # from a checkpoint of that state
-    >>> again.restore(view.base_tuples(), epoch=2)
+    >>> again.restore(kept.base_tuples(), epoch=2)
     >>> again.apply(Update("+", "R", (4, 40)))
     >>> d = again.end_epoch()
     >>> d.epoch, d.rows
@@ -34,6 +37,7 @@ from typing import Any
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from dataflow.drive import run_view
+from operators.deletecheck import DeleteCheck
 from operators.keyedview import CompiledKeyedView, KeyedViewState
 from operators.threshold import CompiledThreshold, ThresholdState
 from plans.expr import SqlType
@@ -93,12 +97,19 @@ class CompiledDag:
                       native: bool | None = None) -> str:
         return str(self.outer.native_status(parallelism, eps, native))
 
+    def delete_check(self, parallelism: int = 1, validate: bool = True,
+                     keep_rows: bool = False) -> str:
+        """What the delete check keeps per base table (``ivmflow explain``)."""
+        view = DagView(self, parallelism, None, False, None, validate, keep_rows)
+        return view.validator.explain([r.name for r in self.base_schema.relations.values()])
+
     def replanned(self, prefix: Iterable[Record]) -> CompiledDag:
         return self
 
     def maintain(self, parallelism: int = 1, eps: float | None = None,
-                 native: bool | None = None, on_compile: Any = None) -> DagView:
-        return DagView(self, parallelism, eps, native, on_compile)
+                 native: bool | None = None, on_compile: Any = None,
+                 validate: bool = True, keep_rows: bool = False) -> DagView:
+        return DagView(self, parallelism, eps, native, on_compile, validate, keep_rows)
 
     def run(self, records: Iterable[Record], epoch_size: int | None = None,
             parallelism: int = 1) -> Iterator[EpochDelta]:
@@ -107,14 +118,21 @@ class CompiledDag:
 
 
 class DagView:
-    """The live views of a :class:`CompiledDag`, closed together per epoch."""
+    """The live views of a :class:`CompiledDag`, closed together per epoch. The delete
+    check is the DAG's, once per base table any view reads (``validate``,
+    ``keep_rows``: as :class:`~dataflow.api.View`'s); the views check none (a view's
+    delta is consistent by construction, and every reader of a base table is fed the
+    same checked updates)."""
 
     def __init__(self, dag: CompiledDag, parallelism: int, eps: float | None,
-                 native: bool | None, on_compile: Any) -> None:
+                 native: bool | None, on_compile: Any, validate: bool = True,
+                 keep_rows: bool = False) -> None:
         self.dag = dag
         self.views: list[tuple[str, Any]] = [
-            (name, q.maintain(parallelism, eps, native, on_compile)) for name, q in dag.inner]
-        self.outer = dag.outer.maintain(parallelism, eps, native, on_compile)
+            (name, q.maintain(parallelism, eps, native, on_compile, validate=False))
+            for name, q in dag.inner]
+        self.outer = dag.outer.maintain(parallelism, eps, native, on_compile,
+                                        validate=False)
         everyone = [*self.views, ("", self.outer)]
         self.readers: dict[str, list[Any]] = {}
         for _name, view in everyone:
@@ -124,6 +142,15 @@ class DagView:
             for rel in reads:
                 self.readers.setdefault(rel, []).append(view)
         self.pending = 0
+        self._base = {name.lower(): rel for name, rel in dag.base_schema.relations.items()}
+        read = {rel.name: rel for name, rel in self._base.items() if name in self.readers}
+        self.validator = DeleteCheck(
+            read, "rows" if keep_rows else "digests" if validate else "off")
+
+    @property
+    def delete_check(self) -> str:
+        """Which delete check runs (:attr:`dataflow.api.View.delete_check`)."""
+        return self.validator.describe()
 
     @property
     def pending_updates(self) -> int:
@@ -133,13 +160,18 @@ class DagView:
         return getattr(self.outer, name)
 
     def apply(self, update: Update) -> None:
-        """Apply a base update to every view reading its table. A refused one changes
-        nothing: every view keeps the same base rows, so the first refuses it."""
-        views = self.readers.get(update.relation.lower())
-        if views is None or update.relation.lower() not in {
-                r.lower() for r in self.dag.base_schema.relations}:
-            self.outer.apply(update)  # (its error names the relation)
+        """Apply a base update to every view reading its table, once its shape, types
+        and delete are checked: a refused one changes nothing."""
+        rel = update.relation.lower()
+        views = self.readers.get(rel)
+        if views is None or rel not in self._base:
+            # (its error names the relation; a table no view reads: shape and type only)
+            self.outer.apply(update)
             return
+        name, row = self.outer.typed(update)
+        self.validator.update(name, row, update.signed_mult, update.source)
+        if row is not update.row or name != update.relation:
+            update = Update(update.op, name, row, update.mult, update.source)
         for view in views:
             view.apply(update)
         self.pending += 1
@@ -162,9 +194,9 @@ class DagView:
         return rows
 
     def state_entries(self) -> int:
-        """Stored state entries over every view (a keyed view's: its counts per key and
-        the base rows it checks)."""
-        total = 0
+        """Stored state entries over every view (a keyed view's: its counts per key) and
+        the delete check's."""
+        total = self.validator.entries()
         for _name, view in [*self.views, ("", self.outer)]:
             if isinstance(view, KeyedViewState):
                 total += sum(len(view.state.map(n)) for n in view.state.names())
@@ -173,19 +205,9 @@ class DagView:
         return total
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:
-        """The base tables' tuples (what a local checkpoint saves): each table's from
-        the first view that reads it (every reader holds the same rows)."""
-        base = {r.lower() for r in self.dag.base_schema.relations}
-        out: list[tuple[str, Row, int]] = []
-        for rel in sorted(base):
-            readers = self.readers.get(rel)
-            if not readers:
-                continue
-            reader = readers[0]
-            items = reader.validator.items() if isinstance(reader, KeyedViewState) else \
-                reader.base_tuples()
-            out += [(r, row, m) for r, row, m in items if r.lower() == rel]
-        return out
+        """The tuples of the base tables the views read (what a local checkpoint
+        saves): only with ``keep_rows=True`` (:meth:`dataflow.api.View.base_tuples`)."""
+        return list(self.validator.items())
 
     def restore(self, base: Iterable[tuple[str, Row, int]], epoch: int) -> None:
         """Load ``base`` into these fresh views as the state after ``epoch`` closed

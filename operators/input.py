@@ -1,7 +1,6 @@
-"""Relation input (filters, projection onto the atom's variables; one instance per
-occurrence, so a self-join fans an update out to every copy) and the base validator
-(multiplicities of base tuples, so that an invalid delete is refused before anything
-changes).
+"""Relation input: filters and projection onto the atom's variables, one instance per
+occurrence, so a self-join fans an update out to every copy. (The delete check that
+runs before it: :mod:`operators.deletecheck`.)
 
 Example:
     >>> from plans.sql import parse_query
@@ -14,11 +13,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from core.codegen import define
-from core.errors import InputError
 from core.schema import Row
 from plans.cq import Atom
 
@@ -107,86 +105,3 @@ class RelationInput:
         env.update(self.atom.env)
         tests.extend(f"not {p.src}" for p in self.atom.predicates)
         return " or ".join(tests), env
-
-
-class BaseValidator:
-    """Keeps the multiplicity of every base tuple and refuses deletes of absent copies.
-
-    A relation can be *held*: an engine map (an atom node's ``base``) already keeps the
-    multiplicity of each of its rows that ``accepts`` (an atom's whole-row projection:
-    not None where the node stores the row). Those rows are only checked against that
-    map, not stored twice; :attr:`counts` keeps the rest (rows no node stores whole).
-
-    >>> node_base = {(1, 2): 1}  # what the engine keeps once the insert is applied
-    >>> v = BaseValidator({})
-    >>> v.hold("G", node_base, lambda row: row)
-    >>> v.update("G", (1, 2), -1, "in.csv:3")  # present: fine (the engine applies it)
-    >>> try:
-    ...     v.update("G", (5, 6), -1, "in.csv:4")
-    ... except InputError as err:
-    ...     print(err.source, err.record, err.expected)
-    in.csv:4 -,G,5,6 a delete of at most 0 copies present
-    >>> sorted(v.items())
-    [('G', (1, 2), 1)]
-    """
-
-    def __init__(self, counts: MutableMapping[Any, int]) -> None:
-        self.counts = counts
-        """``(relation, row) -> multiplicity`` of the rows no held map keeps."""
-        self.held: dict[str, tuple[Mapping[Any, int], Callable[[Row], Any]]] = {}
-
-    def hold(self, relation: str, base: Mapping[Any, int],
-             accepts: Callable[[Row], Any]) -> None:
-        """Check ``relation``'s rows that ``accepts`` (not None) against ``base``, which
-        the engine keeps up to date, instead of counting them here. Call it before the
-        first update."""
-        self.held[relation] = (base, accepts)
-
-    def _holder(self, relation: str, row: Row) -> Mapping[Any, int] | None:
-        """The engine map that keeps ``row``'s multiplicity, or None (counted here)."""
-        held = self.held.get(relation)
-        return held[0] if held is not None and held[1](row) is not None else None
-
-    def have(self, relation: str, row: Row) -> int:
-        """Copies of ``row`` in ``relation`` now."""
-        base = self._holder(relation, row)
-        return self.counts.get((relation, row), 0) if base is None else base.get(row, 0)
-
-    def items(self) -> Iterator[tuple[str, Row, int]]:
-        """``(relation, row, multiplicity)`` per distinct base tuple."""
-        for (rel, row), m in self.counts.items():
-            yield rel, row, m
-        for rel, (base, _accepts) in self.held.items():
-            for row, m in base.items():
-                yield rel, row, m
-
-    def check(self, relation: str, row: Row, dm: int, source: str) -> None:
-        if dm >= 0:
-            return
-        have = self.have(relation, row)
-        if have + dm < 0:
-            shown = ",".join("" if v is None else str(v) for v in row)
-            raise InputError(
-                source or "<updates>",
-                f"-{-dm},{relation},{shown}" if dm != -1 else f"-,{relation},{shown}",
-                f"a delete of at most {have} cop{'y' if have == 1 else 'ies'} present",
-                f"a delete of {-dm}",
-                "a delete must remove copies that were inserted before",
-            )
-
-    def update(self, relation: str, row: Row, dm: int, source: str) -> None:
-        """Check, then apply: a refused delete changes nothing. (A held row is only
-        checked: the engine's map changes when the update is applied to it.)"""
-        base = self._holder(relation, row)
-        if base is not None:
-            if dm < 0 and base.get(row, 0) + dm < 0:
-                self.check(relation, row, dm, source)
-            return
-        key = (relation, row)
-        n = self.counts.get(key, 0) + dm
-        if n > 0:
-            self.counts[key] = n
-        elif n == 0:
-            del self.counts[key]
-        else:
-            self.check(relation, row, dm, source)

@@ -36,7 +36,7 @@ from core.codegen import define
 from core.epochs import UPDATE
 from core.records import EpochDelta, Update
 from core.schema import Column, Relation, Row
-from operators.input import BaseValidator
+from operators.deletecheck import DeleteCheck
 from operators.state import DictState, State
 from plans.expr import Code, ExprCompiler, ExprError, SqlType
 from plans.outerjoin import JoinSide, KeyedView
@@ -82,8 +82,8 @@ class CompiledKeyedView:
                          f"({', '.join(s.pad.columns)}) with no row here; counts per key")
         return "\n".join(lines)
 
-    def maintain(self, *_args: Any, **_kwargs: Any) -> KeyedViewState:
-        return KeyedViewState(self)
+    def maintain(self, *_args: Any, validate: bool = True, **_kwargs: Any) -> KeyedViewState:
+        return KeyedViewState(self, validate=validate)
 
     def stage_layout(self, parallelism: int) -> KeyedViewLayout:
         """Its layout as a stage on Spark and Flink: partitioned by join key."""
@@ -97,10 +97,13 @@ class CompiledKeyedView:
 class KeyedViewState:
     """A live keyed view: ``apply`` base or view updates, ``end_epoch`` for the delta.
     Its state per key lives in ``state``'s maps (``keyed.own``, ``keyed.other``, and
-    ``keyed.base``, the multiplicities of the base rows it checks deletes against): a
-    dict locally, a runner's keyed state on Spark and Flink."""
+    ``keyed.base.<relation>``, the row digests of the base tables it checks deletes
+    against, :mod:`operators.deletecheck`): a dict locally, a runner's keyed state on
+    Spark and Flink. ``validate=False``: no delete check (in a DAG of views the DAG
+    checks base deletes once, :class:`dataflow.views.DagView`)."""
 
-    def __init__(self, compiled: CompiledKeyedView, state: State | None = None) -> None:
+    def __init__(self, compiled: CompiledKeyedView, state: State | None = None,
+                 validate: bool = True) -> None:
         self.compiled = compiled
         self.state: State = state if state is not None else DictState()
         spec = compiled.spec
@@ -112,7 +115,11 @@ class KeyedViewState:
         """Kept rows of this side per key (padded sides only)."""
         self.other_count = self.state.map("keyed.other")
         """Rows of the other side per key (padded sides only)."""
-        self.validator = BaseValidator(self.state.map("keyed.base"))
+        # (the base tables among its inputs: a table read on both sides is one)
+        checked = {rel.name.lower(): rel for rel in (compiled.own, compiled.other)
+                   if rel is not None and rel.name.lower() in compiled.base}
+        self.validator = DeleteCheck(checked, "digests" if validate else "off",
+                                     lambda name: self.state.map(f"keyed.base.{name}"))
         self.pending: dict[tuple[Any, ...], int] = {}
         self.touched: dict[tuple[Any, ...], bool] = {}
         self.epoch = 0

@@ -191,7 +191,8 @@ def test_run_writes_one_block_per_epoch(run: Run) -> None:
     assert run.out == ""
     assert re.fullmatch(
         r"ivmflow: 5 updates, 4 epochs, 3 delta rows in \d+\.\ds \(\d+ updates/s\), "
-        r"(compiled[^\n]*|interpreted: turned off \(IVMFLOW_NATIVE=0\))\n", run.err
+        r"(compiled[^\n]*|interpreted: turned off \(IVMFLOW_NATIVE=0\)), "
+        r"delete check: [^\n]+\n", run.err
     ), run.err  # (which hot path ran: tests/conftest.py sets IVMFLOW_NATIVE=0)
     assert "\r" not in run.err  # no progress line when stderr is not a terminal
 

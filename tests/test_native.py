@@ -410,14 +410,14 @@ def test_auto_without_cython_runs_interpreted(tmp_path: Path) -> None:
     why = "interpreted: Cython is not installed (pip install 'ivmflow[native]')"
     auto = ivmflow("run", *EXAMPLE, "--deltas", str(tmp_path / "auto.csv"))
     assert auto.returncode == 0, auto.stderr
-    assert auto.stderr.endswith(f"updates/s), {why}\n"), auto.stderr
+    assert f"updates/s), {why}, delete check: " in auto.stderr, auto.stderr
     assert "warning" not in auto.stderr
     assert main(["run", *EXAMPLE, "-q", "--no-native", "--deltas",
                  str(tmp_path / "plain.csv")]) == 0
     plain = (tmp_path / "plain.csv").read_text()
     assert (tmp_path / "auto.csv").read_text() == plain and plain.count("\n") > 3
     explain = ivmflow("explain", EXAMPLE[0])
-    assert explain.returncode == 0 and explain.stdout.endswith(f"hot path: {why}\n")
+    assert explain.returncode == 0 and f"\nhot path: {why}\ndelete check: " in explain.stdout
     required = ivmflow("run", *EXAMPLE, "--native", "-q")
     assert required.returncode == 1 and required.stdout == ""
     assert required.stderr.count("\n") == 1 and required.stderr.startswith(
@@ -448,13 +448,13 @@ def test_run_shows_the_first_use_compile(tmp_path: Path, monkeypatch: pytest.Mon
     (first, first_summary), (second, second_summary) = notes
     assert "\rivmflow: compiling the hot path (first use of this query shape)..." in first
     assert re.search(r"updates/s(, [\d:<]+)?, compiled\s*\r", first), first
-    assert re.search(r", compiled \(first use of this query shape: built in \d+\.\ds\)$",
-                     first_summary), first_summary
-    assert "compiling" not in second and second_summary.endswith(", compiled")
+    assert re.search(r", compiled \(first use of this query shape: built in \d+\.\ds\), "
+                     r"delete check: [^,]+$", first_summary), first_summary
+    assert "compiling" not in second and ", compiled, delete check: " in second_summary
     capsys.readouterr()
     assert main(["explain", EXAMPLE[0]]) == 0
-    assert capsys.readouterr().out.endswith(
-        f"hot path: compiled (this query shape is built, in {tmp_path / 'cache'})\n")
+    assert (f"hot path: compiled (this query shape is built, in {tmp_path / 'cache'})\n"
+            "delete check: ") in capsys.readouterr().out
 
 
 @needs_native
