@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import random
+import time
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -673,9 +674,13 @@ def test_epoch_ms_on_the_broker(kafka_bootstrap: str, tmp_path: Path,
                 "--no-native") == 0
     assert _kafka_epochs(deltas) == reference
     up = _name("up")
+    # (timestamps of now, on a whole second: a broker deletes records older than its
+    # retention, 1970's at once)
+    now = time.time_ns() // 1_000_000_000 * 1000
     _send(kafka_bootstrap, f"{up}.R", [b'{"a": 1, "b": 5}', b'{"a": 2, "b": 5}',
                                        b'{"a": 1, "b": 6}', None],
-          [b'{"a": 1}', b'{"a": 2}', b'{"a": 1}', b'{"a": 2}'], [1000, 1999, 2000, 2500])
+          [b'{"a": 1}', b'{"a": 2}', b'{"a": 1}', b'{"a": 2}'],
+          [now + 1000, now + 1999, now + 2000, now + 2500])
     plain = tmp_path / "one.sql"
     plain.write_text(ONE)
     deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
