@@ -54,26 +54,134 @@ _KAFKA_STARTED: list[kb.KafkaBroker] = []
 
 
 FULL_MATRIX = os.environ.get("IVMFLOW_FULL_MATRIX") == "1"
-"""Run every cell of the runner matrices (``bench/runner_matrix.sh``); by default the
-README's test command (and CI) runs a representative slice: each runner, each kind of
-stage, P = 1 and 2, but not every query on every runner at every parallelism (each cell
-starts a JVM: 20-50 s)."""
+"""Run every test (``bench/runner_matrix.sh``, or ``IVMFLOW_FULL_MATRIX=1 python -m
+pytest``). By default the README's test command, and CI with it, runs a representative
+slice: each runner (Spark, Flink, local) over files and Kafka, each kind of stage, P = 1
+and 2, every property test against DuckDB; not every query on every runner at every
+parallelism, nor a second runner's copy of a slow test (each JVM start costs 20-50 s
+on 2 cores). What is left out, and what covers it in the slice, is listed below."""
+
+BEYOND_THE_SLICE: dict[str, str] = {
+    # test id (a test function stands for all its parameters) -> what covers it by default
+    "tests/test_bench_instructions_smoke.py::test_instructions_counts_the_timed_part":
+        "valgrind over a bench run (107 s); the bench's arithmetic has unit tests",
+    "tests/test_bench_spark_smoke.py::test_spark_bench_quick_state":
+        "a Spark bench's smoke run (116 s); Spark runs in test_spark_runner.py",
+    "tests/test_bench_tpch_flink_sql.py::test_flink_sql_final_result_equals_duckdb":
+        "the Flink SQL peer end to end (31 s); its translations are tested apart",
+    "tests/test_bench_tpch_smoke.py::test_tpch_bench_smoke":
+        "the TPC-H bench's smoke run (28 s); TPC-H agrees with DuckDB in test_sql_layer.py",
+    "tests/test_bench_crossover_smoke.py::test_quick_run":
+        "the crossover bench (20 s); the same engines in test_bench_smoke.py",
+    "tests/test_bench_tpch_runners_smoke.py::test_tpch_runners_all_smoke":
+        "every query on every runner, small (14 s); test_sql_runners.py's slice",
+    "tests/test_kafka_runners.py::test_kill_and_restart_writes_every_epoch_once[spark]":
+        "three kills of a Spark job over Kafka (169 s); Flink's cell, test_tpch_faults.py",
+    "tests/test_kafka_runners.py::test_runner_on_kafka_matches_local_file_run[spark]":
+        "Spark over Kafka (82 s); the executor-writes cell at P = 2 runs Spark over Kafka",
+    "tests/test_kafka_runners.py::test_unbounded_run_stops_cleanly_on_sigterm":
+        "a stop of an unbounded Kafka job (30-71 s each); test_fault_matrix.py's Flink "
+        "stop, test_kafka_local.py's stops",
+    "tests/test_kafka_runners.py::"
+    "test_spark_writes_kafka_deltas_from_an_executor_not_through_the_driver[1]":
+        "P = 1 (33 s); the P = 2 cell",
+    "tests/test_flink_runner.py::test_a_job_runs_on_a_standalone_cluster":
+        "a standalone Flink cluster (56 s); the mini-cluster runs the same job",
+    "tests/test_flink_runner.py::test_venv_script_run_by_path_without_the_venv_on_path":
+        "the venv's script by path (21 s); .ci/extras_check.sh runs each extra's script",
+    "tests/test_flink_runner.py::test_the_phase_log_has_a_line_per_epoch_with_its_rows":
+        "the phase log (19 s), a bench aid",
+    "tests/test_flink_runner.py::test_a_growing_directory_is_followed_until_sigterm":
+        "a followed directory on Flink (20 s); the local runner's in test_cli.py",
+    "tests/test_native.py::test_native_matches_interpreted[path]":
+        "compiled against interpreted on random streams (70-110 s each); the star family "
+        "and the TPC-H queries below",
+    "tests/test_native.py::test_native_matches_interpreted[comb]": "as [path]",
+    "tests/test_native.py::test_native_matches_interpreted[snowflake]": "as [path]",
+    "tests/test_native.py::test_tpch_queries_compile_and_agree[q05]":
+        "a TPC-H query compiled (15-18 s each); q01 and q12",
+    "tests/test_native.py::test_tpch_queries_compile_and_agree[q06]": "as [q05]",
+    # Each runner runs each kind of plan (CROWN, IVM-eps, view trees) in the slice:
+    # Spark hop3_filter, triangle_count, view_trees_hop2; Flink hop4_distinct, star_count,
+    # triangle_listing (25-85 s a cell).
+    **{f"tests/test_runners.py::test_runner_matches_local_reference[{name}-{runner}]":
+       "another query of the same kind on this runner (the slice: one per kind per runner)"
+       for name, runner in [("endpoints_sum", "spark"), ("endpoints_sum", "flink"),
+                            ("hop3_filter", "flink"), ("hop4_distinct", "spark"),
+                            ("star_count", "spark"), ("triangle_count", "flink"),
+                            ("triangle_listing", "spark"), ("triangle_pairs", "spark"),
+                            ("triangle_pairs", "flink"), ("view_trees_hop2", "flink")]},
+    "tests/test_runner_snapshots.py::test_snapshots_and_deltas_equal_the_local_runners"
+    "[spark-1]": "Spark at P = 2 and Flink at P = 1 (90-100 s a Spark cell)",
+    "tests/test_runner_snapshots.py::test_snapshots_and_deltas_equal_the_local_runners"
+    "[flink-2]": "as [spark-1]",
+    "tests/test_spark_datagen.py::test_edge_list_filter_and_fifo_window":
+        "a second `generate` mode on Spark (60 s: a JVM each); the slice: the Spark "
+        "stream equal to the Python one",
+    "tests/test_spark_datagen.py::test_social_tables_stream_is_valid_and_windowed":
+        "as test_edge_list_filter_and_fifo_window",
+    # Spark's JVM is the slowest to start (30-60 s a job on 2 cores): the slice keeps P = 2,
+    # a SIGKILL mid-output and a restart, a worker's failure in one line, stdout's bytes.
+    "tests/test_spark_runner.py::test_spark_deltas_equal_local_at_every_parallelism[1]":
+        "P = 2 (and P = 1 in test_runners.py's Spark cells)",
+    "tests/test_spark_runner.py::test_spark_deltas_equal_local_at_every_parallelism[4]":
+        "P = 2",
+    "tests/test_spark_runner.py::test_spark_job_on_a_standalone_cluster_equals_local":
+        "a standalone Spark cluster (a master and a worker: 100-220 s); local mode runs "
+        "the same job",
+    "tests/test_spark_runner.py::test_spark_stdout_without_rows_is_the_local_runners_bytes":
+        "stdout with rows, test_spark_stdout_is_the_local_runners_bytes",
+    "tests/test_spark_runner.py::test_verbose_shows_the_trace_and_still_ends_in_the_one_line":
+        "the one line without --verbose, test_a_worker_that_cannot_import_fails_in_one_line_"
+        "naming_the_cause",
+    "tests/test_runners.py::test_spark_restart_from_checkpoint_gives_uninterrupted_output":
+        "Spark killed mid-output and restarted, test_spark_runner.py (120-250 s a run)",
+    "tests/test_tpch_faults.py::test_tpch_killed_once_and_restarted_writes_every_epoch_once"
+    "[spark]": "TPC-H over Kafka killed on Spark (minutes); the local cell, the Spark "
+               "restart in test_spark_runner.py, Flink's Kafka kill in test_kafka_runners.py",
+    "tests/test_tpch_faults.py::test_tpch_killed_once_and_restarted_writes_every_epoch_once"
+    "[flink]": "as [spark]",
+}
+
+
+def _beyond_the_slice(nodeid: str) -> str | None:
+    """Why ``nodeid`` is left out of the default slice, or None when it runs."""
+    why = BEYOND_THE_SLICE.get(nodeid)
+    if why is None and "[" in nodeid:
+        why = BEYOND_THE_SLICE.get(nodeid.split("[", 1)[0])
+    return why
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "matrix: a runner-matrix cell beyond the default slice (runs with "
-                   "IVMFLOW_FULL_MATRIX=1, bench/runner_matrix.sh)")
+        "markers", "matrix: a cell beyond the default slice (a runner-matrix cell, a "
+                   "slow test's second runner, a bench's smoke run): runs with "
+                   "IVMFLOW_FULL_MATRIX=1, bench/runner_matrix.sh")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that uses the Kafka broker is an ``integration`` test; ``matrix`` cells
-    are skipped, saying how to run them, unless ``IVMFLOW_FULL_MATRIX=1``."""
-    skip = pytest.mark.skip(reason="runner-matrix cell beyond the default slice: "
+    """Every test that uses the Kafka broker is an ``integration`` test; the tests in
+    :data:`BEYOND_THE_SLICE` are ``matrix`` tests; ``matrix`` tests are skipped, saying
+    how to run them, unless ``IVMFLOW_FULL_MATRIX=1``. (First, so that ``-m matrix``
+    selects them.)"""
+    skip = pytest.mark.skip(reason="beyond the default slice (tests/conftest.py): "
                                    "IVMFLOW_FULL_MATRIX=1 (bench/runner_matrix.sh) runs it")
+    # (a test renamed must be renamed here: a name in a collected module that matches
+    # nothing is an error, not a test silently back in, or out of, the slice)
+    modules = {item.nodeid.split("::", 1)[0]: getattr(item, "module", None)
+               for item in items}
+    stale = sorted(name for name in BEYOND_THE_SLICE
+                   if modules.get(path := name.split("::", 1)[0]) is not None
+                   and not hasattr(modules[path], name[len(path) + 2:].split("[", 1)[0]))
+    if stale:
+        msg = f"tests/conftest.py BEYOND_THE_SLICE names tests that do not exist: {stale}"
+        raise pytest.UsageError(msg)
     for item in items:
         if _KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if _beyond_the_slice(item.nodeid) is not None:
+            item.add_marker(pytest.mark.matrix)
         if not FULL_MATRIX and item.get_closest_marker("matrix") is not None:
             item.add_marker(skip)
 
