@@ -141,6 +141,23 @@ BEYOND_THE_SLICE: dict[str, str] = {
                "restart in test_spark_runner.py, Flink's Kafka kill in test_kafka_runners.py",
     "tests/test_tpch_faults.py::test_tpch_killed_once_and_restarted_writes_every_epoch_once"
     "[flink]": "as [spark]",
+    "tests/test_spark_runner.py::test_spark_kill_mid_output_of_a_40k_window_run_then_restart":
+        "a Spark job killed mid-output (120-230 s); the fault matrix's Spark rows "
+        "(bench/fault_matrix.py, docs/faults.md), the Spark source's restart of its "
+        "batch in test_spark_runner.py's partition store tests",
+    "tests/test_spark_runner.py::test_spark_stdout_is_the_local_runners_bytes":
+        ".ci/extras_check.sh: the [spark] extra alone, its runner's stdout equal to the "
+        "local runner's",
+    "tests/test_runner_snapshots.py::test_snapshots_and_deltas_equal_the_local_runners"
+    "[spark-2]": "Spark's snapshots in test_sql_runners.py's Q18 cell; Flink at P = 1 here",
+    "tests/test_sql_runners.py::test_min_max_and_distinct_aggregates_on_runners[spark]":
+        "the Flink cell; MIN/MAX and DISTINCT are the shared operators' on both",
+    "tests/test_runners.py::test_flink_restart_from_checkpoint_gives_uninterrupted_output":
+        "Flink restarted from its checkpoint after SIGTERM (test_fault_matrix.py) and after "
+        "SIGKILL over Kafka (test_kafka_runners.py)",
+    "tests/test_validator.py::test_delete_check_compiled[comb]":
+        "the compiled delete check on the star and snowflake families (25-55 s a family)",
+    "tests/test_validator.py::test_delete_check_compiled[path]": "as [comb]",
 }
 
 
