@@ -241,6 +241,8 @@ class Progress:
         self.check_note: str | None = None
         """Which delete check runs (``row digests (64-bit)``, ``off (--trust-deletes)``;
         the local runner sets it), shown at the end of the summary."""
+        self.state_note: str | None = None
+        """A change stream's upsert state (keys and bytes) where the runner keeps one."""
         self._compile_start: float | None = None
 
     def track_files(self, paths: Sequence[Path]) -> Callable[[BinaryIO], None]:
@@ -362,13 +364,15 @@ class Progress:
         st = self.stats
         now = self.clock()
         secs = now - self.start
+        state = f", {self.state_note}" if self.state_note else ""
         if self.counted_in_job is not None:
-            return f"{PROG}: {self.counted_in_job} in {secs:.1f}s"
+            return f"{PROG}: {self.counted_in_job} in {secs:.1f}s{state}"
         rate = self.rate(now)
         snaps = f", {plural(st.snapshots, 'snapshot')}" if st.snapshots else ""
         note = f", {self.native_note}" if self.native_note else ""
         if self.check_note:
             note += f", delete check: {self.check_note}"
+        note += state
         return (f"{PROG}: {plural(st.updates, 'update')}, {plural(st.epochs, 'epoch')}, "
                 f"{plural(st.delta_rows, 'delta row')}{snaps} in {secs:.1f}s "
                 f"({rate:.0f} updates/s){note}")

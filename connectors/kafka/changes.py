@@ -90,7 +90,7 @@ class ChangeCutter:
                  streams: list[tuple[str, int, str | None]], *, epoch_size: int | None = None,
                  min_epoch_events: int = 1,
                  transaction_timeout: float = TRANSACTION_TIMEOUT_S,
-                 epoch_ms: int | None = None) -> None:
+                 epoch_ms: int | None = None, applier: ChangeApplier | None = None) -> None:
         check_change_options(endpoint, schema, epoch_size, epoch_ms)
         self.endpoint = endpoint
         self.schema = schema
@@ -100,7 +100,10 @@ class ChangeCutter:
         self.transactional = endpoint.transactions_topic is not None
         self.epoch_size = epoch_size
         self.timeout = transaction_timeout
-        self.applier = ChangeApplier(schema, upsert=self.format == "upsert-json")
+        self.applier = applier if applier is not None else ChangeApplier(
+            schema, upsert=self.format == "upsert-json")
+        """The upsert state (a runner that cuts each read anew passes its own, which
+        lives across reads and in its checkpoints)."""
         data = [i for i, s in enumerate(streams) if s[2] is not None]
         self.txns: TransactionAligner[_Item] = TransactionAligner(
             sorted(schema.relations), min_events=min_epoch_events)
@@ -110,6 +113,9 @@ class ChangeCutter:
         self._data = data
         self._window: dict[int, int] = {}
         """``--epoch-ms``: per stream, the window of its latest event."""
+        self._released_window: dict[int, int] = {}
+        """``--epoch-ms``: per stream, the window of its latest event released (where a
+        read from :meth:`positions` goes on: :meth:`windows`)."""
         self._timed: dict[int, deque[tuple[int, _Item]]] = {s: deque() for s in data}
         self._next: dict[int, int] = {}
         self._pending: list[list[int]] = [[] for _ in streams]
@@ -123,14 +129,25 @@ class ChangeCutter:
 
     # -- input -----------------------------------------------------------------------
 
-    def start(self, stream: int, offset: int) -> None:
-        """Where ``stream`` is read from."""
+    def start(self, stream: int, offset: int, window: int | None = None) -> None:
+        """Where ``stream`` is read from; ``window``: with ``--epoch-ms``, the window of
+        the stream's event before ``offset`` (:meth:`windows` of the cutter that read
+        up to there), since a stream's windows never go back."""
         self._next[stream] = offset
+        if window is not None:
+            self._window[stream] = self._released_window[stream] = window
+
+    def windows(self) -> dict[int, int]:
+        """``--epoch-ms``: per stream, the window of its last event released (what
+        :meth:`start` needs to go on from :meth:`positions`)."""
+        return dict(self._released_window)
 
     def feed(self, stream: int, offset: int, key: bytes | None, value: bytes | None,
-             timestamp: int | None = None) -> None:
+             timestamp: int | None = None, arrived: float | None = None) -> None:
         """One record of ``stream``; ``timestamp``: the Kafka record's (ms), for
-        ``--epoch-ms`` where an event has no source timestamp."""
+        ``--epoch-ms`` where an event has no source timestamp; ``arrived``: when an END
+        record was first fetched (``time.monotonic()``, the default: now), from which
+        ``--transaction-timeout`` counts."""
         topic, partition, relation = self.streams[stream]
         self._next[stream] = offset + 1
         src = record_source(topic, partition, offset)
@@ -165,7 +182,7 @@ class ChangeCutter:
                 self.counts.mark(stream, None)
                 self._in_segment[stream] = 0
         elif isinstance(payload, TransactionEnd):
-            self.txns.end(payload, item)
+            self.txns.end(payload, item, arrived)
         elif isinstance(payload, ChangeError) and relation is None:
             # A BEGIN or END that cannot be read: its transaction's events would have no
             # epoch (or be merged into another), so this stops even with skip.
@@ -283,6 +300,7 @@ class ChangeCutter:
                 q = self._timed[s]
                 while q and q[0][0] == w:
                     items.append(q.popleft()[1])
+                    self._released_window[s] = w
             out.append(TxnEpoch(items, [], []))
 
     def _where(self, item: _Item) -> str:

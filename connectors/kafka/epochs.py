@@ -89,12 +89,19 @@ class ReadPosition:
     """``--stop-at-end``: the end offsets when the run first started; None = unbounded."""
     cursor: EpochCursor = field(default_factory=EpochCursor)
     done: bool = False
+    cut: dict[str, Any] | None = None
+    """What a change-stream reader needs besides the offsets to go on from here, or to
+    read the same records again (:mod:`connectors.kafka.change_epochs`); None for
+    ivmflow's own records."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (Spark keeps offsets as JSON)."""
-        return {"offsets": dict(self.offsets),
-                "stop": None if self.stop is None else dict(self.stop),
-                "cursor": self.cursor.to_dict(), "done": self.done}
+        out = {"offsets": dict(self.offsets),
+               "stop": None if self.stop is None else dict(self.stop),
+               "cursor": self.cursor.to_dict(), "done": self.done}
+        if self.cut is not None:
+            out["cut"] = self.cut
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReadPosition:
@@ -104,6 +111,7 @@ class ReadPosition:
             None if stop is None else {str(k): int(o) for k, o in stop.items()},
             EpochCursor.from_dict(d["cursor"]),
             bool(d.get("done", False)),
+            d.get("cut"),
         )
 
 
@@ -112,7 +120,8 @@ class _Fetched:
     """One stream's records from a start offset: (offset, record) pairs, and the offset
     just past the last one fetched."""
 
-    records: list[tuple[int, Record]]
+    records: list[tuple[int, Any]]
+    """(A :class:`Record`, or what :meth:`EpochReader._decode` makes of a message.)"""
     end: int
 
 
@@ -184,12 +193,16 @@ class EpochReader:
             self._consumer.close()
             self._consumer = None
 
+    def _input_topics(self) -> list[tuple[str, str | None]]:
+        """``(topic, relation)`` in stream order."""
+        return self.endpoint.input_topics(self.schema)
+
     def streams(self) -> list[tuple[str, int, str | None]]:
         """``(topic, partition, relation)`` in stream order (relation None: records name
         their relation)."""
         if self._streams is None:
             out: list[tuple[str, int, str | None]] = []
-            for topic, relation in self.endpoint.input_topics(self.schema):
+            for topic, relation in self._input_topics():
                 deadline = time.monotonic() + 10
                 parts = self.consumer().partitions_for_topic(topic)
                 while not parts:
@@ -221,6 +234,25 @@ class EpochReader:
 
     # -- reading --------------------------------------------------------------------
 
+    def _decode(self, topic: str, partition: int, message: Any, relation: str | None) -> Any:
+        """One fetched message as what :meth:`_cut` takes: an update record."""
+        src = record_source(topic, partition, message.offset)
+        return decode_update(message.value, self.schema, source=src, relation=relation)
+
+    def _cut(self, pos: ReadPosition, fetched: Sequence[_Fetched], *, final: bool,
+             idle: bool, replay: ReadPosition | None = None
+             ) -> tuple[list[Record], list[int], dict[str, Any] | None]:
+        """The records of the whole epochs in ``fetched`` (read from ``pos``), the next
+        offset of every stream, and the position's ``cut`` (:class:`ReadPosition`).
+        ``final``: the stop offsets are reached; ``idle``: every stream was read to its
+        end; ``replay``: the position a previous cut of the same records ended at."""
+        recs, nxt = align(fetched, final=final)
+        return recs, nxt, None
+
+    def _replay_targets(self, end: ReadPosition) -> dict[str, int]:
+        """Where :meth:`read_between` fetches to, to get the records :meth:`read` cut."""
+        return end.offsets
+
     def _fetch(self, starts: dict[str, int], targets: dict[str, int],
                timeout_s: float) -> list[_Fetched]:
         """Records of every stream in ``[starts[s], targets[s])``, fewer when the timeout
@@ -242,9 +274,8 @@ class EpochReader:
                 for m in msgs:
                     if m.offset < pos[k] or m.offset >= targets[k]:
                         continue
-                    src = record_source(tp.topic, tp.partition, m.offset)
-                    rec = decode_update(m.value, self.schema, source=src, relation=relation[k])
-                    got[k].append((m.offset, rec))
+                    got[k].append((m.offset, self._decode(tp.topic, tp.partition, m,
+                                                          relation[k])))
                     pos[k] = m.offset + 1
             for tp, k in zip(tps, keys):
                 # Transaction markers take offsets without being records.
@@ -282,11 +313,12 @@ class EpochReader:
             at_stop = pos.stop is not None and all(
                 f.end >= pos.stop[k] for k, f in zip(keys, fetched)
             )
-            recs, nxt = align(fetched, final=at_stop)
+            idle = all(f.end >= ends.get(k, 0) for k, f in zip(keys, fetched))
+            recs, nxt, cut = self._cut(pos, fetched, final=at_stop, idle=idle)
             capped = any(f.end >= targets[k] and targets[k] < ends.get(k, 0)
                          for k, f in zip(keys, fetched))
             short = any(f.end < targets[k] for k, f in zip(keys, fetched))
-            if recs or at_stop or not (capped or short):
+            if recs or at_stop or not (capped or short) or nxt != list(pos.offsets.values()):
                 break
             if capped:
                 limit *= 2  # an epoch longer than the limit: fetch more of it
@@ -301,14 +333,14 @@ class EpochReader:
                 timeout_s = min(2 * timeout_s, MAX_FETCH_S)
         cursor = EpochCursor(**vars(pos.cursor))
         numbered = list(cursor.number(recs, epoch_size, final=at_stop))
-        return numbered, ReadPosition(dict(zip(keys, nxt)), pos.stop, cursor, at_stop)
+        return numbered, ReadPosition(dict(zip(keys, nxt)), pos.stop, cursor, at_stop, cut)
 
     def read_between(self, start: ReadPosition, end: ReadPosition,
                      epoch_size: int | None = None) -> list[NumberedRecord]:
         """Exactly the records :meth:`read` returned for ``start`` -> ``end``."""
         if start.done:
             return []
-        fetched = self._fetch(start.offsets, end.offsets, timeout_s=120.0)
-        recs, _nxt = align(fetched, final=end.done)
+        fetched = self._fetch(start.offsets, self._replay_targets(end), timeout_s=120.0)
+        recs, _nxt, _cut = self._cut(start, fetched, final=end.done, idle=False, replay=end)
         cursor = EpochCursor(**vars(start.cursor))
         return list(cursor.number(recs, epoch_size, final=end.done))

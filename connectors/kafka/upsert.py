@@ -73,6 +73,7 @@ class ChangeApplier:
             r.name: {} for r in schema.relations.values() if r.key}
         self.skipped_deletes = 0
         """Upsert topics: tombstones of keys without a row."""
+        self._dirty: set[tuple[str, tuple[Value, ...]]] | None = None
 
     def load(self, tuples: Iterable[tuple[str, Row]]) -> None:
         """Rebuild the state from the base relations' current tuples (a restored
@@ -81,6 +82,33 @@ class ChangeApplier:
             rel = self.schema.lookup(name)
             if rel is not None and rel.name in self.state:
                 self.state[rel.name][tuple(row[i] for i in rel.key)] = row
+
+    def track(self) -> None:
+        """Remember the keys changed from now on (:meth:`take_changes`): a runner that
+        checkpoints the state writes back only those, O(changes) per epoch."""
+        if self._dirty is None:
+            self._dirty = set()
+
+    def take_changes(self) -> dict[tuple[str, tuple[Value, ...]], Row | None]:
+        """The keys changed since the last call, ``(relation, key)`` -> the key's row now
+        (None: deleted); needs :meth:`track`."""
+        assert self._dirty is not None, "take_changes() without track()"
+        out = {(rel, k): self.state[rel].get(k) for rel, k in self._dirty}
+        self._dirty.clear()
+        return out
+
+    def entries(self) -> Iterable[tuple[str, tuple[Value, ...], Row]]:
+        """Every ``(relation, key, row)`` of the state (a full snapshot)."""
+        for rel, rows in self.state.items():
+            for k, row in rows.items():
+                yield rel, k, row
+
+    def put(self, relation: str, key: tuple[Value, ...], row: Row | None) -> None:
+        """Set ``key``'s row (None: remove it): rebuilding the state from a checkpoint."""
+        if row is None:
+            self.state[relation].pop(key, None)
+        else:
+            self.state[relation][key] = row
 
     @property
     def keys(self) -> int:
@@ -111,6 +139,8 @@ class ChangeApplier:
         out: list[Update] = []
         if ev.op == "t":
             out = [Update("-", rel.name, row, 1, src) for row in state.values()]
+            if self._dirty is not None:
+                self._dirty.update((rel.name, k) for k in state)
             state.clear()
             return out
         old_key: tuple[Value, ...] | None = None
@@ -134,6 +164,10 @@ class ChangeApplier:
         new_key = tuple(ev.after[i] for i in rel.key) if ev.after is not None else None
         if new_key is not None and any(v is None for v in new_key):
             bad(f"after: a non-null key of {rel.name}", f"{_key_text(rel, new_key)}")
+        if self._dirty is not None:  # (nothing below refuses the event)
+            for k in (old_key, new_key):
+                if k is not None:
+                    self._dirty.add((rel.name, k))
         if old_key is not None:
             out.append(Update("-", rel.name, state.pop(old_key), 1, src))
         if new_key is not None and ev.after is not None:

@@ -17,7 +17,7 @@ from core.errors import UnavailableError
 from dataflow.drive import DriveStats
 from dataflow.run import scheme
 from dataflow.runners import register
-from dataflow.runners.spark import refuse_kafka_skip
+from dataflow.runners.spark import change_options, refuse_kafka_skip
 
 if TYPE_CHECKING:
     from dataflow.run import RunContext
@@ -56,13 +56,15 @@ def run_flink(ctx: RunContext) -> DriveStats:
         msg = f"the flink runner needs PyFlink: pip install -e '.[flink]' ({err})"
         raise UnavailableError(msg) from None
     refuse_kafka_skip(opts)
+    change = change_options(ctx)
     scratch = Path(tempfile.mkdtemp(prefix="ivmflow-flink-out-"))
     deltas = opts.deltas or str(scratch / "deltas.csv")
     if opts.deltas:
         out.deltas.close()  # the job's merger owns the file from here on
     if opts.snapshots and out.snapshots is not None:
         out.snapshots.close()
-    job = FlinkJob(ctx.query, epoch_size=opts.epoch, parallelism=opts.parallelism,
+    job = FlinkJob(ctx.query, epoch_size=None if change is not None else opts.epoch,
+                   parallelism=opts.parallelism,
                    checkpoint=opts.spark_checkpoint)
     if scheme(opts.updates) == "kafka":
         ctx.progress.counted_in_job = (
@@ -72,7 +74,11 @@ def run_flink(ctx: RunContext) -> DriveStats:
         stopped = job.run_kafka(opts.updates, deltas, opts.snapshots,
                                 stop_at_end=opts.stop_at_end, batch_records=opts.batch_lines,
                                 should_stop=lambda: ctx.progress.stop_requested,
-                                kafka_options=opts.kafka_options)
+                                kafka_options=opts.kafka_options, change=change)
+        if job.upsert_summary is not None:
+            from connectors.kafka.change_epochs import state_note
+
+            ctx.progress.state_note = state_note(job.upsert_summary)
     else:
         dead = None
         if opts.on_error == "skip" and out.dead_letter is not None:

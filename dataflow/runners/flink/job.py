@@ -368,8 +368,11 @@ class EpochSinks:
 
     def __init__(self, deltas: str | None, snapshots: str | None,
                  columns: tuple[str, ...], kafka_options: Sequence[str] = (),
-                 order_by: Sequence[tuple[int, bool, bool]] = ()) -> None:
+                 order_by: Sequence[tuple[int, bool, bool]] = (),
+                 debezium_key: Sequence[int] | None = None) -> None:
         self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
+        self.debezium_key = tuple(debezium_key) if debezium_key is not None else None
+        """The output's key for Debezium change events (``u`` pairs), if any."""
         self.kafka_options = list(kafka_options)
         self.order_by = tuple(order_by)
         """The query's ORDER BY: a snapshot file lists the merged rows in that order."""
@@ -380,7 +383,8 @@ class EpochSinks:
     def open(self) -> None:
         self.opened = True
         opts = self.kafka_options
-        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts)
+        self.deltas = _open_sink(self.deltas_path, self.columns, "epoch", opts,
+                                 debezium_key=self.debezium_key)
         self.snapshots = _open_sink(self.snapshots_path, self.columns, "snapshot", opts,
                                     self.order_by)
 
@@ -449,17 +453,26 @@ class EpochMerger(KeyedProcessFunction):
 
 def _open_sink(target: str | None, columns: tuple[str, ...], kind: str,
                kafka_options: Sequence[str] = (),
-               order_by: Sequence[tuple[int, bool, bool]] = ()) -> Any:
+               order_by: Sequence[tuple[int, bool, bool]] = (),
+               debezium_key: Sequence[int] | None = None) -> Any:
     """The merger's sink: a CSV file (resumed) or a Kafka topic (transactional, skipping
     the epochs already in the topic; a stable transactional id per topic, so a
-    restarted job fences the crashed one and aborts its open transaction)."""
+    restarted job fences the crashed one and aborts its open transaction), of Debezium
+    change events for ``format=debezium-json`` (``debezium_key``: the output columns
+    that pair a deleted and an inserted row as a ``u``)."""
     if not target:
         return None
     if target.lower().startswith("kafka://"):
         from connectors.kafka import KafkaDeltaSink, default_id, parse_kafka_url
 
-        return KafkaDeltaSink(parse_kafka_url(target, kafka_options), columns, kind=kind,  # type: ignore[arg-type]
-                              transactional_id=default_id("flink", kind, target))
+        ep = parse_kafka_url(target, kafka_options)
+        txn = default_id("flink", kind, target)
+        if ep.format == "debezium-json" and kind == "epoch":  # change events
+            from connectors.kafka.debezium_sink import DebeziumDeltaSink
+
+            return DebeziumDeltaSink(ep, columns, key=debezium_key, transactional_id=txn)
+        return KafkaDeltaSink(ep, columns, kind=kind,  # type: ignore[arg-type]
+                              transactional_id=txn)
     from connectors.base import SkipCommitted
     from connectors.files import DeltaCsvSink, SnapshotCsvSink
 
@@ -505,6 +518,11 @@ def job_failure(exc: BaseException) -> FlinkJobError:
     return FlinkJobError(msg, text)
 
 
+UPSERT_SUMMARY = "upsert-state.json"
+"""A change stream's upsert state size, written by the job's reader (in the checkpoint
+directory), for the run's summary line."""
+
+
 class FlinkJob:
     """Build and run the job on a mini-cluster (or the cluster ``flink run`` submits to)."""
 
@@ -519,6 +537,7 @@ class FlinkJob:
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms
+        self.upsert_summary: Path | None = None
 
     def _checkpoint_dir(self) -> tuple[Path, str | None]:
         import tempfile
@@ -552,18 +571,24 @@ class FlinkJob:
     def run_kafka(self, url: str, deltas: str | None, snapshots: str | None = None, *,
                   stop_at_end: bool = False, batch_records: int = 10_000,
                   should_stop: Callable[[], bool] | None = None,
-                  kafka_options: Sequence[str] = ()) -> bool:
+                  kafka_options: Sequence[str] = (),
+                  change: Mapping[str, Any] | None = None) -> bool:
         """Read the update topic(s) at ``url`` (:mod:`dataflow.runners.flink.kafka`: a
         source in the job, read position in Flink state) until the end known at the first
-        start (``stop_at_end``) or until ``should_stop()``."""
+        start (``stop_at_end``) or until ``should_stop()``. ``change``: the cut options
+        of a change stream (:class:`connectors.kafka.change_epochs.ChangeReader`; its
+        upsert state's size goes to :data:`UPSERT_SUMMARY` in the checkpoint dir)."""
         from dataflow.runners.flink.kafka import KafkaEpochSource, start_position
 
         self._snapshots_wanted(snapshots)
         ckpt, restore = self._checkpoint_dir()
         start, ticks = start_position(url, self.query.schema, ckpt, stop_at_end,
-                                      fresh=restore is None, kafka_options=kafka_options)
+                                      fresh=restore is None, kafka_options=kafka_options,
+                                      change=change)
+        self.upsert_summary = ckpt / UPSERT_SUMMARY if change is not None else None
         kafka = KafkaEpochSource(url, self.query.schema, start, self.plan, self.epoch_size,
-                                 batch_records, kafka_options)
+                                 batch_records, kafka_options, change,
+                                 str(self.upsert_summary) if change is not None else None)
         return self._run(kafka, ticks, ckpt, restore, deltas, snapshots, kafka_options,
                          should_stop)
 
@@ -673,8 +698,10 @@ class FlinkJob:
         """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink.
         A run's only partition writes the sinks itself: its output needs no merging,
         and an epoch's rows then cross no operator boundary."""
+        from connectors.kafka.debezium_sink import output_key
+
         sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options,
-                           self.query.cq.order_by)
+                           self.query.cq.order_by, output_key(self.query.cq))
         partitions = self.layout.partitions
         if self.stages is not None:
             outputs, partitions = self._stages(tagged, sinks)

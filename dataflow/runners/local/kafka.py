@@ -40,6 +40,7 @@ from connectors.kafka import (
     StopRequested,
     default_id,
 )
+from connectors.kafka.change_epochs import upsert_note
 from connectors.kafka.changes import ChangeStreamSource, change_source_kwargs
 from core.errors import UsageError
 from core.records import EpochDelta, Record
@@ -160,6 +161,9 @@ def _drive(ctx: RunContext, source: KafkaUpdateSource,
         ctx.progress.stats.stopped = opts.stop_at_end
     if checkpointer is not None:
         checkpointer.at_end()
+    if isinstance(source, ChangeStreamSource) and source.applier.state:
+        applier = source.applier
+        ctx.progress.state_note = upsert_note(applier.keys, applier.state_bytes())
     return ctx.progress.stats
 
 

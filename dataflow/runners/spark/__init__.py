@@ -9,7 +9,7 @@ running does.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from connectors.files import CsvStreamSink, holds_records
 from core.errors import UnavailableError, UsageError
@@ -20,7 +20,7 @@ from dataflow.runners import register
 if TYPE_CHECKING:
     from dataflow.run import RunContext, RunOptions
 
-__all__ = ["refuse_kafka_skip", "run_spark"]
+__all__ = ["change_options", "refuse_kafka_skip", "run_spark"]
 
 
 def refuse_kafka_skip(opts: RunOptions) -> None:
@@ -31,22 +31,28 @@ def refuse_kafka_skip(opts: RunOptions) -> None:
                f"the {opts.runner} runner stops at a bad record (run without --on-error "
                f"skip, or with --runner local)")
         raise UsageError(msg)
-    for flag, url in (("--updates", opts.updates), ("--deltas", opts.deltas)):
-        fmt = _kafka_format(url)
-        if fmt not in (None, "json"):
-            msg = (f"{flag} {url}: format={fmt} (change streams) runs on the local runner "
-                   f"only so far; the {opts.runner} runner reads and writes ivmflow's JSON "
-                   f"records (run with --runner local, docs/change-streams.md)")
-            raise UsageError(msg)
 
 
-def _kafka_format(url: str | None) -> str | None:
-    """The ``format=`` of a ``kafka://`` URL (None: not a Kafka URL or no format)."""
-    if not url or scheme(url) != "kafka":
+def change_options(ctx: RunContext) -> dict[str, Any] | None:
+    """The cut options of a change-stream source (``format=debezium-json`` or
+    ``upsert-json``: :class:`connectors.kafka.change_epochs.ChangeReader`), checked as
+    the local runner checks them; None for any other source."""
+    opts = ctx.options
+    if scheme(opts.updates) != "kafka":
         return None
-    from urllib.parse import parse_qs, urlsplit
+    from connectors.kafka import KafkaConfigError
+    from connectors.kafka.changes import change_source_kwargs, check_change_options
+    from dataflow.kafka_io import endpoint
 
-    return parse_qs(urlsplit(url).query).get("format", [None])[-1]
+    ep = endpoint(opts.updates, opts)
+    if ep.format == "json":
+        return None
+    kwargs = change_source_kwargs(opts)
+    try:
+        check_change_options(ep, ctx.query.schema, kwargs["epoch_size"], kwargs["epoch_ms"])
+    except KafkaConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return kwargs
 
 
 @register("spark")
@@ -61,11 +67,12 @@ def run_spark(ctx: RunContext) -> DriveStats:
         msg = f"the spark runner needs pyspark: pip install -e '.[spark]' ({err})"
         raise UnavailableError(msg) from None
     refuse_kafka_skip(opts)
+    change = change_options(ctx)
     checkpoint = opts.spark_checkpoint
     job = SparkJob(
         ctx.query,
         opts.updates,
-        epoch_size=opts.epoch,
+        epoch_size=None if change is not None else opts.epoch,
         parallelism=opts.parallelism,
         checkpoint=checkpoint,
         batch_lines=opts.batch_lines,
@@ -74,8 +81,13 @@ def run_spark(ctx: RunContext) -> DriveStats:
         ),
         kafka_options=opts.kafka_options,
         verbose=opts.verbose,
+        change=change,
     )
     job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
+    if change is not None:
+        from connectors.kafka.change_epochs import state_note
+
+        ctx.progress.state_note = state_note(job.upsert_dir / "summary.json")
     if isinstance(out.deltas, CsvStreamSink) and scheme(opts.updates) is None \
             and holds_records(opts.updates):
         # Epochs closed (the job reports only those with rows): the header is due on

@@ -336,6 +336,7 @@ class SparkJob:
         master: str | None = None,
         kafka_options: Sequence[str] = (),
         verbose: bool = False,
+        change: Mapping[str, Any] | None = None,
     ) -> None:
         self.query = query
         self.plan = WorkerPlan.of(query, parallelism)
@@ -352,6 +353,9 @@ class SparkJob:
         self.checkpoint = checkpoint or tempfile.mkdtemp(prefix="ivmflow-spark-")
         self.master = master
         self.kafka_options = tuple(kafka_options)
+        self.change = dict(change) if change is not None else None
+        """A change stream's cut options (:class:`connectors.kafka.change_epochs.
+        ChangeReader`); None for ivmflow's own records."""
         self.verbose = verbose
         """Leave the JVM's output on this process's stdout and stderr (else it goes to
         a log file, kept and named in the error when the job fails)."""
@@ -379,10 +383,17 @@ class SparkJob:
             source = kafka_update_stream(
                 spark, self.updates, self.query.schema, epoch_size=self.epoch_size,
                 batch_records=self.batch_lines, stop_at_end=self.bounded,
-                kafka_options=self.kafka_options,
+                kafka_options=self.kafka_options, change=self.change,
+                state_dir=str(self.upsert_dir) if self.change is not None else None,
             )
             return self._job(source, tagged=False)
         return self._job(self._file_stream(spark), tagged=True)
+
+    @property
+    def upsert_dir(self) -> Path:
+        """Where a change stream's upsert state goes: next to Spark's offset log in the
+        checkpoint (:class:`connectors.kafka.upsert_store.FileUpsertStore`)."""
+        return Path(self.checkpoint.removeprefix("file://")) / "ivmflow-upsert"
 
     def _file_stream(self, spark: SparkSession) -> DataFrame:
         spark.dataSource.register(UpdateCsvSource)

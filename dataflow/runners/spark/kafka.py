@@ -9,6 +9,12 @@ runs, so a restarted query re-reads exactly the batch it had planned
 Rows have the schema of :mod:`dataflow.runners.spark.source` (the file source), so the
 Spark runner's job is the same after the source.
 
+A change stream (``format=debezium-json`` or ``upsert-json``) is read by a
+:class:`connectors.kafka.change_epochs.ChangeReader` instead: the same positions, with
+the cut's state in them, and the upsert state in files of the query's checkpoint
+(:class:`connectors.kafka.upsert_store.FileUpsertStore`, ``<checkpoint>/ivmflow-upsert``),
+versioned by position, folded into a whole state as Spark commits positions.
+
 This module imports pyspark and kafka-python; ``operators/`` and ``plans/`` never do.
 
 Example (needs a broker and a SparkSession)::
@@ -21,14 +27,16 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from connectors.kafka.change_epochs import ChangeReader
 from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
+from connectors.kafka.upsert_store import FileUpsertStore
 from core.epochs import CLOSE, NumberedRecord
 from core.schema import Schema
 from dataflow.runners.spark.source import ROW_SCHEMA, read_fault_points
@@ -45,12 +53,21 @@ def kafka_update_stream(
     batch_records: int,
     stop_at_end: bool,
     kafka_options: Sequence[str] = (),
+    change: Mapping[str, Any] | None = None,
+    state_dir: str | None = None,
 ) -> DataFrame:
     """The streaming DataFrame of numbered updates read from the topic at ``url``
-    (``kafka_options``: ``KEY=VALUE`` client properties, as ``--kafka-option``)."""
+    (``kafka_options``: ``KEY=VALUE`` client properties, as ``--kafka-option``). A change
+    stream's cut options (:class:`~connectors.kafka.change_epochs.ChangeReader`) are
+    ``change``, and its upsert state goes to ``state_dir``."""
     spark.dataSource.register(KafkaUpdateSource)
+    reader = spark.readStream.format(SOURCE_NAME)
+    if change is not None:
+        reader = reader.option("change", json.dumps(dict(change)))
+    if state_dir is not None:
+        reader = reader.option("state_dir", state_dir)
     return (
-        spark.readStream.format(SOURCE_NAME)
+        reader
         .option("url", url)
         .option("schema", pickle.dumps(schema).hex())
         .option("epoch", str(epoch_size or 0))
@@ -79,7 +96,8 @@ class KafkaUpdateSource(DataSource):
     """``spark.readStream.format("ivmflow_kafka_updates")``. Options: ``url``,
     ``schema`` (pickled-then-hex :class:`Schema`), ``epoch`` (updates per epoch, 0 =
     markers only), ``batch_records`` (records per partition and micro-batch, at most),
-    ``stop_at_end``, ``kafka_options`` (JSON list of ``KEY=VALUE``)."""
+    ``stop_at_end``, ``kafka_options`` (JSON list of ``KEY=VALUE``); for a change stream
+    ``change`` (JSON of the cut options) and ``state_dir`` (the upsert state's files)."""
 
     @classmethod
     def name(cls) -> str:
@@ -99,8 +117,21 @@ class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         schema: Schema = pickle.loads(bytes.fromhex(options["schema"]))
         extra = json.loads(options.get("kafka_options", "[]"))
-        self.reader = EpochReader(parse_kafka_url(options["url"], extra), schema)
+        endpoint = parse_kafka_url(options["url"], extra)
+        self.schema = schema
+        self.store: FileUpsertStore | None = None
+        self.reader: EpochReader
         self.epoch_size = int(options.get("epoch", "0")) or None
+        if endpoint.format != "json":
+            state = options.get("state_dir")
+            self.store = FileUpsertStore(state) if state else None
+            self.reader = ChangeReader(
+                endpoint, schema, store=self.store,
+                summary=f"{state}/summary.json" if state else None,
+                **json.loads(options.get("change", "{}")))
+            self.epoch_size = None  # (--epoch N is the cutter's: N events per stream)
+        else:
+            self.reader = EpochReader(endpoint, schema)
         self.batch_records = int(options.get("batch_records", "10000"))
         self.stop_at_end = options.get("stop_at_end", "false") == "true"
 
@@ -111,8 +142,10 @@ class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
         pos = ReadPosition.from_dict(start)
         numbered, end = self.reader.read(pos, self.batch_records, self.epoch_size,
                                          timeout_s=1.0)
-        if not numbered and not (end.done and not pos.done):
+        if not numbered and end.offsets == pos.offsets and end.done == pos.done:
             return iter(()), start  # nothing new: Spark runs no batch
+        # (No records but offsets moved: a change stream's transactions of other tables,
+        # or tombstones. An empty batch, so that they are not read again and again.)
         read_fault_points(pos.cursor, end.cursor)
         return iter(to_rows(numbered)), end.to_dict()
 
@@ -125,4 +158,7 @@ class KafkaUpdateStreamReader(SimpleDataSourceStreamReader):
         return iter(to_rows(numbered))
 
     def commit(self, end: dict[str, Any]) -> None:
-        return None
+        # Spark will not ask for a position before ``end`` again: the upsert state's
+        # changes up to it may be folded into a whole state.
+        if self.store is not None:
+            self.store.compact(ReadPosition.from_dict(end).cursor.seq, self.schema)

@@ -63,20 +63,28 @@ OUTPUT_COLUMNS = ["kind", "epoch", "n", "rows"]
 @dataclass(frozen=True)
 class KafkaTopicSink:
     """What an executor needs to open a run's Kafka delta (or snapshot) sink: the topic,
-    the output columns and the run's transactional id."""
+    the output columns and the run's transactional id; for Debezium change events
+    (``format=debezium-json``) the output's key, which pairs ``u`` events."""
 
     endpoint: KafkaEndpoint
     columns: tuple[str, ...]
     transactional_id: str
     kind: Literal["epoch", "snapshot"]
+    debezium_key: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, sink: KafkaDeltaSink) -> KafkaTopicSink:
-        return cls(sink.endpoint, tuple(sink.columns), sink.transactional_id, sink.kind)
+        return cls(sink.endpoint, tuple(sink.columns), sink.transactional_id, sink.kind,
+                   getattr(sink, "key", None))
 
     def open(self) -> KafkaDeltaSink:
         from connectors.kafka import KafkaDeltaSink
 
+        if self.endpoint.format == "debezium-json" and self.kind == "epoch":
+            from connectors.kafka.debezium_sink import DebeziumDeltaSink
+
+            return DebeziumDeltaSink(self.endpoint, self.columns, key=self.debezium_key,
+                                     transactional_id=self.transactional_id, kind=self.kind)
         return KafkaDeltaSink(self.endpoint, self.columns,
                               transactional_id=self.transactional_id, kind=self.kind)
 

@@ -1,0 +1,215 @@
+"""Change streams on the Spark and Flink runners (issue 43), against the real broker of
+the ``kafka_bootstrap`` fixture.
+
+The stream is the one of tests/test_change_streams.py (orders and their items: inserts,
+updates in either order, deletes, one transaction per epoch), written by ``ivmflow
+produce --format debezium-json --before-images key`` over a schema where ``orders`` has a
+``PRIMARY KEY`` (key-only before-images: the upsert state) and ``items`` has none (full
+before-images), two partitions per table, with transaction metadata; or as upsert
+topics. Every runner must give, epoch by epoch, the deltas of the local runner on the
+same topics (which tests/test_change_streams.py checks against the update CSV).
+
+* without a JVM: :class:`connectors.kafka.change_epochs.ChangeReader` read a few records
+  at a time gives the local runner's epochs; a reader started anew from any position
+  with the upsert state store replays the batch that ended there exactly (Spark's
+  ``readBetweenOffsets``) and goes on to the same end;
+* Spark and Flink over the Debezium topics (Spark writing Debezium events, read back),
+  and over upsert topics;
+* a run killed mid-stream and run again with its checkpoint: every epoch once, equal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_change_streams import _kafka_epochs, _name, _reference, _stream, _text
+
+from connectors.kafka import parse_kafka_url
+from connectors.kafka.change_epochs import ChangeReader
+from connectors.kafka.debezium import decode_change
+from connectors.kafka.epochs import ReadPosition
+from connectors.kafka.topics import _read_committed
+from connectors.kafka.upsert_store import FileUpsertStore
+from core.epochs import CLOSE, NumberedRecord
+from core.records import EPOCH_END, Record
+from core.schema import Column, Relation
+from dataflow.api import compile_query
+from dataflow.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MIXED = """CREATE TABLE orders(o_id INT PRIMARY KEY, cust INT, total DECIMAL(10,2), day DATE,
+                     ts TIMESTAMP);
+CREATE TABLE items(o_id INT, line INT, qty INT, price DECIMAL(8,2));
+SELECT o.cust, COUNT(*) AS n, SUM(i.qty) AS q, SUM(i.price) AS p
+FROM orders o, items i WHERE o.o_id = i.o_id GROUP BY o.cust;
+"""
+"""orders keyed (key-only before-images), items not (full before-images)."""
+
+KEYED = MIXED.replace("price DECIMAL(8,2));", "price DECIMAL(8,2), PRIMARY KEY (o_id, line));")
+"""Every table keyed: upsert topics."""
+
+Epochs = dict[int, Counter[tuple[str, ...]]]
+
+
+def _produce(bootstrap: str, tmp: Path, fmt: str, seed: int) -> tuple[Path, Path, str]:
+    """The query, the update CSV and the source URL of its events in ``fmt``."""
+    q, u = tmp / "q.sql", tmp / "u.csv"
+    q.write_text(MIXED if fmt == "debezium-json" else KEYED)
+    u.write_text(_stream(seed))
+    prefix = _name("pg" if fmt == "debezium-json" else "up")
+    assert main(["produce", str(u), f"kafka://{bootstrap}/{prefix}", "--format", fmt,
+                 "--query", str(q), "--partitions", "2", "--before-images", "key",
+                 "--quiet"]) == 0
+    url = f"kafka://{bootstrap}/{prefix}?format={fmt}"
+    if fmt == "debezium-json":
+        url += f"&transactions={prefix}.transaction"
+    return q, u, url
+
+
+def _cut_args(url: str) -> list[str]:
+    # Upsert topics carry no transactions: ivmflow produce stamps each epoch's records
+    # 1 ms apart, so --epoch-ms 1 gives the update CSV's epochs back.
+    return [] if "debezium" in url else ["--epoch-ms", "1"]
+
+
+def _local(q: Path, url: str) -> Epochs:
+    """The local runner's deltas on the topics."""
+    deltas = f"{url.split('/')[0]}//{url.split('/')[2]}/{_name('local')}"
+    assert main(["run", str(q), "--updates", url, "--deltas", deltas, "--stop-at-end",
+                 "--quiet", *_cut_args(url)]) == 0
+    return _kafka_epochs(deltas)
+
+
+# ---------------------------------------------------------------------------------------
+# The reader, without a JVM
+
+
+def _records(numbered: list[NumberedRecord]) -> list[Record]:
+    return [EPOCH_END if n.kind == CLOSE else n.update for n in numbered]  # type: ignore[misc]
+
+
+def _deltas(sql: str, records: list[Record]) -> Epochs:
+    q = compile_query(sql)
+    return {d.epoch: Counter(_text(m, r) for m, r in d.rows) for d in q.run(records) if d.rows}
+
+
+@pytest.mark.parametrize("fmt", ["debezium-json", "upsert-json"])
+def test_reader_gives_the_local_epochs_and_replays_any_batch(
+        kafka_bootstrap: str, tmp_path: Path, fmt: str) -> None:
+    q, u, url = _produce(kafka_bootstrap, tmp_path, fmt, seed=21)
+    sql = q.read_text()
+    schema = compile_query(sql).schema
+    cut = {"epoch_ms": 1} if fmt == "upsert-json" else {}
+
+    def reader(store: str) -> ChangeReader:
+        return ChangeReader(parse_kafka_url(url), schema, store=FileUpsertStore(store),
+                            summary=str(tmp_path / "summary.json"), **cut)
+
+    first = reader(str(tmp_path / "store"))
+    pos = first.initial(stop_at_end=True)
+    batches: list[tuple[ReadPosition, list[NumberedRecord], ReadPosition]] = []
+    while not pos.done:
+        numbered, end = first.read(pos, max_records=3)
+        batches.append((pos, numbered, end))
+        pos = end
+    first.close()
+    records = [r for _s, n, _e in batches for r in _records(n)]
+    assert _deltas(sql, records) == _reference(q, u) != {}
+    assert len([b for b in batches if b[1]]) > 3, "several batches"
+    assert json.loads((tmp_path / "summary.json").read_text())["keys"] > 0
+
+    # A restart at batch k (a new reader, the store as the first reader left it: the
+    # restore cuts it back to k's start): the batch that ended there replays exactly,
+    # the rest follows as before, in batches of another size.
+    for k in (1, len(batches) // 2, len(batches) - 1):
+        store = tmp_path / f"store-{k}"
+        shutil.copytree(tmp_path / "store", store)
+        again = reader(str(store))
+        start, numbered, end = batches[k]
+        assert again.read_between(start, end) == numbered
+        pos, rest = end, []
+        while not pos.done:
+            got, pos = again.read(pos, max_records=5)
+            rest.extend(got)
+        again.close()
+        later = [n for _s, nb, _e in batches[k + 1:] for n in nb]
+        assert _records(rest) == _records(later)
+
+
+# ---------------------------------------------------------------------------------------
+# Spark and Flink
+
+
+def _ivmflow(*args: Any) -> list[str]:
+    return [sys.executable, "-m", "dataflow.cli", "run", *map(str, args)]
+
+
+def _runner_cmd(runner: str, q: Path, url: str, deltas: str, tmp: Path) -> list[str]:
+    return _ivmflow(q, "--updates", url, "--deltas", deltas, "--runner", runner,
+                    "--parallelism", "2", "--stop-at-end", "--batch-lines", "4",
+                    "--checkpoint", tmp / f"{runner}-ckpt", "--quiet", *_cut_args(url))
+
+
+def _needs(runner: str) -> None:
+    pytest.importorskip("pyspark" if runner == "spark" else "pyflink")
+
+
+def _debezium_epochs(bootstrap: str, topic: str, columns: list[str]) -> Epochs:
+    """A Debezium delta topic read back (read_committed) as delta rows per epoch."""
+    rel = Relation(topic, tuple(Column(c, "TEXT") for c in columns))
+    recs, _whole = _read_committed(parse_kafka_url(f"kafka://{bootstrap}/{topic}"), topic,
+                                   lambda b, e: b)
+    out: Epochs = {}
+    for r in recs:
+        obj = json.loads(r.value)
+        text = {k: None if v is None else str(v) for k, v in (obj["after"] or {}).items()}
+        old = {k: None if v is None else str(v) for k, v in (obj["before"] or {}).items()}
+        ev = decode_change(json.dumps({**obj, "before": old or None,
+                                       "after": text or None}).encode(), rel, source=topic)
+        assert ev is not None
+        rows = out.setdefault(int(obj["transaction"]["id"]), Counter())
+        if ev.before is not None:
+            rows[_text(-1, ev.before)] += 1
+        if ev.after is not None:
+            rows[_text(1, ev.after)] += 1
+    return out
+
+
+@pytest.mark.parametrize(("runner", "fmt"), [("spark", "debezium-json"),
+                                             ("flink", "debezium-json"),
+                                             ("spark", "upsert-json"),
+                                             ("flink", "upsert-json")])
+def test_runner_gives_the_local_runners_deltas(kafka_bootstrap: str, tmp_path: Path,
+                                               runner: str, fmt: str) -> None:
+    """Debezium topics (key-only and full before-images, transaction metadata) or upsert
+    topics: the runner's deltas equal the local runner's epoch by epoch; Spark writes
+    them as Debezium events (read back), Flink as ivmflow's records."""
+    _needs(runner)
+    q, _u, url = _produce(kafka_bootstrap, tmp_path, fmt, seed=31)
+    expected = _local(q, url)
+    assert len(expected) >= 5
+    out = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    debezium = runner == "spark" and fmt == "debezium-json"
+    cmd = _runner_cmd(runner, q, url, out + ("?format=debezium-json" if debezium else ""),
+                      tmp_path)
+    cmd.remove("--quiet")  # the summary line names the upsert state
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if debezium:
+        columns = list(compile_query(q.read_text()).output_columns)
+        got = _debezium_epochs(kafka_bootstrap, out.rsplit("/", 1)[1], columns)
+    else:
+        got = _kafka_epochs(out)
+    assert got == expected
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert "upsert state " in summary and " keys, " in summary, summary
