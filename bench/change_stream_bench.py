@@ -2,7 +2,7 @@
 and ``format=upsert-json`` against ivmflow's own JSON update records on the local
 runner, over a TPC-H stream; and the upsert state's bytes per key.
 
-    python bench/change_stream_bench.py [--sf 0.01] [--refresh-pairs 2] [--repeat 3]
+    python -m bench.change_stream_bench [--sf 0.01] [--refresh-pairs 2] [--repeat 3]
                                         [--parts decode run state] [--bootstrap H:P]
 
 One stream, ``ivmflow generate tpch`` (the load, then RF1, RF2 and UPD per refresh
@@ -46,8 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,25 +56,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from bench.harness import RESULTS, command_line, result_record
+from bench.harness.brokers import kafka_bootstrap
+from connectors import tpch
+from connectors.files import read_updates
+from connectors.kafka import parse_kafka_url
+from connectors.kafka.changes import ChangeCutter
+from connectors.kafka.codec import decode_update, encode_update
+from connectors.kafka.debezium_io import ChangeEncoder, Encoded
+from connectors.kafka.upsert import ChangeApplier
+from core.errors import InputError
+from core.records import EpochEnd, Record, Update
+from core.schema import Schema
+from dataflow.api import compile_query
+from dataflow.cli import main as ivmflow
 
-from bench.kafka_bench import kafka_bootstrap  # noqa: E402
-from connectors import tpch  # noqa: E402
-from connectors.files import read_updates  # noqa: E402
-from connectors.kafka import parse_kafka_url  # noqa: E402
-from connectors.kafka.changes import ChangeCutter  # noqa: E402
-from connectors.kafka.codec import decode_update, encode_update  # noqa: E402
-from connectors.kafka.debezium_io import ChangeEncoder, Encoded  # noqa: E402
-from connectors.kafka.upsert import ChangeApplier  # noqa: E402
-from core.errors import InputError  # noqa: E402
-from core.records import EpochEnd, Record, Update  # noqa: E402
-from core.schema import Schema  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
-from dataflow.cli import main as ivmflow  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 FETCH = 5000  # records per poll, as ChangeStreamSource and KafkaUpdateSource fetch
 
 
@@ -128,7 +122,7 @@ def _query_text(name: str, data: Path, keyed: bool) -> str:
     schema = tpch.schema_sql(keys=keyed)
     if name == "count":
         return f"{schema}\nSELECT COUNT(*) AS n FROM lineitem;\n"
-    import tpch_oracle
+    from tests import tpch_oracle
 
     text = (data / "queries" / f"{name}.sql").read_text()
     return f"{schema}\n{tpch_oracle.query_part(text)};\n"
@@ -345,38 +339,36 @@ def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
 # -- the report ----------------------------------------------------------------------------
 
 
-def _commit() -> str:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
-                              check=False).stdout.strip()
+_COLUMNS: dict[str, tuple[str, int, list[tuple[str, str, str]]]] = {
+    # part -> (title, its width, [(heading, field or "bytes_mb"/"deep_mb", format)])
+    "decode": ("decode (no broker)", 20, [
+        ("events", "events", ">9"), ("updates", "updates", ">9"), ("CPU s", "cpu_s", ">8.2f"),
+        ("events/s", "events_per_cpu_s", ">10.0f"), ("x json", "vs_json", ">8.2f")]),
+    "run": ("run (broker, local)", 24, [
+        ("events", "events", ">9"), ("CPU s", "cpu_s", ">8.2f"),
+        ("events/s", "events_per_cpu_s", ">10.0f"), ("x json", "vs_json", ">8.2f"),
+        ("wall s", "wall_s", ">8.1f"), ("startup", "startup_cpu_s", ">9.2f")]),
+    "state": ("upsert state", 12, [
+        ("keys", "keys", ">9"), ("bytes/key", "bytes_per_key", ">11.0f"),
+        ("deep/key", "deep_bytes_per_key", ">10.0f"), ("MB", "bytes_mb", ">8.2f"),
+        ("deep MB", "deep_mb", ">9.2f")]),
+}
 
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short", "HEAD") + (" (uncommitted changes in the tree)"
-                                                  if dirty else "")
 
-
-def print_table(res: dict[str, Any]) -> None:
-    print(f"\nTPC-H SF {res['sf']}, {res['refresh_pairs']} refresh pairs: "
-          f"{res['updates']} updates, {res['epochs']} epochs")
-    if "decode" in res:
-        print(f"\n{'decode (no broker)':<20}{'events':>9}{'updates':>9}{'CPU s':>8}"
-              f"{'events/s':>10}{'x json':>8}")
-        for name, r in res["decode"].items():
-            print(f"{name:<20}{r['events']:>9}{r['updates']:>9}{r['cpu_s']:>8.2f}"
-                  f"{r['events_per_cpu_s']:>10.0f}{r['vs_json']:>8.2f}")
-    if "run" in res:
-        print(f"\n{'run (broker, local)':<24}{'events':>9}{'CPU s':>8}{'events/s':>10}"
-              f"{'x json':>8}{'wall s':>8}{'startup':>9}")
-        for name, r in res["run"].items():
-            print(f"{name:<24}{r['events']:>9}{r['cpu_s']:>8.2f}{r['events_per_cpu_s']:>10.0f}"
-                  f"{r['vs_json']:>8.2f}{r['wall_s']:>8.1f}{r['startup_cpu_s']:>9.2f}")
-    if "state" in res:
-        print(f"\n{'upsert state':<12}{'keys':>9}{'bytes/key':>11}{'deep/key':>10}{'MB':>8}"
-              f"{'deep MB':>9}")
-        for name, r in res["state"].items():
-            print(f"{name:<12}{r['keys']:>9}{r['bytes_per_key']:>11.0f}"
-                  f"{r['deep_bytes_per_key']:>10.0f}{r['bytes'] / 1e6:>8.2f}"
-                  f"{r['deep_bytes'] / 1e6:>9.2f}")
+def format_table(res: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The rows (``part``: decode, run, state; ``name``: the format or run) as tables."""
+    lines = [f"\nTPC-H SF {res['sf']}, {res['refresh_pairs']} refresh pairs: "
+             f"{res['updates']} updates, {res['epochs']} epochs"]
+    for part, (title, width, cols) in _COLUMNS.items():
+        mine = [{**r, "bytes_mb": r.get("bytes", 0) / 1e6,
+                 "deep_mb": r.get("deep_bytes", 0) / 1e6} for r in rows if r["part"] == part]
+        if not mine:
+            continue
+        lines.append(f"\n{title:<{width}}" + "".join(
+            f"{head:>{fmt[1:].split('.')[0]}}" for head, _f, fmt in cols))
+        lines += [f"{r['name']:<{width}}" + "".join(f"{r[f]:{fmt}}" for _h, f, fmt in cols)
+                  for r in mine]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,12 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     stream = prepare(args, tmp)
     manifest = json.loads((stream.dir / "manifest.json").read_text())
     res: dict[str, Any] = {
-        "commit": _commit(),
-        "command": " ".join(["python", "bench/change_stream_bench.py", *(argv or sys.argv[1:])]),
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(),
-                    "python": platform.python_version(), "platform": platform.platform(),
-                    "load_average_before": load_before,
-                    "note": "2 cores shared with other work: times are process CPU seconds"},
+        "load_average_before": load_before,
+        "note": "2 cores shared with other work: times are process CPU seconds",
         "sf": args.sf, "refresh_pairs": args.refresh_pairs,
         "updates": sum(sum(e["inserts"].values()) + sum(e["deletes"].values())
                        for e in manifest["epochs"]),
@@ -411,19 +399,20 @@ def main(argv: list[str] | None = None) -> int:
         "native": "interpreted (IVMFLOW_NATIVE=0, --no-native)",
     }
     decode_rows, state = part_decode(stream, args.repeat)
+    parts: dict[str, dict[str, dict[str, Any]]] = {}
     if "decode" in args.parts:
-        res["decode"] = decode_rows
-    if "state" in args.parts:
-        res["state"] = state
+        parts["decode"] = decode_rows
     if "run" in args.parts:
         with kafka_bootstrap(args.bootstrap) as bootstrap:
-            res["run"] = part_run(stream, args, bootstrap,
-                                  {k: r["events"] for k, r in decode_rows.items()}, tmp)
-    res["machine"]["load_average_after"] = os.getloadavg()
-    print_table(res)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
-    print(f"wrote {args.out}")
+            parts["run"] = part_run(stream, args, bootstrap,
+                                    {k: r["events"] for k, r in decode_rows.items()}, tmp)
+    if "state" in args.parts:
+        parts["state"] = state
+    rows = [{"part": part, "name": name, **r}
+            for part, got in parts.items() for name, r in got.items()]
+    result_record("change_streams", rows,
+                  command=command_line("bench.change_stream_bench", argv), extra=res,
+                  out=args.out, table=format_table(res, rows))
     return 0
 
 

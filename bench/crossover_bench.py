@@ -27,9 +27,9 @@ Queries: ``hop3_filter`` (3-hop path, ``G3.dst > T``, T = 90th percentile of ``d
 Every system's per-epoch delta is checked against ivmflow's (an order-independent
 digest per epoch); any difference stops the run with a non-zero exit.
 
-    python bench/crossover_bench.py                 # full grid -> results/crossover.*
-    python bench/crossover_bench.py --quick         # seconds; results/crossover_quick.*
-    python bench/crossover_bench.py --queries hop4_bag --windows 8000 --epochs 1000
+    python -m bench.crossover_bench                 # full grid -> results/crossover.*
+    python -m bench.crossover_bench --quick         # seconds; results/crossover_quick.*
+    python -m bench.crossover_bench --queries hop4_bag --windows 8000 --epochs 1000
 
 Times are process CPU time (the machine may be shared); wall-clock time is kept next to
 it. Also reports per-update latency at epoch size 1 on ``hop3_filter`` (each update timed
@@ -40,35 +40,25 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import platform
-import random
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.baseline_delta import DeltaIVM  # noqa: E402
-from bench.baseline_scp import CQ, Atom  # noqa: E402
-from bench.run_bench import delta_pairs, digest  # noqa: E402
-from core.native import NativeBuildError  # noqa: E402
-from core.records import Update  # noqa: E402
+from bench.baseline_delta import DeltaIVM
+from bench.baseline_scp import CQ, Atom
+from bench.harness import RESULTS, command_line, percentile, result_record
+from bench.harness.plots import loglog, save, subplots
+from bench.harness.streams import ZipfStream, zipf_stream
+from bench.run_bench import delta_pairs, digest
+from core.native import NativeBuildError
+from core.records import Update
 
 QUERIES: tuple[str, ...] = ("hop3_filter", "hop4_bag", "star_count")
 SYSTEMS: tuple[str, ...] = ("ivmflow", "ivmflow_native", "delta_ivm", "duckdb")
 """``ivmflow_native`` is the same view with its hot path compiled (``native=True``:
 Cython and a C compiler); the run is skipped with the reason where that cannot build."""
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-NODES_PER_EDGE = 3000 / 8000
-"""Nodes per live edge (3000 nodes at window 8k)."""
-ZIPF = 0.75
-"""Exponent of the node weights (skew of in- and out-degrees)."""
-
 _DDL = "CREATE TABLE G(src INT, dst INT);\n"
 
 
@@ -102,51 +92,6 @@ def query_cq(name: str, threshold: int) -> CQ:
         return CQ((Atom("G", ("A", "B1")), Atom("G", ("A", "B2")), Atom("G", ("A", "B3"))),
                   ("A",), count=True)
     raise ValueError(f"unknown query {name!r}; expected one of {QUERIES}")
-
-
-@dataclass
-class Stream:
-    """Warm-up inserts (untimed) and the timed FIFO updates over a skewed graph."""
-
-    window: int
-    nodes: int
-    threshold: int
-    warm: list[Update]
-    timed: list[Update]
-
-
-def make_stream(window: int, updates: int, seed: int = 0) -> Stream:
-    """The FIFO window stream (see the module docstring)."""
-    nodes = max(20, round(window * NODES_PER_EDGE))
-    n_edges = window + (updates + 1) // 2
-    if n_edges > nodes * (nodes - 1) // 4:
-        raise ValueError(f"{n_edges} edges do not fit sparsely on {nodes} nodes")
-    rng = random.Random(seed)
-    ids = list(range(nodes))
-    rng.shuffle(ids)
-    weights = [1.0 / (i + 1) ** ZIPF for i in range(nodes)]
-    seen: set[tuple[int, int]] = set()
-    edges: list[tuple[int, int]] = []
-    while len(edges) < n_edges:
-        srcs = rng.choices(ids, weights, k=n_edges)
-        dsts = rng.choices(ids[::-1], weights, k=n_edges)
-        for e in zip(srcs, dsts):
-            if e[0] != e[1] and e not in seen:
-                seen.add(e)
-                edges.append(e)
-                if len(edges) == n_edges:
-                    break
-    dst_sorted = sorted(d for _, d in edges)
-    threshold = dst_sorted[int(0.9 * len(dst_sorted))]
-    warm = [Update("+", "G", e) for e in edges[:window]]
-    timed: list[Update] = []
-    j = window
-    while len(timed) < updates:
-        timed.append(Update("+", "G", edges[j]))
-        if len(timed) < updates:
-            timed.append(Update("-", "G", edges[j - window]))
-        j += 1
-    return Stream(window, nodes, threshold, warm, timed)
 
 
 class DuckDBDiff:
@@ -206,7 +151,7 @@ class DuckDBDiff:
         self.con.close()
 
 
-def make_system(system: str, query: str, stream: Stream) -> Any:
+def make_system(system: str, query: str, stream: ZipfStream) -> Any:
     sql = query_sql(query, stream.threshold)
     if system in ("ivmflow", "ivmflow_native"):
         from dataflow.api import compile_query
@@ -263,7 +208,7 @@ class WarmUpTooSlow(Exception):
     """The untimed warm-up exceeded its limit: the point is skipped (reported)."""
 
 
-def _warm(system: str, query: str, stream: Stream, warm_limit_s: float | None) -> Any:
+def _warm(system: str, query: str, stream: ZipfStream, warm_limit_s: float | None) -> Any:
     inst = make_system(system, query, stream)
     t_warm = time.perf_counter()
     for i, u in enumerate(stream.warm):
@@ -282,7 +227,7 @@ CHUNK_UPDATES = 1000
 read is a system call: per epoch of one update it would be part of what is measured)."""
 
 
-def run_one(system: str, query: str, stream: Stream, epoch: int, max_epochs: int | None,
+def run_one(system: str, query: str, stream: ZipfStream, epoch: int, max_epochs: int | None,
             keep_latency: bool = False, budget_s: float | None = None,
             warm_limit_s: float | None = None) -> Result:
     """Warm up (untimed), then time apply + end_epoch over the timed stream's epochs
@@ -340,7 +285,7 @@ def run_one(system: str, query: str, stream: Stream, epoch: int, max_epochs: int
                   total_wall / 1e9 * scale, lat_wall)
 
 
-def epoch_latencies(system: str, query: str, stream: Stream, run: list[list[Update]],
+def epoch_latencies(system: str, query: str, stream: ZipfStream, run: list[list[Update]],
                     warm_limit_s: float | None) -> tuple[list[int], list[int]]:
     """CPU and wall time of each epoch of ``run`` (apply + end_epoch), on a fresh
     instance warmed up like the throughput run's."""
@@ -378,23 +323,16 @@ def check_agree(ref: Result, other: Result) -> None:
                          f"{ref.delta_rows}")
 
 
-def percentile(xs: Sequence[int], p: float) -> float:
-    s = sorted(xs)
-    return float(s[min(len(s) - 1, int(p / 100 * len(s)))])
-
-
 def plot(records: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     queries = sorted({r["query"] for r in records}, key=QUERIES.index)
     windows = sorted({r["window"] for r in records})
     colors = {"ivmflow": "tab:blue", "ivmflow_native": "tab:purple", "delta_ivm": "tab:orange",
               "duckdb": "tab:green"}
     styles = ["-", "--", ":"]
-    fig, axes = plt.subplots(1, len(queries), figsize=(5.2 * len(queries), 4.6), squeeze=False)
+    made = subplots(1, len(queries), figsize=(5.2 * len(queries), 4.6), squeeze=False)
+    if made is None:
+        return
+    fig, axes = made
     for ax, q in zip(axes[0], queries):
         for wi, w in enumerate(windows):
             for s in SYSTEMS:
@@ -416,16 +354,8 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
                     best = max(cand, key=lambda r: r["updates_per_s"])
                     ax.plot([e], [best["updates_per_s"]], "*", color=colors[best["system"]],
                             markersize=16, markeredgecolor="black")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch size (updates)")
-        ax.set_ylabel("updates/s")
-        ax.set_title(f"{q}  (star = winner, x = extrapolated)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        loglog(ax, "epoch size (updates)", "updates/s", f"{q}  (star = winner, x = extrapolated)")
+    save(fig, path)
 
 
 def winners(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -478,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.windows, args.updates, args.duckdb_max_epochs = [200, 1500], 600, 5
         args.budget = 0.2
-    out = Path(args.out) if args.out else RESULTS_DIR / (
+    out = Path(args.out) if args.out else RESULTS / (
         "crossover_quick.json" if args.quick else "crossover.json")
     records: list[dict[str, Any]] = []
     latency: dict[str, Any] = {}
@@ -486,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped: list[dict[str, Any]] = []
 
     def write(final: bool) -> None:
-        doc = {
+        extra = {
             "what": "crossover: ivmflow vs plain first-order IVM (delta queries) vs DuckDB "
                     "recompute+diff; seconds = process CPU time of apply + end_epoch over "
                     "the timed updates (warm-up of W inserts untimed; the clocks read once "
@@ -501,18 +431,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             "agreement": "every system's per-epoch deltas equal ivmflow's (digest per epoch; "
                          "extrapolated runs on their measured prefix)",
             "complete": final,
-            "python": platform.python_version(), "machine": platform.machine(),
             "updates": args.updates, "windows": args.windows, "epochs": args.epochs,
             "seed": args.seed, "wall_s": round(time.perf_counter() - t_start, 1),
-            "results": records, "skipped": skipped, "winners": winners(records),
+            "skipped": skipped, "winners": winners(records),
             "latency_epoch1_hop3_filter": latency,
         }
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1))
+        result_record("crossover", records, command=command_line("bench.crossover_bench", argv),
+                      extra=extra, out=out, table=False, quiet=not final)
 
     for w in args.windows:
         gc.unfreeze()
-        stream = make_stream(w, args.updates, args.seed)
+        stream = zipf_stream(w, args.updates, args.seed)
         hold_out_of_gc()
         print(f"window {w}: {stream.nodes} nodes, {len(stream.timed)} timed updates, "
               f"T={stream.threshold}", flush=True)
@@ -547,11 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         lat = r.latencies_ns
                         lw = r.wall_latencies_ns or lat
                         latency[f"{s}/W{w}"] = {
-                            "p50_us": round(percentile(lat, 50) / 1e3, 2),
-                            "p99_us": round(percentile(lat, 99) / 1e3, 2),
+                            "p50_us": round(percentile(lat, 0.50) / 1e3, 2),
+                            "p99_us": round(percentile(lat, 0.99) / 1e3, 2),
                             "max_us": round(max(lat) / 1e3, 2), "updates": len(lat),
-                            "wall_p50_us": round(percentile(lw, 50) / 1e3, 2),
-                            "wall_p99_us": round(percentile(lw, 99) / 1e3, 2)}
+                            "wall_p50_us": round(percentile(lw, 0.50) / 1e3, 2),
+                            "wall_p99_us": round(percentile(lw, 0.99) / 1e3, 2)}
                         rec["latency"] = latency[f"{s}/W{w}"]
                     ext = f" (extrapolated from {r.epochs_measured} epochs)" \
                         if r.extrapolated else ""
@@ -561,7 +490,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     write(False)
     write(True)
     summary = winners(records)
-    print(f"wrote {out}")
     for row in summary:
         extra = "  ".join(f"{k.replace('_speedup_vs_', ' over ')} x{v}"
                           for k, v in row.items() if "_speedup_vs_" in k)
@@ -571,9 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  latency epoch 1 hop3_filter {k}: p50 {v['p50_us']} us, p99 {v['p99_us']} us,"
               f" max {v['max_us']} us")
     if not args.no_plot:
-        png = out.with_suffix(".png")
-        plot(records, png)
-        print(f"wrote {png}")
+        plot(records, out.with_suffix(".png"))
     return 0
 
 

@@ -9,7 +9,7 @@ With ``--callgrind``, instead, the instructions per update of the load and of th
 refresh epochs (valgrind callgrind, three runs per point: parse only, load, load and
 refresh; differences), which stay the same however busy the machine is.
 
-    python bench/delete_check_bench.py --data DIR [--root OLD] [--queries q01,q06]
+    python -m bench.delete_check_bench --data DIR [--root OLD] [--queries q01,q06]
         [--builds interpreted,native] [--trust] [--callgrind] [--out FILE]
 
 ``DIR`` is ``ivmflow generate tpch --sf 0.1 --refresh-pairs 8 --out DIR``'s. The table
@@ -23,7 +23,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import re
 import resource
 import subprocess
@@ -32,7 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import RESULTS, ROOT, command_line, commit_label, result_record
+from bench.harness.checkout import child_setup
+from bench.harness.timing import apply_load
 
 
 def _rss() -> int:
@@ -42,11 +43,12 @@ def _rss() -> int:
 
 def worker(root: str, data: str, name: str, native: bool, trust: bool,
            stage: int | None) -> dict[str, Any]:
-    """One point in this process (``stage``: callgrind's 0 parse only, 1 load, 2 load
-    and refresh, with the records parsed before anything is applied)."""
-    sys.path.insert(0, root)
+    """One point in this process, over the engine of checkout ``root`` (the child's
+    import path: :func:`~bench.harness.checkout.child_setup`; ``stage``: callgrind's 0
+    parse only, 1 load, 2 load and refresh, with the records parsed before anything is
+    applied)."""
     from connectors.files import read_updates
-    from core.records import EpochEnd, Update
+    from core.records import Update
     from dataflow.api import compile_query
 
     q = compile_query(Path(data, "queries", f"{name}.sql").read_text(), source_name=name)
@@ -59,23 +61,10 @@ def worker(root: str, data: str, name: str, native: bool, trust: bool,
         records = iter(list(records))  # (parsed before anything is applied)
     gc.collect()
     rss0 = _rss()
-    load_cpu, n_load, batch = 0.0, 0, []
     # The load parsed in batches as it is applied (as bench/tpch_bench.py does): the RSS
     # it adds is what the view keeps of it, the rows it holds on to included.
-    for r in records:
-        if isinstance(r, Update):
-            batch.append(r)
-            if len(batch) < 10_000:
-                continue
-        cpu = time.process_time()
-        if stage is None or stage >= 1:
-            for u in batch:
-                view.apply(u)
-        load_cpu += time.process_time() - cpu
-        n_load += len(batch)
-        batch = []
-        if isinstance(r, EpochEnd):
-            break
+    load_cpu, n_load = apply_load(records, view.apply if stage is None or stage >= 1
+                                  else None, time.process_time)
     cpu = time.process_time()
     if stage is None or stage >= 1:
         view.end_epoch()
@@ -102,20 +91,21 @@ def worker(root: str, data: str, name: str, native: bool, trust: bool,
 
 def _child(root: str, data: str, name: str, build: str, trust: bool,
            stage: int | None = None) -> list[str]:
-    return [sys.executable, __file__, "--worker", root, data, name, build,
-            "trust" if trust else "check", str(-1 if stage is None else stage)]
+    return [sys.executable, "-m", "bench.delete_check_bench", "--worker", root, data, name,
+            build, "trust" if trust else "check", str(-1 if stage is None else stage)]
 
 
 def _env(root: str, build: str) -> dict[str, str]:
     tag = "".join(c if c.isalnum() else "_" for c in root)
-    return {**os.environ, "PYTHONHASHSEED": "0",
+    return {**child_setup(root)[1], "PYTHONHASHSEED": "0",
             "IVMFLOW_NATIVE": "1" if build == "native" else "0",
             "IVMFLOW_NATIVE_CACHE": str(Path.home() / ".cache" / "ivmflow" / f"bench{tag}")}
 
 
 def run_point(root: str, data: str, name: str, build: str, trust: bool) -> dict[str, Any]:
     p = subprocess.run(_child(root, data, name, build, trust), capture_output=True,
-                       text=True, env=_env(root, build), check=False)
+                       text=True, env=_env(root, build), cwd=child_setup(root)[0],
+                       check=False)
     if p.returncode:
         raise SystemExit(p.stderr)
     res: dict[str, Any] = json.loads(p.stdout.splitlines()[-1])
@@ -126,14 +116,14 @@ def instructions(root: str, data: str, name: str, build: str, trust: bool) -> di
     """Instructions per update of the load and of the refresh (callgrind)."""
     if build == "native":  # (built outside valgrind: every run below loads it)
         subprocess.run(_child(root, data, name, build, trust, 0), env=_env(root, build),
-                       capture_output=True, check=True)
+                       cwd=child_setup(root)[0], capture_output=True, check=True)
     counts = []
     info: dict[str, Any] = {}
     for stage in (0, 1, 2):
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                *_child(root, data, name, build, trust, stage)]
         p = subprocess.run(cmd, capture_output=True, text=True, env=_env(root, build),
-                           check=False)
+                           cwd=child_setup(root)[0], check=False)
         found = re.findall(r"Collected : (\d+)", p.stderr)
         if p.returncode or not found:
             raise SystemExit(p.stderr[-2000:])
@@ -144,7 +134,7 @@ def instructions(root: str, data: str, name: str, build: str, trust: bool) -> di
             "refresh_instr": (counts[2] - counts[1]) / max(1, info["refresh"])}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", help="ivmflow generate tpch's directory")
     ap.add_argument("--root", action="append", default=[],
@@ -154,9 +144,9 @@ def main() -> None:
     ap.add_argument("--trust", action="store_true",
                     help="also this checkout with validate=False (--trust-deletes)")
     ap.add_argument("--callgrind", action="store_true", help="instructions per update")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "delete_check.json"))
+    ap.add_argument("--out", default=str(RESULTS / "delete_check.json"))
     ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.worker:
         root, data, name, build, trust, stage = args.worker
         res = worker(root, data, name, build == "native", trust == "trust",
@@ -174,34 +164,21 @@ def main() -> None:
                 for root in roots if not trust else [str(ROOT)]:
                     if args.callgrind:
                         r = instructions(root, args.data, name, build, trust)
-                        rows.append({**r, "root": root, "commit": _commit(root)})
+                        rows.append({**r, "root": root, "commit": commit_label(root)})
                         print(f"{name} {build:11} {Path(root).name:12} {r['check'][:22]:22} "
                               f"load {r['load_instr']:8.0f} instr/update  refresh "
                               f"{r['refresh_instr']:8.0f}", flush=True)
                         continue
                     r = run_point(root, args.data, name, build, trust)
-                    rows.append({**r, "root": root, "commit": _commit(root)})
+                    rows.append({**r, "root": root, "commit": commit_label(root)})
                     print(f"{name} {build:11} {Path(root).name:12} {r['check'][:22]:22} "
                           f"{r['bytes_per_tuple']:6.0f} B/tuple  load "
                           f"{r['load_cpu_us']:6.2f} us/update  refresh "
                           f"{r['refresh_cpu_us']:6.2f} us/update  peak {r['peak_mib']:5.0f} MiB"
                           f"  entries {r['entries']}", flush=True)
     manifest = json.loads(Path(args.data, "manifest.json").read_text())
-    result = {"benchmark": "delete_check", "command": sys.argv, "data": manifest,
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version()},
-              "rows": rows}
-    Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"wrote {args.out}")
-
-
-def _commit(root: str) -> str:
-    """The checkout's commit (``-dirty`` when its tracked files differ from it)."""
-    head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--", "."],
-                           check=False).returncode
-    return f"{head}-dirty" if head and dirty else head or "unknown"
+    result_record("delete_check", rows, command=command_line("bench.delete_check_bench", argv),
+                  extra={"data": manifest}, out=args.out, table=False)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ missing from an epoch is *lost*, one beyond it *duplicated*.
 
 Run (starts a Kafka broker from the ``dev`` extra unless ``--bootstrap`` is given)::
 
-    python bench/fault_matrix.py                        # the whole matrix
-    python bench/fault_matrix.py --runners flink --sources file --signals TERM
+    python -m bench.fault_matrix                        # the whole matrix
+    python -m bench.fault_matrix --runners flink --sources file --signals TERM
 
 prints a table (runner, source, signal, point, kills, epochs, rows lost, rows
 duplicated, exit codes) and writes ``bench/results/fault_matrix.json``. The local
@@ -58,13 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from connectors.files import read_updates  # noqa: E402
-from core.records import EPOCH_END, Record, Update, format_update, format_value  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
+from bench.harness import RESULTS, ROOT, command_line, result_record
+from connectors.files import read_updates
+from core.records import EPOCH_END, Record, Update, format_update, format_value
+from dataflow.api import compile_query
 
 Epochs = dict[int, Counter[tuple[Any, ...]]]
 RUNNERS = ("spark", "flink", "local")
@@ -396,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=41)
     ap.add_argument("--bootstrap", help="a Kafka broker (default: start one)")
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/fault_matrix.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "fault_matrix.json")
     args = ap.parse_args(argv)
     import tempfile
 
@@ -408,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_broker: Callable[[], None] = lambda: None  # noqa: E731
     bootstrap = args.bootstrap
     if bootstrap is None and "kafka" in sources:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import kafka_broker
+        from tests import kafka_broker
 
         broker, stop_broker = kafka_broker.launch_broker()
         bootstrap = broker.bootstrap
@@ -431,14 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_broker()
     print()
-    print(markdown(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "query": QUERY, "updates": wl.updates_n, "epochs": wl.epochs,
-        "epochs_with_rows": len(wl.expected), "seed": args.seed,
-        "spark_batches": args.batches, "flink_batch_lines": args.batch_lines,
-        "fraction": args.fraction, "parallelism": {"spark": 2, "flink": 2, "local": 1},
-        "rows": rows}, indent=1) + "\n")
+    result_record("fault_matrix", rows, command=command_line("bench.fault_matrix", argv),
+                  out=args.out, table=markdown(rows), extra={
+                      "query": QUERY, "updates": wl.updates_n, "epochs": wl.epochs,
+                      "epochs_with_rows": len(wl.expected), "seed": args.seed,
+                      "spark_batches": args.batches, "flink_batch_lines": args.batch_lines,
+                      "fraction": args.fraction,
+                      "parallelism": {"spark": 2, "flink": 2, "local": 1}})
     failed = [r for r in rows if not passed(r)]
     for r in failed:
         print(f"FAILED: {r}")

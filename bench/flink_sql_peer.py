@@ -2,9 +2,10 @@
 on the same changelog, 3-hop (with an end filter) and 4-hop join-project, FIFO windows
 of 8k and 80k edges, time and state size, side by side in one run.
 
-The stream (``bench/crossover_bench.py``'s): a skewed graph (3000 nodes per 8k live
-edges, Zipf-like degrees), W inserts (warm-up), then ``--steady`` updates, each new
-edge followed by the delete of the oldest one; epochs of 1000 updates.
+The stream (the crossover bench's, ``bench.harness.streams.zipf_stream``): a skewed
+graph (3000 nodes per 8k live edges, Zipf-like degrees), W inserts (warm-up), then
+``--steady`` updates, each new edge followed by the delete of the oldest one; epochs of
+1000 updates.
 
 * **ivmflow local**: the engine in this process, steady epochs timed
   (``bench/runner_state_bench.py``'s ``run_local``); state entries.
@@ -24,7 +25,7 @@ edge followed by the delete of the oldest one; epochs of 1000 updates.
 Before timing, each query's result on a small window is checked: Flink SQL's collected
 changelog, summed, must equal the sum of ivmflow's deltas.
 
-    python bench/flink_sql_peer.py [--windows 8000,80000] [--queries hop3_filter,hop4_bag]
+    python -m bench.flink_sql_peer [--windows 8000,80000] [--queries hop3_filter,hop4_bag]
         [--steady 100000] [--repeat 2] [--quick]
 
 Prints a table with ratios, writes ``bench/results/flink_sql_peer.json`` and
@@ -40,20 +41,19 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.crossover_bench import query_sql
+from bench.harness import RESULTS, ROOT, command_line, result_record
+from bench.harness.plots import save, subplots
+from bench.harness.streams import zipf_stream
+from bench.harness.timing import CommitWatcher
+from bench.runner_state_bench import EPOCH, run_flink, run_local
+from core.records import Update, format_update
 
-from bench.crossover_bench import make_stream, query_sql  # noqa: E402
-from bench.runner_state_bench import EPOCH, _dir_bytes, run_flink, run_local  # noqa: E402
-from core.records import Update, format_update  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 QUERY_NAMES = ("hop3_filter", "hop4_bag")
 
 
@@ -128,35 +128,24 @@ def run_flink_sql(sql_path: Path, updates: Path, collect: bool, directory: Path,
     ckpt = directory / f"sql-ckpt-{updates.stem}-{int(time.time() * 1000)}"
     ckpt.mkdir(parents=True)
     out = directory / f"sql-{updates.stem}.json"
-    sizes = [0]
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            sizes.append(_dir_bytes(ckpt))
-            done.wait(0.25)
-
-    watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--flink-sql-worker", str(sql_path), str(updates),
-             str(out), str(ckpt), "collect" if collect else "blackhole"],
-            cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        with CommitWatcher([], ckpt, tick=0.25, size_every=0.0) as watch:
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.flink_sql_peer", "--flink-sql-worker",
+                 str(sql_path), str(updates), str(out), str(ckpt),
+                 "collect" if collect else "blackhole"],
+                cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
     except subprocess.TimeoutExpired:
         return {"timeout": timeout}
-    finally:
-        done.set()
-        watcher.join()
     if proc.returncode != 0:
         msg = f"Flink SQL run failed ({proc.returncode}): {proc.stderr[-2000:]}"
         raise RuntimeError(msg)
     rec: dict[str, Any] = json.loads(out.read_text())
     rec["run_s"] = time.perf_counter() - start
-    rec["checkpoint_bytes"] = max(sizes)
+    rec["checkpoint_bytes"] = max(watch.sizes)
     return rec
 
 
@@ -172,7 +161,7 @@ def ivmflow_result(deltas_csv: str) -> dict[str, int]:
 
 def check_agreement(name: str, directory: Path) -> bool:
     """Flink SQL's and ivmflow's results on a small window (900 edges, 2000 updates)."""
-    stream = make_stream(900, 2000, seed=2)
+    stream = zipf_stream(900, 2000, seed=2)
     sql = query_sql(name, stream.threshold)
     qpath = directory / f"check-{name}.sql"
     qpath.write_text(sql)
@@ -189,7 +178,7 @@ def check_agreement(name: str, directory: Path) -> bool:
 
 def measure(name: str, window: int, steady: int, directory: Path, timeout: float,
             repeat: int = 2) -> dict[str, Any]:
-    stream = make_stream(window, steady, seed=1)
+    stream = zipf_stream(window, steady, seed=1)
     sql = query_sql(name, stream.threshold)
     qpath = directory / f"{name}-{window}.sql"
     qpath.write_text(sql)
@@ -237,19 +226,14 @@ def measure(name: str, window: int, steady: int, directory: Path, timeout: float
 
 
 def plot(records: list[dict[str, Any]], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
-        return False
     done = [r for r in records if "us_per_update" in r.get("flink_sql", {})]
     if not done:
         return False
     labels = [f"{r['query']}\nW={r['window'] // 1000}k" for r in done]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    made = subplots(1, 2, figsize=(11, 4))
+    if made is None:
+        return False
+    fig, (ax1, ax2) = made
     width = 0.27
     xs = range(len(done))
     for k, (key, label) in enumerate((("ivmflow_local", "ivmflow local"),
@@ -269,8 +253,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> bool:
     ax2.set_ylabel("largest checkpoint (MiB)")
     ax2.set_xticks(list(xs), labels)
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save(fig, path, dpi=90)
     return True
 
 
@@ -328,11 +311,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['ratios']['sql_over_flink_state']:.2f}x |")
     stem = "flink_sql_peer_quick" if args.quick else "flink_sql_peer"
     out = args.out or RESULTS / f"{stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"records": records, "agree_on_check": agree}, indent=1))
-    print(f"wrote {out}")
-    if plot(records, out.with_suffix(".png")):
-        print(f"wrote {out.with_suffix('.png')}")
+    result_record("flink_sql_peer", records, command=command_line("bench.flink_sql_peer", argv),
+                  extra={"agree_on_check": agree}, out=out, table=False)
+    plot(records, out.with_suffix(".png"))
     return 0
 
 

@@ -32,8 +32,8 @@ emit, and its snapshot (``full()``) time per row, on the light-edge data. Times 
 
 Run from the repository root::
 
-    python bench/hierarchical_bench.py          # ~5 minutes
-    python bench/hierarchical_bench.py --quick  # seconds (smoke test)
+    python -m bench.hierarchical_bench          # ~5 minutes
+    python -m bench.hierarchical_bench --quick  # seconds (smoke test)
 
 Prints a table and the slopes, writes ``bench/results/hierarchical.json`` and
 ``hierarchical.png`` (``hierarchical_quick.*`` with ``--quick``).
@@ -43,21 +43,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dataflow.api import compile_query  # noqa: E402
-from dataflow.engines.hierarchical import HierarchicalEngine  # noqa: E402
-from plans.hierarchical import predicted_exponents  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from bench.harness import RESULTS, command_line, finite_or_none, loglog_slope, result_record
+from bench.harness.plots import save, subplots
+from dataflow.api import compile_query
+from dataflow.engines.hierarchical import HierarchicalEngine
+from plans.hierarchical import predicted_exponents
 
 QUERIES = {
     "ex5": ("CREATE TABLE R(a INT, b INT); CREATE TABLE S(b INT);"
@@ -219,27 +215,16 @@ def measure_crown(name: str, n: int, eps_list: list[float], args: argparse.Names
 
 
 def slope(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of log y against log x."""
-    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    den = sum((p[0] - mx) ** 2 for p in pts)
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
+    """Least-squares slope of log y against log x (None where it is undefined)."""
+    return finite_or_none(loglog_slope(points))
 
 
 def plot(results: list[dict[str, Any]], out: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
-        return False
     queries = sorted({r["query"] for r in results})
-    fig, axes = plt.subplots(len(queries), 2, figsize=(11, 4 * len(queries)), squeeze=False)
+    made = subplots(len(queries), 2, figsize=(11, 4 * len(queries)), squeeze=False)
+    if made is None:
+        return False
+    fig, axes = made
     for row, name in enumerate(queries):
         for col, (key, title) in enumerate((("update_us", "update (us)"),
                                             ("delay_us", "delay per row (us)"))):
@@ -253,8 +238,7 @@ def plot(results: list[dict[str, Any]], out: Path) -> bool:
             ax.set_title(f"{name}: {title}")
             ax.set_xlabel("N (tuples)")
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    save(fig, out, dpi=90)
     return True
 
 
@@ -317,19 +301,17 @@ def main(argv: list[str] | None = None) -> int:
                 })
     stem = "hierarchical_quick" if args.quick else "hierarchical"
     out = args.out or RESULTS / f"{stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"points": results, "crown": crown, "slopes": slopes,
-                               "ratios": ratios, "args": {"updates": args.updates,
-                                                          "rows": args.rows}}, indent=1))
+    result_record("hierarchical", results, command=command_line("bench.hierarchical_bench", argv),
+                  extra={"crown": crown, "slopes": slopes, "ratios": ratios,
+                         "args": {"updates": args.updates, "rows": args.rows}},
+                  out=out, table=False)
     print("\nCROWN time / view-tree time on one dataset (largest N, the light-edge data of "
           "eps = 1/2): update with its delta, snapshot per row (> 1: view trees faster)")
     for x in ratios:
         print(f"{x['query']:<6} eps={x['eps']:<5g} update "
               f"{x['crown_over_views_update_with_delta']:6.2f}x  snapshot "
               f"{x['crown_over_views_snapshot_per_row']:6.2f}x")
-    print(f"\nwrote {out}")
-    if plot(results, out.with_suffix(".png")):
-        print(f"wrote {out.with_suffix('.png')}")
+    plot(results, out.with_suffix(".png"))
     return 0
 
 

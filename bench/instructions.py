@@ -3,9 +3,9 @@ the crossover stream's timed updates, per system, for A/B comparisons and for ra
 against the first-order baseline on a machine whose clock varies by 10-50% from one
 minute to the next.
 
-    python bench/instructions.py --query hop4_bag --epoch 1000 --updates 10000
-    python bench/instructions.py --root /tmp/old-checkout --query hop3_filter --epoch 1
-    python bench/instructions.py --queries hop3_filter hop4_bag --epochs 1 10 100 1000 \
+    python -m bench.instructions --query hop4_bag --epoch 1000 --updates 10000
+    python -m bench.instructions --root /tmp/old-checkout --query hop3_filter --epoch 1
+    python -m bench.instructions --queries hop3_filter hop4_bag --epochs 1 10 100 1000 \
         --systems ivmflow ivmflow_native delta_ivm --out bench/results/instructions.json
 
 The stream is :mod:`bench.crossover_bench`'s (W live edges warmed up untimed, then
@@ -13,7 +13,7 @@ alternating inserts and deletes); the systems are its systems. Each point runs t
 under callgrind, once with the warm-up only and once with the warm-up and ``--updates``
 timed updates in epochs of ``--epoch``; the difference is the timed part's instruction
 count (the same for the same checkout, inputs and Python, whatever else the machine
-does). ``--root`` measures another checkout of ivmflow with this script. The table
+does). ``--root`` measures another checkout's engine with this checkout's bench code. The table
 gives each system's instructions per update and, with ``delta_ivm`` among the systems,
 its ratio over each ivmflow system. Instructions are not seconds (a cache miss costs
 more than an add); they are the steady A/B signal. Needs valgrind (Debian package
@@ -23,13 +23,14 @@ more than an add); they are the steady A/B signal. Needs valgrind (Debian packag
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+from bench.harness import ROOT, command_line, result_record
+from bench.harness.checkout import child_setup
 
 QUERIES = ("hop3_filter", "hop4_bag", "star_count")
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -37,17 +38,14 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 
 def run_workload(root: str, query: str, window: int, epoch: int, updates: int,
                  timed: bool, system: str = "ivmflow") -> None:
-    """The measured program: warm-up, then (``timed``) the timed updates."""
-    sys.path.insert(0, root)
-    from bench.crossover_bench import make_stream, make_system
+    """The measured program: warm-up, then (``timed``) the timed updates; this
+    checkout's bench code over the engine of checkout ``root`` (the child's import path:
+    :func:`~bench.harness.checkout.child_setup`)."""
+    from bench.crossover_bench import hold_out_of_gc, make_system
+    from bench.harness.streams import zipf_stream
 
-    stream = make_stream(window, updates)
-    try:
-        from bench.crossover_bench import hold_out_of_gc
-    except ImportError:  # (an older checkout: as it was measured then)
-        pass
-    else:
-        hold_out_of_gc()
+    stream = zipf_stream(window, updates)
+    hold_out_of_gc()
     view = make_system(system, query, stream)
     for u in stream.warm:
         view.apply(u)
@@ -64,15 +62,17 @@ def instructions(root: str, query: str, window: int, epoch: int, updates: int,
                  timed: bool, system: str = "ivmflow") -> int:
     """Instructions of one run of the workload under callgrind (``ivmflow_native``: its
     module built beforehand outside valgrind, so that both runs load it)."""
-    child = [sys.executable, __file__, "--child", "--root", root, "--query", query,
-             "--window", str(window), "--epoch", str(epoch), "--updates", str(updates),
-             "--system", system]
+    child = [sys.executable, "-m", "bench.instructions", "--child", "--root", root,
+             "--query", query, "--window", str(window), "--epoch", str(epoch),
+             "--updates", str(updates), "--system", system]
+    cwd, env = child_setup(root)
     if system == "ivmflow_native":
-        subprocess.run([*child[:-4], "--updates", "0", "--system", system], check=True)
+        subprocess.run([*child[:-4], "--updates", "0", "--system", system], check=True,
+                       cwd=cwd, env=env)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *child]
     if timed:
         cmd.append("--timed")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd, env=env)
     found = _COLLECTED.search(proc.stderr)
     if proc.returncode != 0 or found is None:
         msg = (f"valgrind run failed (exit {proc.returncode}): {' '.join(cmd)}\n"
@@ -95,7 +95,7 @@ def measure(root: str, query: str, window: int, epoch: int, updates: int,
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: prints a table of the timed parts' instructions, writes JSON."""
     p = argparse.ArgumentParser(description="instructions of the timed crossover updates")
-    p.add_argument("--root", default=str(Path(__file__).resolve().parent.parent),
+    p.add_argument("--root", default=str(ROOT),
                    help="ivmflow checkout to measure (default: this one)")
     p.add_argument("--queries", "--query", nargs="+", choices=QUERIES, default=["hop4_bag"])
     p.add_argument("--window", type=int, default=8000)
@@ -132,7 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results.append(r)
             print(f"  {q:11s} epoch={e:<5d} " + "  ".join(cells), flush=True)
             if args.out:
-                Path(args.out).write_text(json.dumps({"results": results}, indent=1) + "\n")
+                result_record("instructions", results,
+                              command=command_line("bench.instructions", argv),
+                              out=args.out, table=False, quiet=True)
+    if args.out:
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Kafka in and out vs file in and out for the local runner (updates/s), same process run.
 
-    python bench/kafka_bench.py [--edges 20000] [--query star_count] [--epoch-every 1000]
+    python -m bench.kafka_bench [--edges 20000] [--query star_count] [--epoch-every 1000]
                                 [--bootstrap 127.0.0.1:9092] [--repeat 3] [--quick]
 
 The same update stream (a benchmark workload with a ``*`` marker every
@@ -22,40 +22,20 @@ Without ``--bootstrap`` a ``noida-db`` broker process is started on a free loopb
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from bench.workloads import make_workload  # noqa: E402
-from connectors.kafka import parse_kafka_url, read_deltas  # noqa: E402
-from core.records import format_update  # noqa: E402
-from dataflow.cli import main  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
-
-
-@contextlib.contextmanager
-def kafka_bootstrap(bootstrap: str | None) -> Iterator[str]:
-    """``bootstrap`` when given, else that of a ``noida-db`` broker process started for
-    the block (tests/kafka_broker.py); also used by spark_bench.py."""
-    if bootstrap:
-        yield bootstrap
-        return
-    from kafka_broker import start_broker
-
-    with start_broker("process") as broker:
-        yield broker.bootstrap
+from bench.harness import RESULTS, command_line, result_record
+from bench.harness.brokers import kafka_bootstrap
+from bench.workloads import make_workload
+from connectors.kafka import parse_kafka_url, read_deltas
+from core.records import format_update
+from dataflow.cli import main
 
 
 def _timed(argv: list[str]) -> float:
@@ -114,15 +94,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         msg = f"Kafka run wrote {got} delta rows, the file run {delta_rows}"
                         raise RuntimeError(msg)
     base = statistics.median(rows["file -> file"])
-    table = {
-        name: {
+    table = [
+        {
+            "run": name,
             "seconds_median": statistics.median(ts),
             "seconds_all": ts,
             "updates_per_s": n / statistics.median(ts),
             "ratio_vs_file": statistics.median(ts) / base,
         }
         for name, ts in {**rows, **produce}.items()
-    }
+    ]
     return {
         "query": args.query, "edges": args.edges, "updates": n,
         "epoch_every": args.epoch_every, "epochs": n // args.epoch_every + 1,
@@ -132,13 +113,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def print_table(res: dict[str, Any]) -> None:
-    print(f"{res['query']}: {res['updates']} updates, {res['epochs']} epochs, "
-          f"{res['delta_rows']} delta rows, median of {res['repeat']}")
-    print(f"{'run':<44}{'seconds':>10}{'updates/s':>12}{'x file':>9}")
-    for name, r in res["runs"].items():
-        print(f"{name:<44}{r['seconds_median']:>10.2f}{r['updates_per_s']:>12.0f}"
-              f"{r['ratio_vs_file']:>9.2f}")
+def format_table(res: dict[str, Any]) -> str:
+    lines = [f"{res['query']}: {res['updates']} updates, {res['epochs']} epochs, "
+             f"{res['delta_rows']} delta rows, median of {res['repeat']}",
+             f"{'run':<44}{'seconds':>10}{'updates/s':>12}{'x file':>9}"]
+    for r in res["runs"]:
+        lines.append(f"{r['run']:<44}{r['seconds_median']:>10.2f}{r['updates_per_s']:>12.0f}"
+                     f"{r['ratio_vs_file']:>9.2f}")
+    return "\n".join(lines)
 
 
 def main_bench(argv: list[str] | None = None) -> int:
@@ -153,11 +135,10 @@ def main_bench(argv: list[str] | None = None) -> int:
     if args.quick:
         args.edges, args.repeat, args.epoch_every = 2000, 1, 200
     res = run(args)
-    print_table(res)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / ("kafka_local_quick.json" if args.quick else "kafka_local.json")
-    path.write_text(json.dumps(res, indent=2) + "\n")
-    print(f"wrote {path}")
+    table = format_table(res)
+    result_record("kafka_local", res.pop("runs"), command=command_line("bench.kafka_bench", argv),
+                  extra=res, table=table,
+                  out=RESULTS / ("kafka_local_quick.json" if args.quick else "kafka_local.json"))
     return 0
 
 

@@ -31,7 +31,7 @@ At the end of every run the maintained snapshot is compared with DuckDB's answer
 same state (``tests/oracle.py``'s normalisation: floats to 9 significant digits); a
 difference fails the run.
 
-    python bench/operator_cost_bench.py [--sizes 10000 40000 160000] [--updates 2000]
+    python -m bench.operator_cost_bench [--sizes 10000 40000 160000] [--updates 2000]
         [--epoch 100] [--operators minmax topk ...] [--out bench/results/operator_cost]
 
 Times are process CPU seconds (the machine is shared: wall time would count the other
@@ -47,10 +47,7 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -58,14 +55,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("IVMFLOW_NATIVE", "0")
 
-import duckdb  # noqa: E402
+import duckdb  # noqa: E402 - (after IVMFLOW_NATIVE's default)
 from sortedcontainers import SortedList  # noqa: E402
 
-from bench.runner_state_bench import slope  # noqa: E402
+from bench.harness import (  # noqa: E402
+    RESULTS,
+    command_line,
+    commit_label,
+    loglog_slope,
+    result_record,  # noqa: E402
+)
+from bench.harness.plots import loglog, save, subplots  # noqa: E402
 from core.errors import QueryError  # noqa: E402
 from core.records import Update  # noqa: E402
 from dataflow.api import compile_query  # noqa: E402
@@ -356,7 +358,7 @@ def measure(op: Operator, n: int, updates: int, epoch: int, seed: int,
     """One operator at one size: ivmflow, the plain query and DuckDB on one stream,
     both ivmflow snapshots checked against DuckDB at the end."""
     work = Workload(op, n, updates, epoch, seed, warmup)
-    out: dict[str, Any] = {"operator": op.name, "n": n, "commit": _commit()}
+    out: dict[str, Any] = {"operator": op.name, "n": n, "commit": commit_label()}
     snapshots = {}
     for system, sql in (("ivmflow", op.sql), ("plain", op.plain)):
         out[system], snapshots[system] = run_ivmflow(sql, work)
@@ -383,7 +385,7 @@ def summarise(op: Operator, points: list[dict[str, Any]]) -> dict[str, Any]:
         "status": "measured",
         "ratio_largest_smallest": last["ivmflow"]["us_per_update"]
         / first["ivmflow"]["us_per_update"],
-        "slope": slope(us) if len(us) > 1 else 0.0,
+        "slope": loglog_slope(us) if len(us) > 1 else 0.0,
         "plain_ratio_largest_smallest": last["plain"]["us_per_update"]
         / first["plain"]["us_per_update"],
         "over_plain": {str(p["n"]): p["ivmflow"]["us_per_update"]
@@ -420,14 +422,13 @@ def table(summary: dict[str, Any], rows: list[dict[str, Any]], sizes: Sequence[i
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     """us/update against N per operator, log-log; the plain query dashed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    made = subplots(figsize=(8, 5))
+    if made is None:
         return False
-    fig, ax = plt.subplots(figsize=(8, 5))
-    colors = plt.get_cmap("tab20")  # (more operators than tab10's colours)
+    fig, ax = made
+    import matplotlib
+
+    colors = matplotlib.colormaps["tab20"]  # (more operators than tab10's colours)
     for i, name in enumerate(dict.fromkeys(r["operator"] for r in rows)):
         pts = [r for r in rows if r["operator"] == name]
         ns = [p["n"] for p in pts]
@@ -435,22 +436,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
                         color=colors((2 * i) % 20 + (2 * i) // 20))
         ax.plot(ns, [p["plain"]["us_per_update"] for p in pts], "--", alpha=0.5,
                 color=line.get_color())
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("base tuples N")
-    ax.set_ylabel("us per update (dashed: the query without the construct)")
-    ax.set_title("Cost per update against state size (shared 2-core machine)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    loglog(ax, "base tuples N", "us per update (dashed: the query without the construct)",
+           "Cost per update against state size (shared 2-core machine)")
+    save(fig, path)
     return True
-
-
-def _commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)
-    return done.stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=1,
                     help="epochs applied untimed after the load (every system)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/operator_cost")
+    ap.add_argument("--out", type=Path, default=RESULTS / "operator_cost")
     ap.add_argument("--merge", action="store_true",
                     help="keep the other operators' results of an existing OUT.json "
                          "(same sizes and stream), replacing those run now")
@@ -505,22 +494,18 @@ def main(argv: list[str] | None = None) -> int:
     summary = {op.name: summary[op.name] for op in OPERATORS}
     rows.sort(key=lambda r: ([op.name for op in OPERATORS].index(r["operator"]), r["n"]))
     text = table(summary, rows, sizes)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    result = {
-        "machine": f"{platform.node()}: 2 cores shared with other work; single runs vary "
-                   "by 10-30%",
-        "commit": _commit(), "native": os.environ.get("IVMFLOW_NATIVE"),
+    extra = {
+        "note": "2 cores shared with other work; single runs vary by 10-30%",
+        "native": os.environ.get("IVMFLOW_NATIVE"),
         "sizes": sizes, "updates": args.updates, "epoch": args.epoch, "seed": args.seed,
         "warmup": args.warmup,
-        "operators": summary, "rows": rows,
+        "operators": summary,
         "checked_equal_duckdb": sum(len(r["checked_equal_duckdb"]) for r in rows),
         "table": text,
     }
-    out_json.write_text(json.dumps(result, indent=1) + "\n")
-    if plot(rows, args.out.with_suffix(".png")):
-        print(f"wrote {args.out.with_suffix('.png')}")
-    print(f"wrote {out_json}")
+    result_record("operator_cost", rows, command=command_line("bench.operator_cost_bench", argv),
+                  extra=extra, out=out_json, table=text)
+    plot(rows, args.out.with_suffix(".png"))
     return 0
 
 

@@ -1,8 +1,8 @@
 """Profile one system's run of a benchmark query with pyinstrument and print the top of
 the call tree.
 
-    python bench/profile_hotpath.py --query hop4_project --edges 10000
-    python bench/profile_hotpath.py --query star_count --system scp --lines 40
+    python -m bench.profile_hotpath --query hop4_project --edges 10000
+    python -m bench.profile_hotpath --query star_count --system scp --lines 40
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pyinstrument import Profiler
 
-from pyinstrument import Profiler  # noqa: E402
-
-from bench.run_bench import make_system  # noqa: E402
-from bench.workloads import QUERY_NAMES, make_workload  # noqa: E402
+from bench.run_bench import make_system
+from bench.workloads import QUERY_NAMES, make_workload
 
 
 def profile(query: str, edges: int, epoch: int, system: str = "ivmflow",

@@ -16,9 +16,9 @@ entries, and throughput ratios ivmflow/SCP and ivmflow/DuckDB (> 1: ivmflow fast
 
 Run from the repository root::
 
-    python bench/run_bench.py                      # 5k,10k,20k,40k edges, all queries
-    python bench/run_bench.py --quick              # < 1 min smoke run
-    python bench/run_bench.py --queries hop4_project star_count --systems scp,duckdb
+    python -m bench.run_bench                      # 5k,10k,20k,40k edges, all queries
+    python -m bench.run_bench --quick              # < 1 min smoke run
+    python -m bench.run_bench --queries hop4_project star_count --systems scp,duckdb
 
 Writes ``bench/results/crown_local.json`` and ``.png`` (``crown_local_quick.*`` with
 ``--quick``).
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import platform
 import sys
 import time
 import tracemalloc
@@ -38,16 +36,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.baseline_duckdb import DuckDBRecompute  # noqa: E402
-from bench.baseline_scp import SCP, Bag, Row, bench_cq  # noqa: E402
-from bench.workloads import QUERY_NAMES, Workload, make_workload  # noqa: E402
-from core.records import Update  # noqa: E402
+from bench.baseline_duckdb import DuckDBRecompute
+from bench.baseline_scp import SCP, Bag, Row, bench_cq
+from bench.harness import RESULTS, command_line, result_record
+from bench.harness.plots import figure, save
+from bench.workloads import QUERY_NAMES, Workload, make_workload
+from core.records import Update
 
 SYSTEMS: tuple[str, ...] = ("ivmflow", "scp", "scp_tuned", "duckdb")
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _MASK = (1 << 64) - 1
 
 Pairs = list[tuple[int, Row]]
@@ -347,16 +343,13 @@ def format_table(runs: Sequence[Run]) -> str:
 
 def plot(runs: Sequence[Run], main_size: int, path: Path) -> None:
     """Throughput per query per system at ``main_size``, and µs/update vs graph size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     queries = list(dict.fromkeys(r.query for r in runs))
     systems = [s for s in SYSTEMS if any(r.system == s for r in runs)]
     colors = {"ivmflow": "tab:blue", "scp": "tab:orange", "scp_tuned": "tab:red",
               "duckdb": "tab:green"}
-    fig = plt.figure(figsize=(4 * max(2, len(queries)), 8))
+    fig = figure(figsize=(4 * max(2, len(queries)), 8))
+    if fig is None:
+        return
     grid = fig.add_gridspec(2, max(1, len(queries)))
     ax = fig.add_subplot(grid[0, :])
     width = 0.8 / max(1, len(systems))
@@ -392,10 +385,7 @@ def plot(runs: Sequence[Run], main_size: int, path: Path) -> None:
         if i == 0:
             axq.set_ylabel("µs per update (log)")
             axq.legend(fontsize="small")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def run_all(cfg: Config, log: Callable[[str], None] = print) -> list[Run]:
@@ -407,13 +397,10 @@ def run_all(cfg: Config, log: Callable[[str], None] = print) -> list[Run]:
     return runs
 
 
-def write_results(cfg: Config, runs: Sequence[Run], out_dir: Path, stem: str) -> dict[str, Any]:
-    """JSON + PNG into ``out_dir``; returns the JSON document."""
-    doc: dict[str, Any] = {
-        "benchmark": "crown_local",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+def write_results(cfg: Config, runs: Sequence[Run], out_dir: Path, stem: str,
+                  command: str | None = None) -> dict[str, Any]:
+    """JSON + PNG into ``out_dir`` (the table printed); returns the JSON document."""
+    extra: dict[str, Any] = {
         "config": asdict(cfg),
         "notes": [
             "Graph: networkx Barabasi-Albert (or --model scale_free), random orientation, "
@@ -433,11 +420,10 @@ def write_results(cfg: Config, runs: Sequence[Run], out_dir: Path, stem: str) ->
             "state_entries: SCP = index keys + rows of every view/atom index + result "
             "rows; ivmflow = its own state_entries(); DuckDB = base rows + kept result.",
         ],
-        "runs": [r.to_json() for r in runs],
         "ratios": ratios(runs),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    doc = result_record("crown_local", [r.to_json() for r in runs], command=command,
+                        extra=extra, out=out_dir / f"{stem}.json", table=format_table(runs))
     plot(runs, cfg.main_size, out_dir / f"{stem}.png")
     return doc
 
@@ -474,7 +460,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="let SCP project away dead variables in its views")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 2000 edges, epoch 200, 2 DuckDB epochs, no memory runs")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output directory")
     return p.parse_args(argv)
 
 
@@ -514,10 +500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"systems={cfg.systems} model={cfg.model}", flush=True)
     runs = run_all(cfg, lambda s: print(s, flush=True))
     print()
-    print(format_table(runs))
     stem = "crown_local_quick" if args.quick else "crown_local"
-    write_results(cfg, runs, args.out, stem)
-    print(f"\nwrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')}")
+    write_results(cfg, runs, args.out, stem, command_line("bench.run_bench", argv))
     return 0
 
 

@@ -16,7 +16,7 @@ much at every W while the state grows with W, so its cost per update must stay f
   start-up and warm-up are left out. Also the checkpoint directory's largest size
   during the run (Flink discards a finished job's checkpoints).
 
-    python bench/runner_state_bench.py [--windows 5000,40000,160000] [--runners local,flink]
+    python -m bench.runner_state_bench [--windows 5000,40000,160000] [--runners local,flink]
         [--parallelism 1,2] [--repeat 3] [--quick]
 
 Prints a table and writes bench/results/runner_state.json and runner_state.png.
@@ -25,43 +25,27 @@ Prints a table and writes bench/results/runner_state.json and runner_state.png.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from connectors.files import read_updates  # noqa: E402
-from connectors.generators import fifo_window_stream, skewed_graph, write_update_csv  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
-from dataflow.drive import drive  # noqa: E402
+from bench.harness import RESULTS, ROOT, command_line, loglog_slope, result_record
+from bench.harness.plots import loglog, save, subplots
+from bench.harness.streams import window_files
+from bench.harness.timing import CommitWatcher, read_phase_logs
+from connectors.files import read_updates
+from dataflow.api import compile_query
+from dataflow.drive import drive
 
 SQL = ("CREATE TABLE G(src INT, dst INT);\n"
        "SELECT G1.src AS a, COUNT(*) AS n FROM G G1, G G2 WHERE G1.dst = G2.src "
        "GROUP BY G1.src;\n")
 EPOCH = 1000
 STEADY_EDGES = 10_000  # each: one insert and one delete
-
-
-def make_stream(window: int, steady_edges: int, directory: Path) -> tuple[Path, Path, int]:
-    """The update file for window W, its query file, and the number of warm-up epochs."""
-    # Uniform endpoints at a fixed density (W / 2 nodes): the degree distribution, and so
-    # the change an update makes, is the same at every W; only the state grows.
-    edges = skewed_graph(window + steady_edges, max(1000, window // 2), seed=7, alpha=0.0)
-    updates = directory / f"w{window}.csv"
-    write_update_csv(updates, "G", fifo_window_stream(edges, window))
-    query = directory / "q.sql"
-    query.write_text(SQL)
-    return updates, query, window // EPOCH
 
 
 def run_local(query: Path, updates: Path, warm_epochs: int) -> dict[str, Any]:
@@ -84,23 +68,6 @@ def run_local(query: Path, updates: Path, warm_epochs: int) -> dict[str, Any]:
             "delta_rows_per_epoch": steady_rows / (stats.epochs - warm_epochs)}
 
 
-def _committed_epoch(commit: Path) -> int:
-    try:
-        return int(json.loads(commit.read_text())["epoch"])
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
-def _dir_bytes(path: Path) -> int:
-    """Bytes under ``path``; files and folders Flink removes meanwhile are skipped."""
-    total = 0
-    for root, _dirs, files in os.walk(path):  # os.walk ignores vanished folders
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
-
-
 def run_flink(query: Path, updates: Path, warm_epochs: int, parallelism: int,
               directory: Path) -> dict[str, Any]:
     return run_cli("flink", query, updates, warm_epochs, parallelism, directory)
@@ -110,14 +77,8 @@ def read_phases(prefix: Path, warm_epochs: int) -> dict[str, float]:
     """The Flink partitions' phase logs (``IVMFLOW_FLINK_PHASES``) over the steady
     epochs: per epoch, the milliseconds of engine, write-back and sinks, summed over the
     partitions, and the state entries put and removed."""
-    per_epoch: dict[int, list[float]] = {}
-    for path in prefix.parent.glob(f"{prefix.name}.*.tsv"):
-        for line in path.read_text().splitlines():
-            epoch, *values = line.split("\t")
-            if int(epoch) > warm_epochs:
-                acc = per_epoch.setdefault(int(epoch), [0.0] * 6)
-                for i, v in enumerate(values):
-                    acc[i] += float(v)
+    per_epoch = {e: v + [0.0] * (6 - len(v))
+                 for e, v in read_phase_logs(prefix).items() if e > warm_epochs}
     n = len(per_epoch) or 1
     sums = [sum(v[i] for v in per_epoch.values()) for i in range(6)]
     return {"engine_ms": 1e3 * sums[0] / n, "write_back_ms": 1e3 * sums[1] / n,
@@ -133,51 +94,28 @@ def run_cli(runner: str, query: Path, updates: Path, warm_epochs: int, paralleli
     deltas = directory / f"{runner}-{updates.stem}-p{parallelism}.csv"
     ckpt = directory / f"ckpt-{updates.stem}-p{parallelism}"
     commit = Path(f"{deltas}.commit")
-    marks: dict[int, float] = {}
-    done = threading.Event()
-
-    sizes: list[int] = [0]
-
-    def poll() -> None:
-        last = 0
-        ticks = 0
-        while not done.is_set():
-            ticks += 1
-            if ticks % 50 == 0:  # checkpoints are discarded when the job finishes
-                sizes.append(_dir_bytes(ckpt))
-            k = _committed_epoch(commit)
-            if k != last:
-                now = time.perf_counter()
-                for e in range(last + 1, k + 1):
-                    marks.setdefault(e, now)
-                last = k
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
-    start = time.perf_counter()
     extra = [] if runner == "local" else ["--parallelism", str(parallelism),
                                           "--checkpoint", str(ckpt)]
     phases = directory / f"phases-{runner}-{updates.stem}-p{parallelism}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
-         "--runner", runner, "--epoch", str(EPOCH), "--deltas", str(deltas), "-q", *extra],
-        cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "IVMFLOW_FLINK_PHASES": str(phases)},
-        timeout=3600,
-    )
-    total = time.perf_counter() - start
-    done.set()
-    watcher.join()
+    # (checkpoints are discarded when the job finishes: sized while it runs)
+    with CommitWatcher([commit], ckpt, tick=0.005, size_every=0.25) as watch:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
+             "--runner", runner, "--epoch", str(EPOCH), "--deltas", str(deltas), "-q",
+             *extra],
+            cwd=ROOT, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "IVMFLOW_FLINK_PHASES": str(phases)},
+            timeout=3600,
+        )
+        total = time.perf_counter() - start
     if proc.returncode != 0:
         msg = f"{runner} run failed ({proc.returncode}): {proc.stderr[-2000:]}"
         raise RuntimeError(msg)
-    last = _committed_epoch(commit)
-    for e in range(1, last + 1):  # epochs committed between the last polls
-        marks.setdefault(e, time.perf_counter())
+    marks, last = watch.marks, watch.last()
     steady_epochs = last - warm_epochs
     secs = marks[last] - marks[warm_epochs]
-    size = max(sizes)
+    size = max(watch.sizes)
     out = {"steady_updates": steady_epochs * EPOCH, "steady_s": secs,
            "us_per_update": 1e6 * secs / (steady_epochs * EPOCH), "run_s": total,
            "checkpoint_bytes": size, "deltas": deltas.read_text()}
@@ -194,15 +132,6 @@ def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
             "runs_us": [round(r["us_per_update"], 2) for r in results]}
 
 
-def slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of log(y) over log(x)."""
-    xs = [math.log(x) for x, _ in points]
-    ys = [math.log(y) for _, y in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    den = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
-
-
 def slopes_by_runner(rows: list[dict[str, Any]], field: str = "us_per_update"
                      ) -> dict[str, float]:
     """Per (runner, parallelism): the log-log slope of ``field`` over the window W."""
@@ -210,7 +139,7 @@ def slopes_by_runner(rows: list[dict[str, Any]], field: str = "us_per_update"
     for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
         pts = [(r["window"], r[field]) for r in rows
                if (r["runner"], r["parallelism"]) == key]
-        slopes[f"{key[0]} P={key[1]}"] = slope(pts) if len(pts) > 1 else float("nan")
+        slopes[f"{key[0]} P={key[1]}"] = loglog_slope(pts)
     return slopes
 
 
@@ -223,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per setting, taking turns; the median run is reported")
     ap.add_argument("--quick", action="store_true", help="small windows, for a smoke test")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runner_state"))
+    ap.add_argument("--out", default=str(RESULTS / "runner_state"))
     args = ap.parse_args(argv)
     windows = [2000, 4000] if args.quick else [int(w) for w in args.windows.split(",")]
     steady_edges = 2000 if args.quick else args.steady_edges
@@ -232,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ivmflow-statebench-"))
     rows: list[dict[str, Any]] = []
     for w in windows:
-        updates, query, warm = make_stream(w, steady_edges, tmp)
+        updates, query, warm = window_files(w, steady_edges, tmp, SQL, EPOCH)
         reference = None
         if "flink" in runners:
             reference = subprocess.run(
@@ -317,35 +246,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['parallelism']} | {r['window']} | {rows_per_epoch[r['window']]:.0f} "
                   f"| {ph['engine_ms']:.1f} | {ph['write_back_ms']:.1f} | {ph['sink_ms']:.1f} "
                   f"| {ph['puts']:.0f} | {ph['removes']:.0f} | {r['us_per_delta_row']:.1f} |")
-    result = {"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges,
-              "repeat": args.repeat, "rows": rows,
-              "slopes": slopes, "slopes_per_delta_row": slopes_per_row}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
-            pts = sorted((r["window"], r["us_per_update"]) for r in rows
-                         if (r["runner"], r["parallelism"]) == key)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                    label=f"{key[0]} P={key[1]} (slope {slopes[f'{key[0]} P={key[1]}']:.2f})")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("live window W (edges)")
-        ax.set_ylabel("steady cost per update (us)")
-        ax.set_title("2-hop GROUP BY COUNT, epochs of 1000: cost vs state size")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out.with_suffix(".png"), dpi=110)
-    except ImportError:
-        pass
+    result_record("runner_state", rows, command=command_line("bench.runner_state_bench", argv),
+                  extra={"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges,
+                         "repeat": args.repeat, "slopes": slopes,
+                         "slopes_per_delta_row": slopes_per_row},
+                  out=out.with_suffix(".json"), table=False)
+    plot_slopes(rows, slopes, out.with_suffix(".png"), "live window W (edges)",
+                "2-hop GROUP BY COUNT, epochs of 1000: cost vs state size")
     return 0
+
+
+def plot_slopes(rows: list[dict[str, Any]], slopes: dict[str, float], path: Path,
+                xlabel: str, title: str) -> None:
+    """Steady cost per update against the window, a line per runner and P with its
+    slope (``slopes`` as :func:`slopes_by_runner` gives them)."""
+    made = subplots(figsize=(6, 4))
+    if made is None:
+        return
+    fig, ax = made
+    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
+        pts = sorted((r["window"], r["us_per_update"]) for r in rows
+                     if (r["runner"], r["parallelism"]) == key)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                label=f"{key[0]} P={key[1]} (slope {slopes[f'{key[0]} P={key[1]}']:.2f})")
+    loglog(ax, xlabel, "steady cost per update (us)", title)
+    save(fig, path)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 micro-batch sizes 1k, 10k and 100k updates, and the fixed per-batch overhead, next to
 the local runner on the same stream in the same process run.
 
-    python bench/spark_bench.py [--edges 40000] [--query star_count] [--quick]
-    python bench/spark_bench.py --parts overhead --parallelism 1 2 [--tag _before]
+    python -m bench.spark_bench [--edges 40000] [--query star_count] [--quick]
+    python -m bench.spark_bench --parts overhead --parallelism 1 2 [--tag _before]
 
 Parts: ``state`` (steady cost per update against the live window W, local next to spark:
 spark_state.json), ``batches`` (latency and throughput per batch size:
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -26,16 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.kafka_bench import kafka_bootstrap  # noqa: E402
-from bench.workloads import make_workload  # noqa: E402
-from connectors.files import CollectingSink  # noqa: E402
-from core.epochs import EpochCursor  # noqa: E402
-from core.records import format_update  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
-from dataflow.distributed import PartitionLayout, tag_records  # noqa: E402
-from dataflow.drive import DriveStats  # noqa: E402
+from bench.harness import RESULTS, command_line, dir_bytes, percentile, result_record
+from bench.harness.brokers import kafka_bootstrap
+from bench.harness.streams import window_files
+from bench.workloads import make_workload
+from connectors.files import CollectingSink
+from core.epochs import EpochCursor
+from core.records import format_update
+from dataflow.api import compile_query
+from dataflow.distributed import PartitionLayout, tag_records
+from dataflow.drive import DriveStats
 
 
 @dataclass
@@ -44,13 +42,6 @@ class Outputs:
     snapshots: Any = None
     resume_epoch: int = 0
     resume_snapshot: int = 0
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rec = {
             "batch_lines": size, "wall_s": wall, "batches": len(batches),
             "median_batch_ms": statistics.median(durations) if durations else None,
-            "p95_batch_ms": _pct(durations, 0.95), "input_rows": rows_in,
+            "p95_batch_ms": percentile(durations, 0.95, "round"), "input_rows": rows_in,
             "updates_per_s": updates / (sum(durations) / 1000) if durations else None,
             "delta_rows": sum(len(d.rows) for d in sink.deltas),
             "overhead_probe": size == args.overhead_batch,
@@ -131,14 +122,14 @@ class MarkingSink(CollectingSink):
 
 def run_state(args: argparse.Namespace) -> dict[str, Any]:
     """Steady cost per update vs the live window W (state size), local vs spark."""
-    from bench.runner_state_bench import EPOCH, make_stream, run_local, slopes_by_runner
+    from bench.runner_state_bench import EPOCH, SQL, run_local, slopes_by_runner
     from dataflow.runners.spark.job import SparkJob, spark_session
 
     tmp = Path(tempfile.mkdtemp(prefix="ivmflow-sparkstate-"))
     rows: list[dict[str, Any]] = []
     spark_session(None, 2)  # start the JVM once, outside the timings
     for w in args.windows:
-        updates, query, warm = make_stream(w, args.steady_edges, tmp)
+        updates, query, warm = window_files(w, args.steady_edges, tmp, SQL, EPOCH)
         local = run_local(query, updates, warm)
         rows.append({"runner": "local", "parallelism": 1, "window": w, **local})
         print(f"W={w} local: {local['us_per_update']:.1f} us/update", flush=True)
@@ -164,7 +155,7 @@ def run_state(args: argparse.Namespace) -> dict[str, Any]:
                    "us_per_update": 1e6 * secs / steady,
                    "median_batch_ms": statistics.median(
                        float(p["durationMs"]["triggerExecution"]) for p in batches),
-                   "checkpoint_bytes": _dir_bytes(ckpt / "state"),
+                   "checkpoint_bytes": dir_bytes(ckpt / "state"),
                    "state_entries": local["state_entries"]}
             rec["ratio_to_local"] = rec["us_per_update"] / local["us_per_update"]
             rows.append(rec)
@@ -232,35 +223,6 @@ def _read(path: Path, q: Any) -> list[Any]:
     return list(read_updates(str(path), q.schema))
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _plot_state(state: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    rows = state["rows"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key in sorted({(r["runner"], r["parallelism"]) for r in rows}):
-        pts = sorted((r["window"], r["us_per_update"]) for r in rows
-                     if (r["runner"], r["parallelism"]) == key)
-        label = f"{key[0]} P={key[1]} (slope {state['slopes'][f'{key[0]} P={key[1]}']:.2f})"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("live window W (edges)")
-    ax.set_ylabel("steady cost per update (us)")
-    ax.set_title(f"Spark runner, 2-hop GROUP BY COUNT, batches of {state['batch_lines']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--query", default="star_count")
@@ -283,34 +245,38 @@ def main(argv: list[str] | None = None) -> int:
                    "a noida-db process, tests/kafka_broker.py)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tag", default="", help="suffix of the overhead part's JSON name")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     if args.quick:
         args.edges, args.batch_sizes = 2000, ["500", "2000"]
         args.windows, args.steady_edges, args.parallelism = [2000, 4000], 2000, [2]
         args.state_batch = 500  # the steady phase must span several batches
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    command = command_line("bench.spark_bench", argv)
     suffix = "_quick" if args.quick else ""
     if "state" in args.parts:
+        from bench.runner_state_bench import plot_slopes
+
         state = run_state(args)
-        print("\n| runner | P | W | us/update (steady) | x local | state MiB |")
-        print("|---|---|---|---|---|---|")
-        for r in state["rows"]:
+        rows = state.pop("rows")
+        lines = ["", "| runner | P | W | us/update (steady) | x local | state MiB |",
+                 "|---|---|---|---|---|---|"]
+        for r in rows:
             ratio = f"{r.get('ratio_to_local', 1.0):.1f}"
             mib = f"{r['checkpoint_bytes'] / 2**20:.1f}" if "checkpoint_bytes" in r else "-"
-            print(f"| {r['runner']} | {r['parallelism']} | {r['window']} | "
-                  f"{r['us_per_update']:.1f} | {ratio} | {mib} |")
-        for k, v in state["slopes"].items():
-            print(f"log-log slope of steady us/update vs W, {k}: {v:.2f}")
-        (out / f"spark_state{suffix}.json").write_text(json.dumps(state, indent=2) + "\n")
-        _plot_state(state, out / f"spark_state{suffix}.png")
-        print(f"wrote {out / f'spark_state{suffix}.json'}")
+            lines.append(f"| {r['runner']} | {r['parallelism']} | {r['window']} | "
+                         f"{r['us_per_update']:.1f} | {ratio} | {mib} |")
+        lines += [f"log-log slope of steady us/update vs W, {k}: {v:.2f}"
+                  for k, v in state["slopes"].items()]
+        result_record("spark_state", rows, command=command, extra=state,
+                      out=out / f"spark_state{suffix}.json", table="\n".join(lines))
+        plot_slopes(rows, state["slopes"], out / f"spark_state{suffix}.png",
+                    "live window W (edges)",
+                    f"Spark runner, 2-hop GROUP BY COUNT, batches of {state['batch_lines']}")
     if "overhead" in args.parts:
         ovh = run_overhead(args)
-        name = f"spark_overhead{args.tag}{suffix}.json"
-        (out / name).write_text(json.dumps(ovh, indent=2) + "\n")
-        print(f"wrote {out / name}")
+        result_record("spark_overhead", ovh.pop("rows"), command=command, extra=ovh,
+                      out=out / f"spark_overhead{args.tag}{suffix}.json", table=False)
     if "batches" not in args.parts:
         return 0
     res = run(args)
@@ -327,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['p95_batch_ms']:>8.0f} {ups:>10,.0f} {ratio:>8.1f}")
     print("* fixed-overhead probe: tiny batches, median batch time ~ per-batch overhead")
     name = "spark_runner_quick.json" if args.quick else "spark_runner.json"
-    (out / name).write_text(json.dumps(res, indent=2))
-    print(f"wrote {out / name}")
+    result_record("spark_runner", res.pop("spark"), command=command, extra=res,
+                  out=out / name, table=False)
     return 0
 
 

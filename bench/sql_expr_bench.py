@@ -10,7 +10,7 @@ variants maintain the same results (checked per epoch). The stream is the initia
 load of ``ivmflow generate tpch`` then its refresh epochs; the cost per update is
 the whole stream's time over its updates (the load dominates).
 
-    python bench/sql_expr_bench.py [--sf 0.1] [--repeat 3] [--native]
+    python -m bench.sql_expr_bench [--sf 0.1] [--repeat 3] [--native]
 
 Prints a table and writes bench/results/sql_expr.json.
 """
@@ -19,21 +19,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import sys
 import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from connectors.files import read_updates  # noqa: E402
-from connectors.tpch import TpchSpec, write_tpch  # noqa: E402
-from core.records import EpochEnd, Record, Update  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
+from bench.harness import RESULTS, command_line, result_record
+from connectors.files import read_updates
+from connectors.tpch import TpchSpec, write_tpch
+from core.records import EpochEnd, Record, Update
+from dataflow.api import compile_query
 
 EXTRA = {
     # table -> (extra column DDL, function of the row giving the extra values)
@@ -99,13 +95,13 @@ def canonical(deltas: list[Any]) -> list[Any]:
                    for m, row in d) for d in deltas]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sf", type=float, default=0.1)
     ap.add_argument("--repeat", type=int, default=3, help="runs per variant (min taken)")
     ap.add_argument("--native", action="store_true", help="compiled hot path")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/sql_expr"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(RESULTS / "sql_expr"))
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         write_tpch(TpchSpec(sf=args.sf, refresh_pairs=2), tmp)
         schema = (Path(tmp) / "schema.sql").read_text()
@@ -136,10 +132,9 @@ def main() -> None:
         print(f"{r['query']:6} {r['expressions_us_per_update']:19.2f} "
               f"{r['precomputed_us_per_update']:19.2f} {100 * r['overhead']:8.1f}%")
     out = Path(args.out + ("_native" if args.native else "") + ".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"sf": args.sf, "native": args.native, "repeat": args.repeat,
-                               "rows": rows}, indent=2, default=str) + "\n")
-    print(f"wrote {out}")
+    result_record("sql_expr", rows, command=command_line("bench.sql_expr_bench", argv),
+                  extra={"sf": args.sf, "native": args.native, "repeat": args.repeat},
+                  out=out, table=False)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ checkpoint size is the largest the run's ``--checkpoint`` directory got (sampled
 half second): RocksDB files (Flink: incremental; Spark: the state store's snapshots and
 changelogs) and the runner's own.
 
-    python bench/stage_cost_bench.py [--sfs 0.1] [--queries q01,q17]
+    python -m bench.stage_cost_bench [--sfs 0.1] [--queries q01,q17]
         [--runners local,flink1,flink2,spark1,spark2] [--batch-lines 100000]
-    python bench/stage_cost_bench.py --write-back-only --sfs 0.01 --queries q01,q17
+    python -m bench.stage_cost_bench --write-back-only --sfs 0.01 --queries q01,q17
 
 Prints a table and writes bench/results/stage_cost.json (``--out``), rewritten after
 every run.
@@ -32,8 +32,6 @@ every run.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
 import json
 import os
 import pickle
@@ -42,12 +40,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import RESULTS, ROOT, command_line, result_record
+from bench.harness.timing import CommitWatcher, committed_epoch, read_phase_logs
 
 RUNNERS = {"flink1": ("flink", 1), "flink2": ("flink", 2),
            "spark1": ("spark", 1), "spark2": ("spark", 2)}
@@ -105,7 +103,6 @@ def padded(updates: Path, batch: int, out: Path) -> Path:
 def local_worker(query: Path, updates: Path, out: Path) -> None:
     """The local runner in this process (interpreted unless IVMFLOW_NATIVE=1): the clock
     at each epoch's close, pickled to ``out``."""
-    sys.path.insert(0, str(ROOT))
     from connectors.files import read_updates
     from dataflow.api import compile_query
     from dataflow.drive import drive
@@ -126,8 +123,9 @@ def local_worker(query: Path, updates: Path, out: Path) -> None:
 
 def run_local(query: Path, updates: Path, counts: list[int], work: Path) -> dict[str, Any]:
     out = work / "local.pickle"
-    subprocess.run([sys.executable, __file__, "--local-worker", str(query), str(updates),
-                    str(out)], cwd=ROOT, env=_env(), check=True, timeout=3600)
+    subprocess.run([sys.executable, "-m", "bench.stage_cost_bench", "--local-worker",
+                    str(query), str(updates), str(out)],
+                   cwd=ROOT, env=_env(), check=True, timeout=3600)
     with open(out, "rb") as f:
         got = pickle.load(f)
     marks = got["marks"]
@@ -146,7 +144,6 @@ def write_back_only(query: Path, updates: Path) -> dict[str, Any]:
     (``changes()``, then ``encode_key`` and ``encode_entry`` per entry), over every stage
     slot of the query at P=1 in this process: its time, entries and bytes per refresh
     update (``--write-back-only``; no JVM, so a change to the encoding shows here first)."""
-    sys.path.insert(0, str(ROOT))
     from connectors.files import read_updates
     from core.epochs import CLOSE, EpochCursor
     from dataflow.api import compile_query
@@ -186,36 +183,6 @@ def write_back_only(query: Path, updates: Path) -> dict[str, Any]:
             "entries_per_update": acc["entries"] / n, "put_bytes_per_update": acc["bytes"] / n}
 
 
-def _dir_bytes(path: Path) -> int:
-    """Bytes under ``path``; files and folders removed meanwhile are skipped."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
-
-
-def _committed_epoch(commit: Path) -> int:
-    try:
-        return int(json.loads(commit.read_text())["epoch"])
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
-def read_phases(prefix: str) -> dict[int, list[float]]:
-    """Flink's phase logs summed per epoch over every partition and stage slot: engine
-    s, write-back s, sink s, puts, removes."""
-    per_epoch: dict[int, list[float]] = {}
-    for path in glob.glob(prefix + ".*.tsv"):
-        for line in Path(path).read_text().splitlines():
-            epoch, *values = line.split("\t")
-            acc = per_epoch.setdefault(int(epoch), [0.0] * 5)
-            for i, v in enumerate(values[:5]):
-                acc[i] += float(v)
-    return per_epoch
-
-
 def run_runner(name: str, query: Path, updates: Path, counts: list[int], work: Path,
                batch_lines: int) -> dict[str, Any]:
     """One ``ivmflow run --runner R --parallelism P`` in a subprocess, timed between the
@@ -228,54 +195,32 @@ def run_runner(name: str, query: Path, updates: Path, counts: list[int], work: P
     # epoch that does, and the latency figure ends at the last one that does.
     commits = (Path(f"{deltas}.commit"),)
     prefix = str(work / f"phases-{name}")
-    marks: dict[int, float] = {}
-    walls: dict[int, float] = {}
     trace = work / f"trace-{name}.jsonl"
-    sizes = [0]
-    done = threading.Event()
 
-    def poll() -> None:
-        last, next_size = 0, 0.0
-        while not done.is_set():
-            now = time.perf_counter()
-            if now >= next_size:
-                sizes.append(_dir_bytes(ckpt))
-                next_size = time.perf_counter() + 0.5
-            k = max(map(_committed_epoch, commits))
-            if k != last:
-                t = time.perf_counter()
-                for e in range(last + 1, k + 1):
-                    marks.setdefault(e, t)
-                    walls.setdefault(e, time.time())
-                last = k
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
-    t0 = time.perf_counter()
     env = {**_env(), "IVMFLOW_FLINK_PHASES": prefix, "IVMFLOW_SPARK_TRACE": str(trace)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
-         "--deltas", str(deltas), "--quiet", "--runner", runner,
-         "--parallelism", str(parallelism), "--checkpoint", str(ckpt),
-         *(["--batch-lines", str(batch_lines)] if runner == "spark" else [])],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=5400)
-    wall = time.perf_counter() - t0
-    done.set()
-    watcher.join()
+    with CommitWatcher(commits, ckpt, tick=0.002, size_every=0.5) as watch:
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "dataflow", "run", str(query), "--updates", str(updates),
+             "--deltas", str(deltas), "--quiet", "--runner", runner,
+             "--parallelism", str(parallelism), "--checkpoint", str(ckpt),
+             *(["--batch-lines", str(batch_lines)] if runner == "spark" else [])],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=5400)
+        wall = time.perf_counter() - t0
+    marks, walls = watch.marks, watch.walls
     if proc.returncode != 0:
         return {"status": "failed", "error": proc.stderr.strip()[-600:], "wall_s": wall}
     n = sum(counts[1:len(counts)])  # (every refresh epoch's updates: the phases, traces)
     out: dict[str, Any] = {"status": "ok", "steady_updates": n, "wall_s": wall,
-                           "checkpoint_mib": max(sizes) / 2**20}
-    last = _committed_epoch(commits[0])
+                           "checkpoint_mib": max(watch.sizes) / 2**20}
+    last = committed_epoch(commits[0])
     if last >= 2 and 1 in marks:  # (a top-k whose window the refreshes never change: no)
         secs = marks[last] - marks[1]
         out.update({
             "steady_s": secs, "latency_us_per_update": 1e6 * secs / sum(counts[1:last]),
             "epoch_us_per_update": [1e6 * (marks[e] - marks[e - 1]) / max(1, counts[e - 1])
                                     for e in range(2, last + 1)]})
-    phases = read_phases(prefix)
+    phases = read_phase_logs(prefix)
     steady = [e for e in phases if e >= 2]
     if steady:
         engine = sum(phases[e][0] for e in steady)
@@ -328,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runners", default="local,flink1,flink2,spark1,spark2")
     ap.add_argument("--batch-lines", type=int, default=100_000,
                     help="Spark's input lines per micro-batch")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/stage_cost")
+    ap.add_argument("--out", type=Path, default=RESULTS / "stage_cost")
     ap.add_argument("--write-back-only", action="store_true",
                     help="only the write-back's Python side, in this process (no runner)")
     ap.add_argument("--local-worker", nargs=3, metavar=("QUERY", "UPDATES", "OUT"),
@@ -348,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     runners = opts.runners.split(",")
     rows: list[dict[str, Any]] = []
     path = opts.out.with_suffix(".json")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    command = command_line("bench.stage_cost_bench", argv)
+    extra = {"sfs": opts.sfs, "batch_lines": opts.batch_lines}
     head = ("sf", "query", "runner", "us_per_update", "local_us_per_update", "ratio",
             "latency_us_per_update",
             "checkpoint_mib", "engine_us_per_update", "write_back_us_per_update",
@@ -378,11 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                     row["ratio"] = got["us_per_update"] / local["us_per_update"]
                 rows.append(row)
                 print(" | ".join(_fmt(row.get(h, "")) for h in head), flush=True)
-                path.write_text(json.dumps({"sfs": opts.sfs, "batch_lines": opts.batch_lines,
-                                            "rows": rows}, indent=1) + "\n")
-    path.write_text(json.dumps({"sfs": opts.sfs, "batch_lines": opts.batch_lines,
-                                "rows": rows}, indent=1) + "\n")
-    print(f"wrote {path}")
+                result_record("stage_cost", rows, command=command, extra=extra, out=path,
+                              table=False, quiet=True)
+    result_record("stage_cost", rows, command=command, extra=extra, out=path, table=False)
     return 0
 
 

@@ -31,7 +31,7 @@ final result checked against DuckDB's (Flink SQL has no epochs). Its time per up
 difference of two runs, noise on this stream's few refresh updates: that module's own
 command runs it on a longer refresh stream, side by side with ivmflow.
 
-    python bench/tpch_bench.py [--sf 0.1] [--epochs 100,1000] [--queries q01,q06]
+    python -m bench.tpch_bench [--sf 0.1] [--epochs 100,1000] [--queries q01,q06]
         [--systems ivmflow,ivmflow-native,duckdb] [--refresh-pairs 2] [--quick]
 
 Prints a table, writes ``bench/results/tpch_bench.json`` and ``tpch_bench.png``
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import json
 import os
 import pickle
@@ -56,9 +55,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from bench.harness import RESULTS, ROOT, command_line, result_record
+from bench.harness.plots import save, subplots
+from bench.harness.timing import apply_load
 
 SYSTEMS = ("ivmflow", "ivmflow-native", "duckdb")
 QUERIES = tuple(f"q{n:02d}" for n in range(1, 23))
@@ -94,7 +93,7 @@ def _schedule(items: list[Any], sizes: list[int], most: int) -> list[tuple[int, 
 def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
                 ) -> dict[str, Any]:
     from connectors.files import read_updates
-    from core.records import EpochEnd, Update
+    from core.records import Update
     from dataflow.api import compile_query
 
     q = compile_query((data / "queries" / f"{name}.sql").read_text(),
@@ -105,20 +104,7 @@ def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
     rss0 = _rss_mib()
     # The load streams through in batches, parsing untimed (at SF 1, holding its 8.6M
     # parsed rows would add ~8 GB to the peak that a deployment never holds).
-    load_s, loaded, batch = 0.0, 0, []
-    for r in itertools.chain(records, [EpochEnd()]):
-        if isinstance(r, Update):
-            batch.append(r)
-            if len(batch) < 10_000:
-                continue
-        t0 = time.perf_counter()
-        for u in batch:
-            apply(u)
-        load_s += time.perf_counter() - t0
-        loaded += len(batch)
-        batch = []
-        if isinstance(r, EpochEnd):
-            break
+    load_s, loaded = apply_load(records, apply)
     t0 = time.perf_counter()
     first = view.end_epoch()
     load_s += time.perf_counter() - t0
@@ -148,7 +134,7 @@ def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
 
 
 def run_duckdb(data: Path, name: str, sizes: list[int], most: int) -> dict[str, Any]:
-    import tpch_oracle as to
+    from tests import tpch_oracle as to
 
     select = to.query_part((data / "queries" / f"{name}.sql").read_text())
     cache = data / "duckdb_load.db"
@@ -218,12 +204,6 @@ def worker(args: argparse.Namespace) -> None:
     sizes = [int(x) for x in size_list.split(",")]
     if system == "duckdb":
         res = run_duckdb(Path(data), name, sizes, args.max_epochs)
-    elif system == "flink-sql":
-        from bench.tpch_flink_sql import run_flink_sql
-
-        res = run_flink_sql(Path(data), name)
-        if "final" not in res:  # (run_one reports the last line of stderr)
-            raise SystemExit(f"refused: {res.get('refused') or res}")
     else:
         res = run_ivmflow(Path(data), name, sizes, args.max_epochs,
                           system == "ivmflow-native")
@@ -246,13 +226,15 @@ def ensure_data(sf: float, pairs: int) -> Path:
 
 def run_one(system: str, name: str, sizes: str | int, data: Path, most: int
             ) -> dict[str, Any] | str:
-    """One worker subprocess; ``sizes``: the epoch sizes, comma-separated."""
+    """One worker subprocess; ``sizes``: the epoch sizes, comma-separated (system
+    ``flink-sql``: :mod:`bench.tpch_flink_sql`'s worker, the same protocol)."""
     with tempfile.NamedTemporaryFile(suffix=".pickle") as out:
         env = {**os.environ, "PYTHONHASHSEED": "0",
                "IVMFLOW_NATIVE": "1" if system == "ivmflow-native" else "0"}
-        p = subprocess.run([sys.executable, __file__, "--max-epochs", str(most), "--worker",
-                            system, name, str(sizes), str(data), out.name],
-                           capture_output=True, text=True, env=env, timeout=3600)
+        module = "bench.tpch_flink_sql" if system == "flink-sql" else "bench.tpch_bench"
+        p = subprocess.run([sys.executable, "-m", module, "--max-epochs", str(most),
+                            "--worker", system, name, str(sizes), str(data), out.name],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
         if p.returncode != 0:
             return (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
         with open(out.name, "rb") as f:
@@ -261,7 +243,7 @@ def run_one(system: str, name: str, sizes: str | int, data: Path, most: int
 
 
 def same_deltas(a: list[list[tuple[int, Any]]], b: list[list[tuple[int, Any]]]) -> str:
-    import tpch_oracle as to
+    from tests import tpch_oracle as to
 
     if len(a) != len(b):
         return f"{len(a)} vs {len(b)} epochs"
@@ -274,11 +256,26 @@ def same_deltas(a: list[list[tuple[int, Any]]], b: list[list[tuple[int, Any]]]) 
     return ""
 
 
-def _flink_check(final: list[tuple[int, Any]], duck: list[list[tuple[int, Any]]]) -> str:
-    """Flink SQL has no epochs: its summed changelog against DuckDB's last result."""
-    from bench.tpch_flink_sql import check_final
+def final_of(deltas: list[list[tuple[int, Any]]]) -> list[Any]:
+    """The result after the last epoch from per-epoch deltas (mult, row)."""
+    acc: Counter[Any] = Counter()
+    for epoch in deltas:
+        for m, r in epoch:
+            acc[r] += m
+    return [r for r, m in acc.items() if m > 0 for _ in range(m)]
 
-    return check_final(final, duck)
+
+def check_final(final: list[tuple[int, Any]], duck_deltas: list[list[tuple[int, Any]]]
+                ) -> str:
+    """"final equal" or the difference between a run's final result (a system without
+    epochs, Flink SQL: its summed changelog) and DuckDB's."""
+    from tests import tpch_oracle as to
+
+    if any(m < 0 for m, _r in final):
+        return "final has negative multiplicities"
+    got = [r for m, r in final for _ in range(m)]
+    problems = to.compare_answers([got], [final_of(duck_deltas)])
+    return "; ".join(problems)[:300] if problems else "final equal"
 
 
 def summarize(res: dict[str, Any], size: int | None = None) -> dict[str, Any]:
@@ -301,7 +298,7 @@ def summarize(res: dict[str, Any], size: int | None = None) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sf", type=float, default=0.1)
     ap.add_argument("--refresh-pairs", type=int, default=2)
@@ -314,7 +311,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="SF 0.01, for a smoke run")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--markdown", metavar="JSON", help="print a results file's table")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.worker:
         worker(args)
         return
@@ -331,7 +328,8 @@ def main() -> None:
               f"{'x duckdb':>8} {'crossover E':>11}  check")
     stem = "tpch_bench_quick" if args.quick else \
         "tpch_bench" if sf == 0.1 else f"tpch_bench_sf{sf:g}"
-    out = ROOT / "bench" / "results" / f"{stem}.json"
+    out = RESULTS / f"{stem}.json"
+    command = command_line("bench.tpch_bench", argv)
     print(f"TPC-H SF {sf:g}, {args.refresh_pairs} refresh pairs; 2 shared cores")
     print(header)
     for name in args.queries.split(","):
@@ -352,7 +350,7 @@ def main() -> None:
                 if system not in checks:
                     checks[system] = "" if system == "duckdb" or not isinstance(duck, dict) \
                         else same_deltas(res["deltas"], duck["deltas"]) \
-                        if system != "flink-sql" else _flink_check(res["final"], duck["deltas"])
+                        if system != "flink-sql" else check_final(res["final"], duck["deltas"])
                 check = checks[system]
                 row.update(summarize(res, size))
                 row.pop("final", None)
@@ -374,16 +372,12 @@ def main() -> None:
                       f"{row.get('speedup_p50', 0) or 0:>8.1f} "
                       f"{row.get('crossover_epoch_size', 0) or 0:>11.0f}  {row['check']}",
                       flush=True)
-            _write(out, sf, args.refresh_pairs, rows)  # (per query: a long run keeps what it did)
+            # (per query: a long run keeps what it did)
+            result_record("tpch_bench", rows, command=command, out=out, table=False,
+                          quiet=True, extra={"sf": sf, "refresh_pairs": args.refresh_pairs})
     print(f"wrote {out.relative_to(ROOT)}")
-    _plot(rows, ROOT / "bench" / "results" / f"{stem}.png", max(sizes))
+    _plot(rows, RESULTS / f"{stem}.png", max(sizes))
     print(markdown(rows))
-
-
-def _write(out: Path, sf: float, pairs: int, rows: list[dict[str, Any]]) -> None:
-    out.write_text(json.dumps({"sf": sf, "refresh_pairs": pairs,
-                               "machine": "2 shared cores", "rows": rows}, indent=1,
-                              default=str))
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -414,14 +408,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path, size: int) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
     names = sorted({r["query"] for r in rows})
-    fig, ax = plt.subplots(figsize=(12, 4))
+    made = subplots(figsize=(12, 4))
+    if made is None:
+        return
+    fig, ax = made
     width = 0.27
     for i, system in enumerate(SYSTEMS):
         ys = [next((r.get("p50_ms") or 0 for r in rows if r["query"] == n and
@@ -431,9 +422,7 @@ def _plot(rows: list[dict[str, Any]], path: Path, size: int) -> None:
     ax.set_yscale("log")
     ax.set_ylabel(f"p50 latency per epoch of {size} updates (ms)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    print(f"wrote {path.relative_to(ROOT)}")
+    save(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

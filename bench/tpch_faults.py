@@ -21,7 +21,7 @@ uninterrupted in-process run over the same stream as a file: an epoch missing ro
 
 Run (starts a broker from the ``dev`` extra unless ``--bootstrap`` is given)::
 
-    python bench/tpch_faults.py --sf 0.01 --kills 3 --runners local,spark,flink
+    python -m bench.tpch_faults --sf 0.01 --kills 3 --runners local,spark,flink
 
 prints a table (runner, kills, epochs, lost, duplicated, seconds) and writes
 ``bench/results/tpch_faults.json``. ``tests/test_tpch_faults.py`` runs one kill per
@@ -31,7 +31,6 @@ runner at SF 0.01 with the same functions.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -43,14 +42,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from connectors.files import read_updates  # noqa: E402
-from connectors.kafka import parse_kafka_url, read_deltas, read_last_epoch  # noqa: E402
-from core.records import format_value  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
+from bench.harness import RESULTS, ROOT, command_line, result_record
+from connectors.files import read_updates
+from connectors.kafka import parse_kafka_url, read_deltas, read_last_epoch
+from core.records import format_value
+from dataflow.api import compile_query
 
 Epochs = dict[int, Counter[tuple[Any, ...]]]
 RUNNERS = ("local", "spark", "flink")
@@ -268,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", help="a Kafka broker (default: start one)")
     ap.add_argument("--seed", type=int, default=33)
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/tpch_faults.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "tpch_faults.json")
     args = ap.parse_args(argv)
+    args.command = command_line("bench.tpch_faults", argv)
     import tempfile
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ivmflow-tpch-faults-"))
@@ -277,8 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_broker: Callable[[], None] = lambda: None  # noqa: E731
     bootstrap = args.bootstrap
     if bootstrap is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import kafka_broker
+        from tests import kafka_broker
 
         broker, stop_broker = kafka_broker.launch_broker()
         bootstrap = broker.bootstrap
@@ -320,10 +316,10 @@ def _bench(args: argparse.Namespace, work: Path, bootstrap: str) -> int:
               f"partitions, Spark/Flink P=2")
     table = [header, "runner   kills epochs lost duplicated  seconds   kill points "
              "(kind@last epoch in the topic)", *map(_line, rows)]
-    print("\n".join(table))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"query": QUERY, "sf": args.sf, "every": args.every,
-                                    "seed": args.seed, "rows": rows}, indent=1) + "\n")
+    result_record("tpch_faults", rows, command=args.command, out=args.out,
+                  table="\n".join(table),
+                  extra={"query": QUERY, "sf": args.sf, "every": args.every,
+                         "seed": args.seed})
     return 0 if all(r["lost"] == 0 and r["duplicated"] == 0 for r in rows) else 1
 
 

@@ -67,9 +67,9 @@ on the same stream, ivmflow in epochs of ``E`` updates (1000 by default); its st
 entries and the RSS its load added (in-process Python objects, not a checkpoint: a
 different measure than Flink's bytes on disk; see docs/benchmarks.md).
 
-    python bench/tpch_flink_sql.py [--sf 0.01] [--refresh-pairs 1000] [--queries q01,q06]
+    python -m bench.tpch_flink_sql [--sf 0.01] [--refresh-pairs 1000] [--queries q01,q06]
         [--systems ivmflow,flink-sql] [--epoch 1000] [--repeat 1] [--out JSON]
-    python bench/tpch_flink_sql.py --merge A.json B.json --out JSON   # runs made apart
+    python -m bench.tpch_flink_sql --merge A.json B.json --out JSON   # runs made apart
 
 Prints a table, writes the JSON (default ``bench/results/tpch_flink_sql.json``; rows
 like tpch_bench's, system ``flink-sql`` among them); ``--markdown JSON`` prints a
@@ -93,14 +93,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from bench.harness import RESULTS, ROOT, command_line, dir_bytes, result_record
+from bench.tpch_bench import (
+    QUERIES,
+    check_final,
+    ensure_data,
+    run_one,
+    same_deltas,
+    summarize,
+)
 
-from bench.runner_state_bench import _dir_bytes  # noqa: E402
-from bench.tpch_bench import QUERIES, ensure_data, run_one, summarize  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 WHOLE = 10**9  # an epoch size larger than any stream: the refresh as one epoch
 DOUBLE = "CAST({} AS DOUBLE)"
 # (old, new) text replacements per query; each must occur (see the module docstring).
@@ -124,7 +126,7 @@ TRANSLATIONS: dict[str, list[tuple[str, str]]] = {
 
 def flink_query(name: str, text: str) -> str:
     """The Flink SQL text of query ``name`` from its ivmflow query file's ``text``."""
-    import tpch_oracle as to
+    from tests import tpch_oracle as to
 
     sql = to.query_part(text).strip().rstrip(";")
     for old, new in TRANSLATIONS.get(name, []):
@@ -280,7 +282,8 @@ def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Pat
     out = ckpt.with_suffix(".pickle")
     spec = {"query": query, "tables": str(tables), "schema": str(schema_sql),
             "collect": collect, "checkpoint": str(ckpt), "out": str(out)}
-    proc = subprocess.Popen([sys.executable, __file__, "--job", json.dumps(spec)],
+    proc = subprocess.Popen([sys.executable, "-m", "bench.tpch_flink_sql", "--job",
+                             json.dumps(spec)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     peak = {"ckpt": 0, "rss": 0.0}
@@ -289,7 +292,7 @@ def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Pat
 
     def sample() -> None:  # (the JVM is PyFlink's child process, gone when the job ends)
         while not stop.wait(0.25):
-            peak["ckpt"] = max(peak["ckpt"], _dir_bytes(ckpt))
+            peak["ckpt"] = max(peak["ckpt"], dir_bytes(ckpt))
             seen.update(p.name for p in ckpt.glob("*/chk-*"))
             for pid in _descendants(proc.pid):
                 peak["rss"] = max(peak["rss"], _hwm_mib(pid))
@@ -332,7 +335,7 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
                   check_only: bool = False) -> dict[str, Any]:
     """Flink SQL on query ``name`` over the stream in ``data``, in tpch_bench's result
     shape (``final`` instead of per-epoch ``deltas``; ``refused`` when refused)."""
-    import tpch_oracle as to
+    from tests import tpch_oracle as to
 
     logs = write_changelogs(data)
     query = flink_query(name, (data / "queries" / f"{name}.sql").read_text())
@@ -371,27 +374,6 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
     return res
 
 
-def final_of(deltas: list[list[tuple[int, Any]]]) -> list[Any]:
-    """The result after the last epoch from per-epoch deltas (mult, row)."""
-    acc: Counter[Any] = Counter()
-    for epoch in deltas:
-        for m, r in epoch:
-            acc[r] += m
-    return [r for r, m in acc.items() if m > 0 for _ in range(m)]
-
-
-def check_final(final: list[tuple[int, Any]], duck_deltas: list[list[tuple[int, Any]]]
-                ) -> str:
-    """"final equal" or the difference between Flink SQL's and DuckDB's final results."""
-    import tpch_oracle as to
-
-    if any(m < 0 for m, _r in final):
-        return "final has negative multiplicities"
-    got = [r for m, r in final for _ in range(m)]
-    problems = to.compare_answers([got], [final_of(duck_deltas)])
-    return "; ".join(problems)[:300] if problems else "final equal"
-
-
 # -- the comparison --------------------------------------------------------------------
 
 def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat: int,
@@ -425,8 +407,6 @@ def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat
                 row.update({k: v for k, v in res.items() if k not in ("final",)})
                 row["load_updates_per_s"] = res["load_updates"] / res["load_s"]
             else:
-                from bench.tpch_bench import same_deltas
-
                 row.update(summarize(res))
                 row["wall_us_per_update"] = 1e6 / row["updates_per_s"] \
                     if row.get("updates_per_s") else None
@@ -467,7 +447,7 @@ def merge(paths: list[Path], out: Path) -> list[dict[str, Any]]:
     as one, later files' rows replacing earlier ones of the same query and system."""
     runs: dict[float, dict[str, Any]] = {}
     for path in paths:
-        for run in json.loads(path.read_text())["runs"]:
+        for run in _runs(json.loads(path.read_text())):
             have = runs.setdefault(run["sf"], {**run, "rows": []})
             new = {(r["query"], r["system"]) for r in run["rows"]}
             have["rows"] = [r for r in have["rows"] if (r["query"], r["system"]) not in new] \
@@ -475,9 +455,16 @@ def merge(paths: list[Path], out: Path) -> list[dict[str, Any]]:
     for run in runs.values():
         run["rows"].sort(key=lambda r: (r["query"], r["system"]))
         add_ratios(run["rows"])
-    out.write_text(json.dumps({"runs": [runs[sf] for sf in sorted(runs)]}, indent=1,
-                              default=str))
+    result_record("tpch_flink_sql", [runs[sf] for sf in sorted(runs)],
+                  command=command_line("bench.tpch_flink_sql"), out=out, table=False)
     return [r for run in runs.values() for r in run["rows"]]
+
+
+def _runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A results file's runs (one per SF, each with its rows): the record's rows, or
+    ``runs`` in a file written before the one result schema."""
+    runs: list[dict[str, Any]] = doc["rows"] if "rows" in doc else doc["runs"]
+    return runs
 
 
 def _summed(deltas: list[list[tuple[int, Any]]]) -> list[list[tuple[int, Any]]]:
@@ -531,6 +518,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     """The command line (see the module docstring)."""
+    if "--worker" in sys.argv:
+        # tpch_bench.run_one's worker for system flink-sql (``--max-epochs N --worker
+        # SYSTEM NAME SIZES DATA OUT``): the run pickled to OUT.
+        _system, name, _sizes, data, out = sys.argv[sys.argv.index("--worker") + 1:][:5]
+        res = run_flink_sql(Path(data), name)
+        if "final" not in res:  # (run_one reports the last line of stderr)
+            raise SystemExit(f"refused: {res.get('refused') or res}")
+        with open(out, "wb") as f:
+            pickle.dump(res, f)
+        return
     if len(sys.argv) > 2 and sys.argv[1] == "--job":
         spec = json.loads(sys.argv[2])
         schema = flink_schema(Path(spec["schema"]).read_text())
@@ -556,24 +553,24 @@ def main() -> None:
         merge(args.merge, args.out)
         args.markdown = str(args.out)
     if args.markdown:
-        for run in json.loads(Path(args.markdown).read_text())["runs"]:
+        for run in _runs(json.loads(Path(args.markdown).read_text())):
             print(f"\nSF {run['sf']:g}, {run['refresh_pairs']} refresh pairs, ivmflow "
                   f"epochs of {run['epoch']}\n")
             print(markdown(run["rows"]))
         return
     data = ensure_data(args.sf, args.refresh_pairs)
-    old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    runs = [r for r in old.get("runs", []) if r["sf"] != args.sf]
-    mine: dict[str, Any] = next((r for r in old.get("runs", []) if r["sf"] == args.sf),
-                                {"rows": []})
+    old = _runs(json.loads(args.out.read_text())) if args.out.exists() else []
+    runs = [r for r in old if r["sf"] != args.sf]
+    mine: dict[str, Any] = next((r for r in old if r["sf"] == args.sf), {"rows": []})
     # A run over some queries replaces those queries' rows of the same SF, keeps others.
     kept = [r for r in mine["rows"] if r["query"] not in set(args.queries.split(","))]
 
     def write(rows: list[dict[str, Any]]) -> None:  # after each query: partial runs count
         run = {"sf": args.sf, "refresh_pairs": args.refresh_pairs, "epoch": args.epoch,
-               "machine": "2 shared cores", "rows": kept + rows}
-        args.out.write_text(json.dumps({"runs": sorted(runs + [run], key=lambda r: r["sf"])},
-                                       indent=1, default=str))
+               "rows": kept + rows}
+        result_record("tpch_flink_sql", sorted(runs + [run], key=lambda r: r["sf"]),
+                      command=command_line("bench.tpch_flink_sql"), out=args.out,
+                      table=False, quiet=True)
 
     rows = compare(data, args.queries.split(","), args.systems.split(","), args.epoch,
                    args.repeat, args.timeout, write)

@@ -8,7 +8,7 @@ deltas as a multiset of lines and the snapshot file byte for byte), ``differs``,
 ``refused`` / ``failed`` with the first line of the error (a query the local runner
 refuses is refused everywhere).
 
-    python bench/tpch_runners_all.py [--sf 0.01] [--data DIR] [--queries q03,q18]
+    python -m bench.tpch_runners_all [--sf 0.01] [--data DIR] [--queries q03,q18]
                                      [--runners local,spark1,spark2,flink1,flink2]
                                      [--batch-lines N]
 
@@ -21,7 +21,6 @@ writes bench/results/tpch_runners_all.json (``--out``), rewritten after every qu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import RESULTS, ROOT, command_line, result_record
 
 RUNNERS = {
     "local": [],
@@ -100,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runners", default=",".join(RUNNERS))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--batch-lines", type=int, default=10_000)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/tpch_runners_all")
+    ap.add_argument("--out", type=Path, default=RESULTS / "tpch_runners_all")
     opts = ap.parse_args(argv)
+    opts.command = command_line("bench.tpch_runners_all", argv)
     runners = [r for r in opts.runners.split(",") if r]
     unknown = set(runners) - set(RUNNERS)
     if unknown or "local" not in runners:
@@ -149,12 +149,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(opts: argparse.Namespace, data: Path, runners: list[str],
            rows: list[dict[str, Any]], done: bool) -> Path:
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
     path: Path = opts.out.with_suffix(".json")
-    path.write_text(json.dumps({"sf": opts.sf if opts.data is None else None,
-                                "data": str(data), "batch_lines": opts.batch_lines,
-                                "runners": runners, "complete": done, "rows": rows},
-                               indent=1) + "\n")
+    result_record("tpch_runners_all", rows, command=opts.command, out=path, table=False,
+                  quiet=True, extra={"sf": opts.sf if opts.data is None else None,
+                                     "data": str(data), "batch_lines": opts.batch_lines,
+                                     "runners": runners, "complete": done})
     return path
 
 

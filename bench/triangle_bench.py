@@ -57,19 +57,16 @@ Writes ``bench/results/triangle.json`` and ``triangle.png`` (``triangle_quick.*`
 
 Run from the repository root::
 
-    python bench/triangle_bench.py            # |D| = 2k..32k edges, ~1-3 minutes
-    python bench/triangle_bench.py --quick    # |D| = 500..4000, seconds
-    python bench/triangle_bench.py --hub-exp 0.8 --hub-scale 0.6 --sizes 4k,8k,16k,32k
+    python -m bench.triangle_bench            # |D| = 2k..32k edges, ~1-3 minutes
+    python -m bench.triangle_bench --quick    # |D| = 500..4000, seconds
+    python -m bench.triangle_bench --hub-exp 0.8 --hub-scale 0.6 --sizes 4k,8k,16k,32k
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
-import platform
-import random
 import sys
 import time
 from collections import Counter
@@ -78,15 +75,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
+from bench.harness import RESULTS, command_line, loglog_slope, percentile, result_record
+from bench.harness import write_record as write_json
+from bench.harness.plots import loglog, save, subplots
+from bench.harness.streams import GraphSpec, HubStream, degree_stats, hub_stream
+from core.records import Update
+from dataflow.api import compile_query
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from core.records import Update  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUERIES: tuple[str, ...] = ("count", "listing")
 SYSTEMS: tuple[str, ...] = ("ivm_eps0", "ivm_eps0.5", "ivm_eps1", "naive")
 EPS_OF: dict[str, float] = {"ivm_eps0": 0.0, "ivm_eps0.5": 0.5, "ivm_eps1": 1.0}
@@ -106,133 +101,6 @@ _MASK = (1 << 64) - 1
 
 Edge = tuple[int, int]
 Row = tuple[int, ...]
-
-
-# -- workload ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GraphSpec:
-    """Parameters of :func:`hub_graph`: ``hubs`` hubs whose in- and out-degree in the
-    live graph is about ``hub_scale * |D|^hub_exp``; background BA with ``attach``."""
-
-    hubs: int = 2
-    hub_exp: float = 1.0
-    hub_scale: float = 0.1
-    attach: int = 1
-
-    def describe(self) -> str:
-        return (
-            f"hub-heavy: {self.hubs} hubs with in- and out-degree ~{self.hub_scale:g} * "
-            f"|D|^{self.hub_exp:g} on a Barabasi-Albert background (m={self.attach}, random "
-            "orientation); hubs point into one random half A of the background and are "
-            "pointed at from the other half B (degree-biased), all hub->hub edges present; "
-            "no self-loops or duplicate edges; node ids shuffled"
-        )
-
-
-def hub_degree(n_edges: int, spec: GraphSpec, n_live: int | None = None) -> int:
-    """Hub in-/out-degree in a graph of ``n_edges`` edges whose live window holds
-    ``n_live``: ``hub_scale * n_live^hub_exp * n_edges / n_live``, capped on tiny graphs
-    so that each background half keeps about twice as many vertices as a hub has
-    neighbours there."""
-    k, m = spec.hubs, spec.attach
-    live = n_live or n_edges
-    cap = (n_edges - k * (k - 1)) // (4 * m + 2 * k)
-    want = spec.hub_scale * live**spec.hub_exp * n_edges / live
-    return max(1, min(cap, round(want)))
-
-
-def hub_graph(n_edges: int, seed: int = 0, spec: GraphSpec | None = None,
-              n_live: int | None = None) -> tuple[list[Edge], list[Edge]]:
-    """``n_edges`` distinct directed edges (no self-loops) of a hub-heavy graph in a
-    seeded random order (see the module doc), and the hub -> hub edges."""
-    spec = spec or GraphSpec()
-    rng = random.Random(seed)
-    k = spec.hubs
-    d = hub_degree(n_edges, spec, n_live)
-    n_bg = n_edges - k * (k - 1) - 2 * k * d
-    m = spec.attach
-    if n_bg < 4 * m:
-        msg = f"{n_edges} edges: too few for {k} hubs; use more edges or fewer hubs"
-        raise ValueError(msg)
-    n = n_bg // m + m + 1
-    und = sorted(nx.barabasi_albert_graph(n, m, seed=seed).edges())
-    rng.shuffle(und)
-    edges = [(u, v) if rng.random() < 0.5 else (v, u) for u, v in und[:n_bg]]
-    in_a = [rng.random() < 0.5 for _ in range(n)]
-    # Each vertex once per incident edge: a degree-biased choice.
-    pools = ([x for e in edges for x in e if in_a[x]], [x for e in edges for x in e
-                                                         if not in_a[x]])
-    sides = ([v for v in range(n) if in_a[v]], [v for v in range(n) if not in_a[v]])
-
-    def neighbours(side: int) -> list[int]:
-        pool, everyone = pools[side], sides[side]
-        want = min(d, len(everyone))
-        chosen: set[int] = set()
-        tries = 0
-        while pool and len(chosen) < want and tries < 20 * want:
-            chosen.add(rng.choice(pool))
-            tries += 1
-        while len(chosen) < want:  # rare: fill uniformly
-            chosen.add(rng.choice(everyone))
-        return sorted(chosen)
-
-    hubs = list(range(n, n + k))
-    for h in hubs:
-        edges += [(h, u) for u in neighbours(0)]
-        edges += [(u, h) for u in neighbours(1)]
-    hub_edges = [(h, g) for h in hubs for g in hubs if h != g]
-    edges += hub_edges
-    perm = list(range(n + k))
-    rng.shuffle(perm)
-    out = [(perm[u], perm[v]) for u, v in edges]
-    rng.shuffle(out)
-    assert len(set(out)) == len(out)
-    return out, [(perm[u], perm[v]) for u, v in hub_edges]
-
-
-@dataclass
-class Stream:
-    """Load ``n_live`` inserts, then ``tail`` FIFO steps (insert newest, delete oldest),
-    then ``hot`` updates toggling hub -> hub edges (delete + re-insert)."""
-
-    updates: list[tuple[str, Edge]]
-    n_live: int
-    phases: dict[str, tuple[int, int]]
-    """Phase name -> (start, end) update index: ``load``, ``tail``, ``hot``."""
-    hub_degree: int
-
-
-def make_stream(n_live: int, seed: int, tail: float, spec: GraphSpec, hot: int = 200) -> Stream:
-    w = max(1, round(tail * n_live))
-    order, hub_edges = hub_graph(n_live + w, seed=seed, spec=spec, n_live=n_live)
-    n_edges = len(order)
-    ups: list[tuple[str, Edge]] = [("+", e) for e in order[:n_live]]
-    for j in range(w):
-        ups.append(("+", order[n_live + j]))
-        ups.append(("-", order[j]))
-    n_tail = len(ups)
-    live = set(order[w:])
-    for r in range(hot // 2 if hub_edges else 0):
-        e = hub_edges[r % len(hub_edges)]
-        ups += [("-", e), ("+", e)] if e in live else [("+", e), ("-", e)]
-    phases = {"load": (0, n_live), "tail": (n_live, n_tail), "hot": (n_tail, len(ups))}
-    d = hub_degree(n_edges, spec, n_live)
-    return Stream(ups, n_live, phases, round(d * n_live / n_edges))
-
-
-def degree_stats(edges: Sequence[Edge]) -> dict[str, int]:
-    outd: Counter[int] = Counter(s for s, _ in edges)
-    ind: Counter[int] = Counter(d for _, d in edges)
-    return {
-        "vertices": len(set(outd) | set(ind)),
-        "max_out_degree": max(outd.values()),
-        "max_in_degree": max(ind.values()),
-    }
-
-
-# -- systems -------------------------------------------------------------------------
 
 
 class NaiveDelta:
@@ -320,8 +188,8 @@ class Run:
             "system": self.system,
             "tail_updates": len(t),
             "mean_us": sum(t) / len(t),
-            "p50_us": _pct(t, 0.50),
-            "p99_us": _pct(t, 0.99),
+            "p50_us": percentile(t, 0.50, "nearest"),
+            "p99_us": percentile(t, 0.99, "nearest"),
             "max_us": t[-1],
             "hot_updates": len(self.phase("hot")),
             "hot_mean_us": sum(hot) / len(hot),
@@ -332,12 +200,6 @@ class Run:
             "delta_rows": self.delta_rows,
             "router": self.router,
         }
-
-
-def _pct(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    i = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
-    return sorted_values[i]
 
 
 def _count_of(rows: Sequence[tuple[int, Row]], current: int) -> int:
@@ -356,7 +218,7 @@ CLOCK_NAMES = {"thread": "time.thread_time", "wall": "time.perf_counter"}
 not counted); ``wall``: ``perf_counter``."""
 
 
-def run_ivm(query: str, eps: float, stream: Stream, clock: Callable[[], float]) -> Run:
+def run_ivm(query: str, eps: float, stream: HubStream, clock: Callable[[], float]) -> Run:
     view = compile_query(SQL[query], eps=eps).maintain(eps=eps)
     ups = [Update(op, "G", e) for op, e in stream.updates]
     times: list[float] = []
@@ -398,7 +260,7 @@ def run_ivm(query: str, eps: float, stream: Stream, clock: Callable[[], float]) 
     return run
 
 
-def run_naive(query: str, stream: Stream, clock: Callable[[], float]) -> Run:
+def run_naive(query: str, stream: HubStream, clock: Callable[[], float]) -> Run:
     listing = query == "listing"
     sys_ = NaiveDelta(listing)
     times: list[float] = []
@@ -431,13 +293,13 @@ def run_naive(query: str, stream: Stream, clock: Callable[[], float]) -> Run:
     return run
 
 
-def _run(query: str, stream: Stream, system: str, times: list[float],
+def _run(query: str, stream: HubStream, system: str, times: list[float],
          digests: list[int]) -> Run:
     us = [1e6 * t for t in times]
     return Run(query, stream.n_live, system, us, stream.phases, digests)
 
 
-def run_system(system: str, query: str, stream: Stream, clock: str = "thread") -> Run:
+def run_system(system: str, query: str, stream: HubStream, clock: str = "thread") -> Run:
     if system == "naive":
         return run_naive(query, stream, CLOCKS[clock])
     return run_ivm(query, EPS_OF[system], stream, CLOCKS[clock])
@@ -463,15 +325,6 @@ def check_agreement(runs: Sequence[Run]) -> None:
 # -- reporting -----------------------------------------------------------------------
 
 
-def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of log y against log x."""
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    sxx = sum((x - mx) ** 2 for x in lx)
-    return sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sxx if sxx else float("nan")
-
-
 def _series(rows: Sequence[dict[str, Any]], q: str, s: str, key: str) -> tuple[list[int],
                                                                              list[float]]:
     pts = sorted((r["size"], r[key]) for r in rows if r["query"] == q and r["system"] == s)
@@ -487,9 +340,9 @@ def slopes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             out.append({
                 "query": q, "system": s,
-                "slope_mean": loglog_slope(xs, _series(rows, q, s, "mean_us")[1]),
-                "slope_p99": loglog_slope(xs, _series(rows, q, s, "p99_us")[1]),
-                "slope_hot": loglog_slope(xs, _series(rows, q, s, "hot_mean_us")[1]),
+                "slope_mean": loglog_slope(zip(xs, _series(rows, q, s, "mean_us")[1])),
+                "slope_p99": loglog_slope(zip(xs, _series(rows, q, s, "p99_us")[1])),
+                "slope_hot": loglog_slope(zip(xs, _series(rows, q, s, "hot_mean_us")[1])),
                 "theory": THEORY[s],
             })
     return out
@@ -521,13 +374,11 @@ def format_slopes(sl: Sequence[dict[str, Any]]) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     queries = [q for q in QUERIES if any(r["query"] == q for r in rows)]
-    fig, axes = plt.subplots(2, len(queries), figsize=(6 * len(queries), 9.5), squeeze=False)
+    made = subplots(2, len(queries), figsize=(6 * len(queries), 9.5), squeeze=False)
+    if made is None:
+        return
+    fig, axes = made
     colors = {"ivm_eps0": "tab:blue", "ivm_eps0.5": "tab:green", "ivm_eps1": "tab:red",
               "naive": "tab:gray"}
     panels = (("mean_us", "p99_us", "FIFO tail: mean (solid), p99 (dotted)"),
@@ -542,7 +393,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
                     continue
                 xs = xs_s
                 ymin = min(ymin, *ys)
-                sl = loglog_slope(xs, ys) if len(xs) > 1 else float("nan")
+                sl = loglog_slope(zip(xs, ys))
                 ax.plot(xs, ys, "o-", color=colors[s], label=f"{s} (slope {sl:.2f})")
                 if extra:
                     ax.plot(xs, _series(rows, q, s, extra)[1], ":", color=colors[s],
@@ -552,19 +403,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
                     ref = [ymin * (x / xs[0]) ** k for x in xs]
                     ax.plot(xs, ref, style, color="black", alpha=0.35, lw=1,
                             label=f"slope {k:g}")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("|D| (live edges)")
-            ax.set_ylabel("us per update")
-            ax.set_title(f"triangle {q} - {what}", fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            loglog(ax, "|D| (live edges)", "us per update", f"triangle {q} - {what}", 9)
+    save(fig, path, title)
 
 
 # -- driver --------------------------------------------------------------------------
@@ -580,9 +420,10 @@ class Config:
     hot: int = 200
     clock: str = "thread"
     spec: GraphSpec = field(default_factory=GraphSpec)
-    out_dir: Path = RESULTS_DIR
+    out_dir: Path = RESULTS
     stem: str = "triangle"
     plot: bool = True
+    command: str | None = None
 
 
 def run_all(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -591,7 +432,7 @@ def run_all(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     graphs: list[dict[str, Any]] = []
     started = time.perf_counter()
     for si, size in enumerate(cfg.sizes):
-        stream = make_stream(size, cfg.seed + si, cfg.tail, cfg.spec, cfg.hot)
+        stream = hub_stream(size, cfg.seed + si, cfg.tail, cfg.spec, cfg.hot)
         live = [e for _, e in stream.updates[: stream.n_live]]
         graphs.append({"size": size, "updates": len(stream.updates),
                        "phases": stream.phases, "hub_degree_live": stream.hub_degree,
@@ -613,8 +454,8 @@ def run_all(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
             result = final if q == "count" else len(final)
             log(f"  {q:8} |D|={size:>6} all {len(runs)} systems agree "
                 f"({'count' if q == 'count' else 'rows'} {result})")
-    doc: dict[str, Any] = {
-        "benchmark": "triangle IVM-epsilon vs naive delta query",
+    extra: dict[str, Any] = {
+        "what": "triangle IVM-epsilon vs naive delta query",
         "graph": cfg.spec.describe(),
         "graph_params": asdict(cfg.spec),
         "stream": (f"load: |D| inserts in random order; tail: {cfg.tail:g}*|D| FIFO steps "
@@ -627,25 +468,20 @@ def run_all(cfg: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
         "sizes": cfg.sizes,
         "seed": cfg.seed,
         "graphs": graphs,
-        "results": rows,
         "slopes": slopes(rows),
         "agree": True,
         "wall_seconds": time.perf_counter() - started,
-        "python": platform.python_version(),
-        "machine": platform.platform(),
     }
-    return doc
+    return result_record("triangle", rows, command=cfg.command, extra=extra, table=False)
 
 
 def write(doc: dict[str, Any], cfg: Config) -> tuple[Path, Path | None]:
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    jpath = cfg.out_dir / f"{cfg.stem}.json"
-    jpath.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    jpath = write_json(doc, cfg.out_dir / f"{cfg.stem}.json", quiet=True)
     ppath = None
     if cfg.plot:
         ppath = cfg.out_dir / f"{cfg.stem}.png"
         g = doc["graph_params"]
-        plot(doc["results"], ppath,
+        plot(doc["rows"], ppath,
              f"IVM-eps vs naive delta query; {g['hubs']} hubs of degree ~{g['hub_scale']:g}"
              f"*|D|^{g['hub_exp']:g} on a BA(m={g['attach']}) background (see JSON 'graph')")
     return jpath, ppath
@@ -681,10 +517,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="see --hub-exp (0.1)")
     p.add_argument("--attach", type=int, default=GraphSpec.attach,
                    help="Barabasi-Albert edges per new background vertex (1)")
-    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
+    p.add_argument("--out-dir", type=Path, default=RESULTS,
                    help="where triangle[_quick].json/.png go (bench/results)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.argv = argv
+    return args
 
 
 QUICK_SIZES = [500, 1000, 2000, 4000]
@@ -705,7 +543,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(sorted(sizes), queries, systems, args.seed, args.tail, args.hot, args.clock,
                   spec,
                   args.out_dir,
-                  "triangle_quick" if args.quick else "triangle", not args.no_plot)
+                  "triangle_quick" if args.quick else "triangle", not args.no_plot,
+                  command_line("bench.triangle_bench", args.argv))
 
 
 def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -715,7 +554,7 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     doc = run_all(cfg, log)
     jpath, ppath = write(doc, cfg)
     log("")
-    log(format_table(doc["results"]))
+    log(format_table(doc["rows"]))
     log("")
     log("log-log slope of update time vs |D| (least squares over the sizes):")
     log(format_slopes(doc["slopes"]))

@@ -1,7 +1,8 @@
 """Triangle benchmark, part 2 (issue 6): the double-partitioned count's space against
 single partitioning, and the queries with two and one free variables (per-edge and
 per-node triangle counts) at eps = 1/2 against classical first-order IVM (eps = 1),
-on the hub-heavy FIFO-window streams of ``bench/triangle_bench.py`` (self-join over
+on the triangle bench's hub-heavy FIFO-window streams (``bench.harness.streams``;
+self-join over
 ``G(src, dst)``; ``--hubs``/``--hub-exp``/``--hub-scale`` as there).
 
 Queries::
@@ -24,30 +25,25 @@ Writes ``bench/results/triangle_free.json`` (``triangle_free_quick.json`` with
 
 Run from the repository root::
 
-    python bench/triangle_free_bench.py            # |D| = 1k..8k, a few minutes
-    python bench/triangle_free_bench.py --quick    # seconds
+    python -m bench.triangle_free_bench            # |D| = 1k..8k, a few minutes
+    python -m bench.triangle_free_bench --quick    # seconds
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
-import platform
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness import RESULTS, command_line, loglog_slope, percentile, result_record
+from bench.harness.plots import save, subplots
+from bench.harness.streams import GraphSpec, hub_stream
+from core.records import Update
+from dataflow.api import compile_query
 
-from bench.triangle_bench import GraphSpec, loglog_slope, make_stream  # noqa: E402
-from core.records import Update  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _DDL = "CREATE TABLE G(src INT, dst INT);\n"
 _WHERE = "FROM G a, G b, G c WHERE a.dst = b.src AND b.dst = c.src AND c.dst = a.src"
 SQL = {
@@ -70,14 +66,9 @@ SYSTEMS: dict[str, tuple[str, str, float]] = {
 }
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
-
-
 def run_system(name: str, n_live: int, seed: int, spec: GraphSpec) -> dict[str, Any]:
     query, part, eps = SYSTEMS[name]
-    stream = make_stream(n_live, seed, 0.5, spec, hot=0)
+    stream = hub_stream(n_live, seed, 0.5, spec, hot=0)
     view = compile_query(SQL[query], eps=eps, triangle_partitioning=part).maintain()
     ups = [Update(op, "G", e) for op, e in stream.updates]
     t_lo, t_hi = stream.phases["tail"]
@@ -97,7 +88,8 @@ def run_system(name: str, n_live: int, seed: int, spec: GraphSpec) -> dict[str, 
     op = view.engines[0].op  # type: ignore[union-attr]
     out: dict[str, Any] = {
         "system": name, "query": query, "partitioning": part, "eps": eps, "D": n_live,
-        "mean_us": 1e6 * sum(times) / len(times), "p99_us": 1e6 * _pct(times, 0.99),
+        "mean_us": 1e6 * sum(times) / len(times),
+        "p99_us": 1e6 * percentile(times, 0.99, empty=0.0),
         "state_entries": view.state_entries(), "minor": op.router.stats["minor"],
         "major": op.router.stats["major"],
     }
@@ -170,20 +162,18 @@ def slopes(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
         if len(rows) < 2:
             continue
         xs = [r["D"] for r in rows]
-        out[name] = {"mean_us": loglog_slope(xs, [r["mean_us"] for r in rows])}
+        out[name] = {"mean_us": loglog_slope(zip(xs, [r["mean_us"] for r in rows]))}
         if "view_entries" in rows[0]:
             out[name]["view_entries"] = loglog_slope(
-                xs, [max(1, r["view_entries"]) for r in rows])
+                zip(xs, [max(1, r["view_entries"]) for r in rows]))
     return out
 
 
 def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    made = subplots(1, 2, figsize=(11, 4))
+    if made is None:
+        return
+    fig, (ax1, ax2) = made
     for name in SYSTEMS:
         rows = [r for r in results if r["system"] == name]
         xs = [r["D"] for r in rows]
@@ -195,9 +185,7 @@ def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
     ax2.set(xlabel="|D| (live edges)", ylabel="auxiliary view entries (count)")
     ax1.legend(fontsize=7)
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -208,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--hubs", type=int, default=GraphSpec.hubs)
     p.add_argument("--hub-exp", type=float, default=GraphSpec.hub_exp)
     p.add_argument("--hub-scale", type=float, default=GraphSpec.hub_scale)
-    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
     sizes = [300, 600] if args.quick else [int(x) for x in args.sizes.split(",")]
@@ -219,19 +207,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print("\nlog-log slopes (mean update time; count: view entries) against |D|:")
     for name, s in sl.items():
         print(f"  {name:<22} " + ", ".join(f"{k} {v:.2f}" for k, v in s.items()))
-    doc = {
-        "benchmark": "triangle_free", "sizes": sizes, "seed": args.seed,
+    extra = {
+        "sizes": sizes, "seed": args.seed,
         "graph_params": {"hubs": spec.hubs, "hub_exp": spec.hub_exp,
                          "hub_scale": spec.hub_scale},
-        "graph": spec.describe(), "sql": SQL, "python": platform.python_version(),
-        "clock": "thread_time (CPU)", "results": results, "slopes": sl,
+        "graph": spec.describe(), "sql": SQL, "clock": "thread_time (CPU)", "slopes": sl,
     }
     stem = "triangle_free_quick" if args.quick else "triangle_free"
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    doc = result_record("triangle_free", results,
+                        command=command_line("bench.triangle_free_bench", argv), extra=extra,
+                        out=args.out_dir / f"{stem}.json", table=False)
     if not args.no_plot:
         plot(results, args.out_dir / f"{stem}.png")
-    return doc
+    # tests/test_triangles_freevars.py reads the rows as "results" (their name before the
+    # one schema)
+    return {**doc, "results": results}
 
 
 if __name__ == "__main__":

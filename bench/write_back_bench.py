@@ -6,13 +6,13 @@ write is a call through PyFlink's or PySpark's state API, so the number of chang
 entries per update is the runners' main per-update cost. It is deterministic (it does
 not depend on the machine), so two commits can be compared exactly.
 
-The stream is the one of ``runner_state_bench.py`` (uniform graph at W / 2 nodes, a FIFO
+The stream is the one of ``bench.runner_state_bench`` (uniform graph at W / 2 nodes, a FIFO
 window of W edges, then ``--steady-edges`` inserts each followed by the delete of the
 oldest edge), run through one :class:`~dataflow.distributed.PartitionTask` over a
 :class:`~operators.writeback.WriteBackState` with epochs of 1000 updates; the steady epochs'
 changed entries are counted per map.
 
-    python bench/write_back_bench.py [--queries hop2_count hop4_bag ...] [--window 80000]
+    python -m bench.write_back_bench [--queries hop2_count hop4_bag ...] [--window 80000]
 
 Prints a table per query and writes bench/results/write_back.json.
 """
@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.runner_state_bench import EPOCH, make_stream  # noqa: E402
-from connectors.files import read_updates  # noqa: E402
-from core.epochs import CLOSE, EpochCursor  # noqa: E402
-from dataflow.api import compile_query  # noqa: E402
-from dataflow.distributed import PartitionTask, WorkerPlan, tag_records  # noqa: E402
-from operators.writeback import WriteBackState, encode_entry, encode_key  # noqa: E402
+from bench.harness import RESULTS, command_line, result_record
+from bench.harness.streams import window_files
+from bench.runner_state_bench import EPOCH, SQL
+from connectors.files import read_updates
+from core.epochs import CLOSE, EpochCursor
+from dataflow.api import compile_query
+from dataflow.distributed import PartitionTask, WorkerPlan, tag_records
+from operators.writeback import WriteBackState, encode_entry, encode_key
 
 DDL = "CREATE TABLE G(src INT, dst INT);\n"
 QUERIES = {
@@ -54,7 +52,7 @@ def count(name: str, window: int, steady_edges: int) -> dict[str, Any]:
     """Changed entries per steady update, in total and per map, for query ``name``."""
     q = compile_query(DDL + QUERIES[name] + ";\n")
     with tempfile.TemporaryDirectory() as tmp:
-        path, _query, warm_epochs = make_stream(window, steady_edges, Path(tmp))
+        path, _query, warm_epochs = window_files(window, steady_edges, Path(tmp), SQL, EPOCH)
         records = list(read_updates(str(path), q.schema))
     compiled, layout = WorkerPlan.of(q, 1).compiled()
     state = WriteBackState()
@@ -93,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", nargs="+", default=list(QUERIES), choices=QUERIES)
     ap.add_argument("--window", type=int, default=80_000)
     ap.add_argument("--steady-edges", type=int, default=10_000)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "write_back.json"))
+    ap.add_argument("--out", default=str(RESULTS / "write_back.json"))
     args = ap.parse_args(argv)
     rows = [count(name, args.window, args.steady_edges) for name in args.queries]
     for r in rows:
@@ -103,9 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print("| map | entries per update |\n|---|---|")
         for m, v in r["per_map"].items():
             print(f"| {m} | {v:.2f} |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"epoch": EPOCH, "rows": rows}, indent=1))
-    print(f"\nwrote {args.out}")
+    result_record("write_back", rows, command=command_line("bench.write_back_bench", argv),
+                  extra={"epoch": EPOCH}, out=args.out, table=False)
     return 0
 
 

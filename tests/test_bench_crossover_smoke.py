@@ -4,21 +4,17 @@ exits non-zero otherwise), the JSON has the expected shape, the plot is written.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # bench/ is not an installed package
-    sys.path.insert(0, str(ROOT))
-
-from bench import crossover_bench  # noqa: E402
-from bench.baseline_delta import DeltaIVM  # noqa: E402
-from bench.baseline_scp import oracle_deltas  # noqa: E402
-from core.native import native_available  # noqa: E402
+from bench import crossover_bench
+from bench.baseline_delta import DeltaIVM
+from bench.baseline_scp import oracle_deltas
+from bench.harness.streams import zipf_stream
+from core.native import native_available
 
 
 def test_stream_is_a_fifo_window() -> None:
-    st = crossover_bench.make_stream(50, 60, seed=3)
+    st = zipf_stream(50, 60, seed=3)
     assert len(st.warm) == 50 and len(st.timed) == 60
     live = {u.row for u in st.warm}
     for u in st.timed:
@@ -31,7 +27,7 @@ def test_stream_is_a_fifo_window() -> None:
 
 
 def test_delta_ivm_matches_the_oracle() -> None:
-    st = crossover_bench.make_stream(30, 120, seed=5)
+    st = zipf_stream(30, 120, seed=5)
     stream = st.warm + st.timed
     epochs = [stream[i:i + 7] for i in range(0, len(stream), 7)]
     for q in crossover_bench.QUERIES:
@@ -49,19 +45,19 @@ def test_quick_run(tmp_path: Path) -> None:
     out = tmp_path / "crossover.json"
     assert crossover_bench.main(["--quick", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert {"results", "skipped", "winners", "latency_epoch1_hop3_filter",
+    assert {"rows", "commit", "machine", "skipped", "winners", "latency_epoch1_hop3_filter",
             "duckdb_note"} <= set(doc)
     keys = {(r["query"], r["window"], r["epoch"], r["system"])
-            for r in doc["results"] + doc["skipped"]}
+            for r in doc["rows"] + doc["skipped"]}
     assert len(keys) == 3 * 2 * 4 * len(crossover_bench.SYSTEMS)
     assert all(r["system"] != "ivmflow" for r in doc["skipped"])
     # The compiled view runs where it can be built, else every point says why not.
     expected = set(crossover_bench.SYSTEMS)
     if native_available() is not None:
         expected.discard("ivmflow_native")
-    assert {r["system"] for r in doc["results"]} == expected
+    assert {r["system"] for r in doc["rows"]} == expected
     by_point: dict[tuple[str, int, int], set[int]] = {}
-    for r in doc["results"]:
+    for r in doc["rows"]:
         if not r["extrapolated"]:
             by_point.setdefault((r["query"], r["window"], r["epoch"]), set()).add(
                 r["delta_rows"])

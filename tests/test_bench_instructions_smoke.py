@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import instructions  # noqa: E402
+from bench import instructions
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
@@ -22,7 +18,7 @@ def test_instructions_counts_the_timed_part(tmp_path: Path) -> None:
     args = ["--query", "hop3_filter", "--window", "500", "--epoch", "50", "--updates", "300",
             "--out", str(out)]
     assert instructions.main(args) == 0
-    r = json.loads(out.read_text())["results"][0]
+    r = json.loads(out.read_text())["rows"][0]
     # The warm-up run pays for the interpreter start and the imports; 300 updates cost
     # far less, and each at least a few thousand instructions.
     assert 1_000 < r["instructions_per_update"] < 1_000_000

@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_operator_cost_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "operator_cost"
     ops = ["min_max", "top_k", "semi_join_in", "scalar_uncorrelated", "view_chain"]
-    done = subprocess.run([sys.executable, str(ROOT / "bench/operator_cost_bench.py"),
+    done = subprocess.run([sys.executable, "-m", "bench.operator_cost_bench",
                            "--sizes", "300", "600", "--updates", "60", "--epoch", "20",
                            "--operators", *ops, "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, check=True)
+                          capture_output=True, text=True, timeout=300, check=True,
+                          cwd=ROOT)
     assert "| min_max |" in done.stdout
     data = json.loads(out.with_suffix(".json").read_text())
     assert {"sizes", "updates", "epoch", "operators", "rows", "checked_equal_duckdb",

@@ -4,13 +4,9 @@ writes its JSON with a row per window and a slope, and measures a positive cost.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import runner_state_bench  # noqa: E402
+from bench import runner_state_bench
 
 
 def test_runner_state_bench_quick_local(tmp_path: Path) -> None:

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # bench/ is not an installed package
-    sys.path.insert(0, str(ROOT))
-
-from bench import run_bench  # noqa: E402
-from bench.baseline_duckdb import DuckDBRecompute  # noqa: E402
-from bench.baseline_scp import CQ, SCP, Atom, Bag, bench_cq, oracle_deltas  # noqa: E402
-from bench.workloads import QUERY_NAMES, Workload, make_graph, make_workload  # noqa: E402
-from core.records import Update  # noqa: E402
+from bench import run_bench
+from bench.baseline_duckdb import DuckDBRecompute
+from bench.baseline_scp import CQ, SCP, Atom, Bag, bench_cq, oracle_deltas
+from bench.workloads import QUERY_NAMES, Workload, make_graph, make_workload
+from core.records import Update
 
 
 def _tiny(query: str, seed: int = 7) -> Workload:
@@ -132,8 +127,8 @@ def test_quick_run_writes_results(tmp_path: Path) -> None:
     assert run_bench.main(["--quick", "--edges", "400", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "crown_local_quick.json").read_text())
     assert (tmp_path / "crown_local_quick.png").stat().st_size > 0
-    seen = {(r["query"], r["system"]) for r in doc["runs"]}
+    seen = {(r["query"], r["system"]) for r in doc["rows"]}
     assert seen == {(q, s) for q in QUERY_NAMES for s in run_bench.SYSTEMS}
-    for r in doc["runs"]:
+    for r in doc["rows"]:
         assert r["updates"] > 0 and r["seconds"] >= 0
     assert all(r["ivmflow_over_scp"] is not None for r in doc["ratios"])

@@ -5,13 +5,9 @@ writes its JSON with a positive steady cost per runner and window."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 @pytest.mark.integration

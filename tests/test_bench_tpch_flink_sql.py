@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.tpch_flink_sql import (  # noqa: E402
+from bench.tpch_flink_sql import (
     TRANSLATIONS,
     check_final,
     flink_query,

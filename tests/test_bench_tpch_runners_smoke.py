@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_tpch_runners_all_smoke(tpch_sf001: Path, tmp_path: Path) -> None:
     out = tmp_path / "runners"
-    done = subprocess.run([sys.executable, str(ROOT / "bench/tpch_runners_all.py"),
+    done = subprocess.run([sys.executable, "-m", "bench.tpch_runners_all",
                            "--data", str(tpch_sf001), "--queries", "q04,q06",
                            "--runners", "local", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, check=True)
+                          capture_output=True, text=True, timeout=300, check=True,
+                          cwd=ROOT)
     assert "q04" in done.stdout and "q06" in done.stdout
     data = json.loads(out.with_suffix(".json").read_text())
     assert [r["query"] for r in data["rows"]] == ["q04", "q06"]

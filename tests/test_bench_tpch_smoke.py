@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_tpch_bench_smoke() -> None:
     pytest.importorskip("duckdb_extension_tpch")
-    done = subprocess.run([sys.executable, str(ROOT / "bench/tpch_bench.py"), "--quick",
+    done = subprocess.run([sys.executable, "-m", "bench.tpch_bench", "--quick",
                            "--queries", "q06,q13,q18", "--epochs", "100",
                            "--systems", "ivmflow,duckdb"],
-                          capture_output=True, text=True, timeout=600, check=True)
+                          capture_output=True, text=True, timeout=600, check=True,
+                          cwd=ROOT)
     assert "q18" in done.stdout, done.stdout
     data = json.loads((ROOT / "bench/results/tpch_bench_quick.json").read_text())
     rows = data["rows"]

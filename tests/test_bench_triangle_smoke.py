@@ -6,26 +6,22 @@ No timing assertions."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import networkx as nx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # bench/ is not an installed package
-    sys.path.insert(0, str(ROOT))
-
-from bench import triangle_bench as tb  # noqa: E402
+from bench import triangle_bench as tb
+from bench.harness import streams
 
 
 def test_hub_graph_and_stream() -> None:
-    spec = tb.GraphSpec()
-    edges, hub_edges = tb.hub_graph(600, seed=3, spec=spec, n_live=400)
+    spec = streams.GraphSpec()
+    edges, hub_edges = streams.hub_graph(600, seed=3, spec=spec, n_live=400)
     assert len(edges) == len(set(edges)) == 600
     assert all(s != d for s, d in edges)
     assert set(hub_edges) <= set(edges) and len(hub_edges) == spec.hubs * (spec.hubs - 1)
-    st = tb.make_stream(400, seed=3, tail=0.5, spec=spec, hot=10)
+    st = streams.hub_stream(400, seed=3, tail=0.5, spec=spec, hot=10)
     live: set[tuple[int, int]] = set()
     for i, (op, e) in enumerate(st.updates):
         if op == "+":
@@ -36,7 +32,7 @@ def test_hub_graph_and_stream() -> None:
         if i >= st.phases["load"][1]:
             assert abs(len(live) - 400) <= 1
     assert st.phases["hot"][1] - st.phases["hot"][0] == 10
-    stats = tb.degree_stats([e for _, e in st.updates[:400]])
+    stats = streams.degree_stats([e for _, e in st.updates[:400]])
     assert stats["max_out_degree"] >= st.hub_degree // 2
 
 
@@ -68,7 +64,7 @@ def test_quick_path_systems_agree(tmp_path: Path) -> None:
                    str(tmp_path)], log=lines.append)
     assert doc["agree"] is True
     assert sum("all 4 systems agree" in ln for ln in lines) == 4  # 2 sizes x 2 queries
-    res = doc["results"]
+    res = doc["rows"]
     assert {(r["query"], r["system"]) for r in res} == {
         (q, s) for q in tb.QUERIES for s in tb.SYSTEMS
     }
@@ -84,7 +80,7 @@ def test_quick_path_systems_agree(tmp_path: Path) -> None:
 
 
 def test_disagreement_is_detected() -> None:
-    stream = tb.make_stream(160, seed=1, tail=0.5, spec=tb.GraphSpec(), hot=4)
+    stream = streams.hub_stream(160, seed=1, tail=0.5, spec=streams.GraphSpec(), hot=4)
     a = tb.run_system("naive", "count", stream)
     b = tb.run_system("ivm_eps0.5", "count", stream)
     tb.check_agreement([a, b])

@@ -4,15 +4,11 @@ update per map, and the engine keeps no derived map a runner would write back.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import write_back_bench  # noqa: E402
+from bench import write_back_bench
 
 
 def test_write_back_bench_counts_entries_per_map(tmp_path: Path) -> None:

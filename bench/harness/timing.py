@@ -1,0 +1,118 @@
+"""Timing: a runner from outside (the epochs its delta sink commits, polled; the size of
+its checkpoint directory, sampled; its phase logs), and a stream's load in batches."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from bench.harness.files import dir_bytes
+from core.records import EpochEnd, Update
+
+if TYPE_CHECKING:  # (a checkout measured with --root may predate the alias)
+    from core.records import Record
+
+
+def committed_epoch(commit: Path) -> int:
+    """The last epoch a delta file's ``.commit`` marker names (0 before the first)."""
+    try:
+        return int(json.loads(commit.read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+class CommitWatcher:
+    """A thread that polls the commit markers every ``tick`` seconds and stamps each newly
+    committed epoch (the largest over the markers) with ``perf_counter`` (``marks``) and
+    ``time.time`` (``walls``), and sizes ``checkpoint`` every ``size_every`` seconds
+    (``sizes``, starting at 0). Use as a context manager around the run; on exit, epochs
+    committed after the last poll are stamped with the exit time."""
+
+    def __init__(self, commits: Sequence[Path], checkpoint: Path | None = None,
+                 tick: float = 0.005, size_every: float = 0.25) -> None:
+        self.commits = tuple(commits)
+        self.checkpoint = checkpoint
+        self.tick, self.size_every = tick, size_every
+        self.marks: dict[int, float] = {}
+        self.walls: dict[int, float] = {}
+        self.sizes: list[int] = [0]
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def last(self) -> int:
+        return max((committed_epoch(c) for c in self.commits), default=0)
+
+    def _stamp(self, upto: int, since: int) -> None:
+        now, wall = time.perf_counter(), time.time()
+        for e in range(since + 1, upto + 1):
+            self.marks.setdefault(e, now)
+            self.walls.setdefault(e, wall)
+
+    def _poll(self) -> None:
+        last, next_size = 0, 0.0
+        while not self._done.is_set():
+            if self.checkpoint is not None and time.perf_counter() >= next_size:
+                self.sizes.append(dir_bytes(self.checkpoint))
+                next_size = time.perf_counter() + self.size_every
+            k = self.last()
+            if k != last:
+                self._stamp(k, last)
+                last = k
+            time.sleep(self.tick)
+
+    def __enter__(self) -> CommitWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._done.set()
+        self._thread.join()
+        self._stamp(self.last(), 0)
+
+
+def read_phase_logs(prefix: Path | str) -> dict[int, list[float]]:
+    """The Flink partitions' phase logs (``IVMFLOW_FLINK_PHASES=PREFIX``: one
+    ``PREFIX.*.tsv`` per partition and stage slot, a line per epoch), each column summed
+    per epoch over the files: engine s, write-back s, sink s, puts, removes, ..."""
+    prefix = Path(prefix)
+    per_epoch: dict[int, list[float]] = {}
+    for path in prefix.parent.glob(f"{prefix.name}.*.tsv"):
+        for line in path.read_text().splitlines():
+            epoch, *values = line.split("\t")
+            acc = per_epoch.setdefault(int(epoch), [])
+            acc.extend([0.0] * (len(values) - len(acc)))
+            for i, v in enumerate(values):
+                acc[i] += float(v)
+    return per_epoch
+
+
+def apply_load(records: Iterator[Record], apply: Callable[[Update], object] | None,
+               clock: Callable[[], float] = time.perf_counter, batch: int = 10_000
+               ) -> tuple[float, int]:
+    """The stream's first epoch (the load) applied in batches of ``batch`` updates, each
+    batch timed by ``clock`` and the reading between them not (so the load is never held
+    whole); stops after the epoch's end, the rest of ``records`` left to read. ``apply``
+    None reads and counts only (a callgrind baseline). Returns the seconds and updates."""
+    seconds, n, chunk = 0.0, 0, []
+    for r in itertools.chain(records, [EpochEnd()]):
+        if isinstance(r, Update):
+            chunk.append(r)
+            if len(chunk) < batch:
+                continue
+        t0 = clock()
+        if apply is not None:
+            for u in chunk:
+                apply(u)
+        seconds += clock() - t0
+        n += len(chunk)
+        chunk = []
+        if isinstance(r, EpochEnd):
+            break
+    return seconds, n
