@@ -155,6 +155,20 @@ BEYOND_THE_SLICE: dict[str, str] = {
     "tests/test_runners.py::test_flink_restart_from_checkpoint_gives_uninterrupted_output":
         "Flink restarted from its checkpoint after SIGTERM (test_fault_matrix.py) and after "
         "SIGKILL over Kafka (test_kafka_runners.py)",
+    # Change streams on Spark and Flink: the slice runs each runner over Debezium topics
+    # (key-only and full before-images, transactions; Spark writing Debezium events) and
+    # Flink killed mid-stream and restarted (15-40 s each).
+    "tests/test_change_stream_runners.py::test_runner_gives_the_local_runners_deltas"
+    "[spark-upsert-json]": "upsert topics (36 s): the same reader and upsert state as the "
+                           "Debezium cells; upsert topics through the reader without a JVM, "
+                           "test_reader_gives_the_local_epochs_and_replays_any_batch",
+    "tests/test_change_stream_runners.py::test_runner_gives_the_local_runners_deltas"
+    "[flink-upsert-json]": "as [spark-upsert-json] (15 s)",
+    "tests/test_change_stream_runners.py::"
+    "test_killed_mid_stream_and_run_again_loses_and_repeats_nothing[spark]":
+        "Spark killed mid-stream (95 s); the Flink cell, and the Spark source's restore "
+        "and replay of a batch without a JVM (test_reader_gives_the_local_epochs_and_"
+        "replays_any_batch)",
     "tests/test_validator.py::test_delete_check_compiled[comb]":
         "the compiled delete check on the star and snowflake families (25-55 s a family)",
     "tests/test_validator.py::test_delete_check_compiled[path]": "as [comb]",

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,46 @@ def test_reader_gives_the_local_epochs_and_replays_any_batch(
         assert _records(rest) == _records(later)
 
 
+def test_reader_stops_at_a_bad_event_and_at_an_overdue_transaction(
+        kafka_bootstrap: str) -> None:
+    """A bad event raises its error naming topic, partition, offset and field (the
+    runners have no dead-letter output: the hint says so); an END whose events do not
+    arrive is an error --transaction-timeout seconds after it was first fetched, across
+    reads of an unbounded run (each read cuts anew)."""
+    from test_change_streams import ONE, _bad_stream, _end, _ev, _send
+
+    from connectors.kafka.debezium import ChangeError
+
+    schema = compile_query(ONE).schema
+    prefix, r_topic, bad_at = _bad_stream(kafka_bootstrap)
+    url = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+           f"&transactions={prefix}.transaction")
+    reader = ChangeReader(parse_kafka_url(url), schema)
+    with pytest.raises(ChangeError) as info:
+        reader.read(reader.initial(stop_at_end=True))
+    reader.close()
+    msg = str(info.value)
+    assert f"kafka topic {r_topic!r} partition 0 offset {bad_at}" in msg
+    assert "key a=9, a key not present" in msg and "runners stop at a bad event" in msg
+
+    prefix = _name("pg")
+    _send(kafka_bootstrap, f"{prefix}.public.R", [_ev("c", None, {"a": 1, "b": 1}, "1")])
+    _send(kafka_bootstrap, f"{prefix}.transaction", [_end("1", 2)])
+    url = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+           f"&transactions={prefix}.transaction")
+    reader = ChangeReader(parse_kafka_url(url), schema, transaction_timeout=1.5)
+    pos = reader.initial(stop_at_end=False)
+    numbered, pos = reader.read(pos, timeout_s=0.5)  # the END is fetched: not overdue
+    assert numbered == []
+    time.sleep(1.6)
+    with pytest.raises(ChangeError) as info:
+        reader.read(pos, timeout_s=0.5)
+    reader.close()
+    msg = str(info.value)
+    assert f"kafka topic '{prefix}.transaction' partition 0 offset 0" in msg
+    assert "R 1 of 2 after 1.5 s" in msg
+
+
 # ---------------------------------------------------------------------------------------
 # Spark and Flink
 
@@ -213,3 +254,40 @@ def test_runner_gives_the_local_runners_deltas(kafka_bootstrap: str, tmp_path: P
     assert got == expected
     summary = proc.stderr.strip().splitlines()[-1]
     assert "upsert state " in summary and " keys, " in summary, summary
+
+
+@pytest.mark.parametrize("runner", ["flink", "spark"])
+def test_killed_mid_stream_and_run_again_loses_and_repeats_nothing(
+        kafka_bootstrap: str, tmp_path: Path, runner: str) -> None:
+    """SIGKILL while the runner reads (the ``read`` fault point: the reader has cut a
+    batch and changed its upsert state, the checkpoint does not hold it yet), then the
+    same command with the same checkpoint: the Debezium stream's deltas, every epoch
+    once, equal to the local runner's. The restart restores the upsert state with the
+    position (Flink: from its checkpoint; Spark: the store cut back to the offset log)."""
+    from test_runners import _run_and_kill
+
+    _needs(runner)
+    q, u, url = tmp_path / "q.sql", tmp_path / "u.csv", ""
+    q.write_text(MIXED)
+    u.write_text(_stream(41, epochs=40))
+    prefix = _name("pg")
+    assert main(["produce", str(u), f"kafka://{kafka_bootstrap}/{prefix}", "--format",
+                 "debezium-json", "--query", str(q), "--partitions", "2",
+                 "--before-images", "key", "--quiet"]) == 0
+    url = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+           f"&transactions={prefix}.transaction")
+    expected = _local(q, url)
+    updates = sum(1 for line in u.read_text().splitlines() if line[:1] in "+-")
+    out = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    cmd = _runner_cmd(runner, q, url, out, tmp_path)
+    env = _run_and_kill(cmd, f"read@{updates * 2 // 3}:KILL")
+    partial = _kafka_epochs(out)
+    assert partial != expected, "the kill should have interrupted the run"
+    assert all(partial[e] == expected[e] for e in partial), "committed epochs are whole"
+    cmd.remove("--quiet")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if runner == "flink":  # (else the restart did not test the restored state)
+        assert "resuming from checkpoint" in proc.stderr
+    assert _kafka_epochs(out) == expected

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from connectors.kafka.changes import TRANSACTION_TIMEOUT_S, ChangeCutter, check_change_options
 from connectors.kafka.config import KafkaEndpoint
+from connectors.kafka.debezium import SKIP_HINT, ChangeError
 from connectors.kafka.epochs import EpochReader, ReadPosition, _Fetched, stream_key
 from connectors.kafka.upsert import ChangeApplier
 from core.epochs import NumberedRecord
@@ -195,7 +196,7 @@ class ChangeReader(EpochReader):
         out: list[Record] = []
         for rec in cutter.release(idle=idle, final=final, now=now):
             if isinstance(rec, InputError):
-                raise rec  # (the distributed runners have no dead-letter output)
+                raise _stopping(rec)
             out.append(rec)
         released = cutter.positions()
         nxt = [released.get(index[k], pos.offsets[k]) for k in keys]
@@ -206,6 +207,18 @@ class ChangeReader(EpochReader):
         cut = {"fetched": {k: f.end for k, f in zip(keys, fetched)}, "idle": idle,
                "windows": {by_key[i]: w for i, w in cutter.windows().items()}}
         return out, nxt, cut
+
+
+RUNNER_HINT = ("fix the event (the spark and flink runners stop at a bad event; the local "
+               "runner's --on-error skip sends it to the dead-letter topic)")
+
+
+def _stopping(err: InputError) -> InputError:
+    """``err`` as the distributed runners raise it: they have no dead-letter output, so
+    the hint that says to skip the event says what they do instead."""
+    if err.hint != SKIP_HINT:
+        return err
+    return ChangeError(err.source, err.record, err.expected, err.found, RUNNER_HINT)
 
 
 def write_state_summary(path: str, applier: ChangeApplier) -> None:
