@@ -91,6 +91,42 @@ def _local(q: Path, url: str) -> Epochs:
 
 
 # ---------------------------------------------------------------------------------------
+# The upsert state store (Spark's), without a broker
+
+
+def test_store_folds_committed_changes_into_a_whole_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.kafka import upsert_store
+    from connectors.kafka.upsert import ChangeApplier
+    from connectors.kafka.upsert_store import UpsertStoreError
+
+    monkeypatch.setattr(upsert_store, "MIN_COMPACT_BYTES", 0)
+    schema = compile_query(KEYED).schema
+    store = FileUpsertStore(tmp_path)
+    truth: dict[int, dict[tuple[Any, ...], Any]] = {0: {}}
+    rows: dict[tuple[Any, ...], Any] = {}
+    for seq in range(1, 40):
+        key = (seq % 7,)
+        row = None if seq % 5 == 0 else (seq % 7, seq, None, None, None)
+        rows = {k: v for k, v in {**rows, key: row}.items() if v is not None}
+        truth[seq] = dict(rows)
+        store.save(seq, {("orders", key): row})
+        if seq % 10 == 9:
+            store.compact(seq - 3, schema)  # (Spark commits a batch before the last)
+
+    def state(seq: int) -> dict[tuple[Any, ...], Any]:
+        a = ChangeApplier(schema)
+        store.restore(seq, a)
+        return a.state["orders"]
+
+    assert len(list(tmp_path.iterdir())) < 20, "the changes were folded"
+    assert state(39) == truth[39]
+    assert state(36) == truth[36]  # (and the files after 36 are gone)
+    with pytest.raises(UpsertStoreError, match="expected the state at sequence 3"):
+        state(3)  # folded into a later whole state: never asked for after a commit
+
+
+# ---------------------------------------------------------------------------------------
 # The reader, without a JVM
 
 
