@@ -169,6 +169,9 @@ BEYOND_THE_SLICE: dict[str, str] = {
         "Spark killed mid-stream (95 s); the Flink cell, and the Spark source's restore "
         "and replay of a batch without a JVM (test_reader_gives_the_local_epochs_and_"
         "replays_any_batch)",
+    "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink":
+        "TPC-H Q9 as Debezium events on Spark and Flink (about 20 s each); the local "
+        "runner's TPC-H cells and test_change_stream_runners.py's Spark and Flink cells",
     "tests/test_validator.py::test_delete_check_compiled[comb]":
         "the compiled delete check on the star and snowflake families (25-55 s a family)",
     "tests/test_validator.py::test_delete_check_compiled[path]": "as [comb]",

@@ -133,3 +133,45 @@ def test_tpch_debezium_stream_per_transaction(
         assert not problems, f"Q{q} ({before_images}): " + "\n".join(problems[:5])
     assert {q: sorted(e) for q, (e, _d) in expected.items()} == {
         9: [1, 2, 3, 5, 7], 10: [1, 4, 7], 13: [1, 2, 3, 5, 6]}  # every kind of epoch
+
+
+@pytest.mark.parametrize("runner", ["flink", "spark"])
+def test_tpch_debezium_stream_on_spark_and_flink(
+        kafka_bootstrap: str, tpch_stream: Path, tmp_path: Path, runner: str,
+        expected: dict[int, tuple[Epochs, list[list[to.Row]]]]) -> None:
+    """Q9 over the key-only stream (every table keyed but partsupp) on Spark and Flink at
+    P = 2: the update CSV's deltas epoch by epoch, DuckDB's answer after every
+    transaction (tests/test_change_stream_runners.py covers both runners' reader)."""
+    import subprocess
+    import sys
+
+    from connectors import tpch
+
+    pytest.importorskip("pyspark" if runner == "spark" else "pyflink")
+    schema = tpch.schema_sql(keys=[t for t in tpch.TABLES if t != "partsupp"])
+    text = (tpch_stream / "queries" / "q09.sql").read_text()
+    query = tmp_path / "q09.sql"
+    query.write_text(f"{schema}\n{to.query_part(text)};\n")
+    prefix = f"tpch{os.urandom(4).hex()}"
+    assert main(["produce", str(tpch_stream / "updates.csv"), f"kafka://{kafka_bootstrap}/"
+                 f"{prefix}", "--format", "debezium-json", "--query", str(query),
+                 "--partitions", "2", "--before-images", "key", "--quiet"]) == 0
+    source = (f"kafka://{kafka_bootstrap}/{prefix}?format=debezium-json"
+              f"&transactions={prefix}.transaction")
+    deltas = f"kafka://{kafka_bootstrap}/{prefix}-q9"
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataflow.cli", "run", str(query), "--updates", source,
+         "--deltas", deltas, "--runner", runner, "--parallelism", "2", "--stop-at-end",
+         "--checkpoint", str(tmp_path / "ckpt"), "--quiet"],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+        text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _kafka_rows(deltas)
+    got: Epochs = {}
+    for epoch, mult, row in rows:
+        got.setdefault(epoch, Counter())[_text(mult, row)] += 1
+    csv_epochs, duck = expected[9]
+    assert got == csv_epochs
+    problems = to.compare_answers(to.accumulate_deltas(rows, n_epochs=TRANSACTIONS), duck)
+    assert not problems, "\n".join(problems[:5])
