@@ -431,6 +431,29 @@ class _Translator:
 
 
 
+MAPS_PYX = Path(__file__).with_name("native_maps.pyx")
+"""Maps whose entries live in native memory (``DigestCounts``: the delete check's digest
+multiset), a Cython file shipped with the package and built alone by
+:func:`native_maps`."""
+
+
+def native_maps(on_compile: Callable[[], None] | None = None) -> ModuleType:
+    """The built module of ``core/native_maps.pyx`` (compiled on first use, then cached
+    as the generated modules are). Raises :class:`NativeBuildError` where no build can
+    run (:func:`native_available`).
+
+    >>> if native_available() is None:
+    ...     counts = native_maps().DigestCounts()
+    ...     counts[2**63] = 2
+    ...     print(counts.get(2**63, 0), counts.nbytes)
+    ... else:
+    ...     print(2, 128)
+    2 128
+    """
+    module, _seconds = _build(MAPS_PYX.read_text(), on_compile)
+    return module
+
+
 def native_sorted_changes(module: ModuleType) -> Callable[[dict[Any, Any]], Any]:
     """:func:`core.consolidate.sorted_changes` done by ``module``'s C sort where the
     rows allow (tuples of one length of 64-bit ints), else by the general one."""

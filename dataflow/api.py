@@ -59,7 +59,7 @@ from dataflow.kinds import (
     TriangleKind,
     estimate_rates,
 )
-from operators.deletecheck import DeleteCheck, RowDigest
+from operators.deletecheck import CheckMode, DeleteCheck, RowDigest, digest_maps
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
 from plans.cq import ConjunctiveQuery
@@ -331,8 +331,11 @@ class View:
         self.partitioner = Partitioner(plan, parallelism)
         self.eps = query.eps if eps is None else eps
         _check_eps(self.eps)
+        # The view checks deletes itself (below), so leaves that only feed sums keep
+        # the sums, not their tuples.
         self.engines: list[PartitionEngine] = [
-            query.kind.make_engine(eps=self.eps) for _ in range(self.partitioner.partitions)
+            query.kind.make_engine(eps=self.eps, keep_leaf_tuples=False)
+            for _ in range(self.partitioner.partitions)
         ]
         # Partitions (and engines that emit bag multiplicities) make DISTINCT count
         # supports in the finalizer.
@@ -353,8 +356,10 @@ class View:
         # and not read is checked for shape and type only).
         reads = {route.relation.name: route.relation for route in self.routes.values()
                  if route.atoms}
+        mode: CheckMode = "rows" if keep_rows else "digests" if validate else "off"
         self.validator = DeleteCheck(
-            reads, "rows" if keep_rows else "digests" if validate else "off")
+            reads, mode, digest_maps(native_mode(native), on_compile)
+            if mode == "digests" else None)
         # Fast path: exact relation name and exactly typed values skip _check.
         self._fast: dict[str, tuple[str, int, tuple[type, ...], list[Any]]] = {}
         for route in self.routes.values():

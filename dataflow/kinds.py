@@ -85,9 +85,11 @@ class QueryKind(Protocol):
         the finalizer must count supports."""
         ...
 
-    def make_engine(self, state: State | None = None, eps: float | None = None
-                    ) -> PartitionEngine:
-        """A fresh engine for one partition (``state``: the backend to keep it in)."""
+    def make_engine(self, state: State | None = None, eps: float | None = None,
+                    keep_leaf_tuples: bool = True) -> PartitionEngine:
+        """A fresh engine for one partition (``state``: the backend to keep it in;
+        ``keep_leaf_tuples=False`` where deletes are checked before the engine: join
+        tree leaves that only feed sums keep the sums, not their tuples)."""
         ...
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
@@ -143,9 +145,9 @@ class CrownKind:
     def of(cls, plan: Plan) -> CrownKind:
         return cls(plan, compile_dataflow(plan))
 
-    def make_engine(self, state: State | None = None, eps: float | None = None
-                    ) -> PartitionEngine:
-        return Engine(self.plan, self.dataflow, state)
+    def make_engine(self, state: State | None = None, eps: float | None = None,
+                    keep_leaf_tuples: bool = True) -> PartitionEngine:
+        return Engine(self.plan, self.dataflow, state, keep_leaf_tuples=keep_leaf_tuples)
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
         return explain(self.plan, self.dataflow, _parts(self.plan, parallelism))
@@ -175,8 +177,8 @@ class TriangleKind:
     def plan(self) -> Plan:
         return self.tp.plan
 
-    def make_engine(self, state: State | None = None, eps: float | None = None
-                    ) -> PartitionEngine:
+    def make_engine(self, state: State | None = None, eps: float | None = None,
+                    keep_leaf_tuples: bool = True) -> PartitionEngine:
         return TriangleEngine(self.tp, self.eps if eps is None else eps, state)
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
@@ -208,8 +210,8 @@ class GhdKind:
     def plan(self) -> Plan:
         return self.gp.plan
 
-    def make_engine(self, state: State | None = None, eps: float | None = None
-                    ) -> PartitionEngine:
+    def make_engine(self, state: State | None = None, eps: float | None = None,
+                    keep_leaf_tuples: bool = True) -> PartitionEngine:
         return GhdEngine(self.gp, self.eps if eps is None else eps, state)
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
@@ -247,8 +249,8 @@ class HierarchicalKind:
     def plan(self) -> Plan:
         return self.hp.plan
 
-    def make_engine(self, state: State | None = None, eps: float | None = None
-                    ) -> PartitionEngine:
+    def make_engine(self, state: State | None = None, eps: float | None = None,
+                    keep_leaf_tuples: bool = True) -> PartitionEngine:
         return HierarchicalEngine(self.hp, self.eps if eps is None else eps, state)
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:

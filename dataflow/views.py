@@ -34,10 +34,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from core.native import native_mode
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from dataflow.drive import run_view
-from operators.deletecheck import DeleteCheck
+from operators.deletecheck import CheckMode, DeleteCheck, digest_maps
 from operators.keyedview import CompiledKeyedView, KeyedViewState
 from operators.threshold import CompiledThreshold, ThresholdState
 from plans.expr import SqlType
@@ -144,8 +145,10 @@ class DagView:
         self.pending = 0
         self._base = {name.lower(): rel for name, rel in dag.base_schema.relations.items()}
         read = {rel.name: rel for name, rel in self._base.items() if name in self.readers}
+        mode: CheckMode = "rows" if keep_rows else "digests" if validate else "off"
         self.validator = DeleteCheck(
-            read, "rows" if keep_rows else "digests" if validate else "off")
+            read, mode, digest_maps(native_mode(native), on_compile)
+            if mode == "digests" else None)
 
     @property
     def delete_check(self) -> str:

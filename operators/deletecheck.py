@@ -7,8 +7,10 @@ Per relation the query reads, the check keeps one of:
   atom node's ``base`` when a FROM item takes the relation's rows whole): a delete is
   checked against that map;
 * **row digests** (the default): a multiset ``digest -> multiplicity`` of 64-bit
-  digests of the rows (:class:`RowDigest`), about 90 bytes a distinct row in CPython
-  where the whole row cost 300-900;
+  digests of the rows (:class:`RowDigest`), about 90 bytes a distinct row in a Python
+  dict, where the whole row cost 300-900; in the compiled build 16 bytes an entry
+  (21-43 with the table's free slots) of native memory (:func:`digest_maps`:
+  ``DigestCounts`` of ``core/native_maps.pyx``);
 * **whole rows** ``row -> multiplicity``, only for a consumer that needs the rows back
   (:meth:`DeleteCheck.items`: the local runner's state checkpoint over Kafka).
 
@@ -71,9 +73,10 @@ from typing import Any, Literal
 
 from core.codegen import define
 from core.errors import InputError, UsageError
+from core.native import NativeBuildError, native_available, native_maps
 from core.schema import Relation, Row
 
-__all__ = ["DIGEST_BITS", "CheckMode", "DeleteCheck", "RowDigest"]
+__all__ = ["DIGEST_BITS", "CheckMode", "DeleteCheck", "RowDigest", "digest_maps"]
 
 DIGEST_BITS = 64
 """Width of a row digest in bits (read when a :class:`RowDigest` is made). The false
@@ -269,6 +272,33 @@ def canonical(value: Any) -> Any:
     if isinstance(value, datetime.date):
         return ("d", value.toordinal())
     return ("r", repr(value))
+
+
+def digest_maps(mode: str, on_compile: Callable[[], None] | None = None
+                ) -> Callable[[str], MutableMapping[Any, int]] | None:
+    """What a view's :class:`DeleteCheck` keeps digests in, by the native build's mode
+    (:func:`core.native.native_mode`): ``DigestCounts`` of ``core/native_maps.pyx``
+    (16 bytes an entry, native memory) where a build can run, else None (dicts). A
+    build that fails gives dicts in mode ``auto`` and raises in mode ``on``.
+
+    >>> digest_maps("off") is None
+    True
+    """
+    if mode == "off" or DIGEST_BITS > 64 or native_available() is not None:
+        return None
+    try:
+        module = native_maps(on_compile)
+    except Exception as err:
+        # (auto mode: as a failed build of the hot path, dicts and the same results;
+        # the hot path's own build says why, once)
+        if mode != "on":
+            return None
+        if isinstance(err, NativeBuildError):
+            raise
+        msg = f"the native build of core/native_maps.pyx failed: {err}"
+        raise NativeBuildError(msg) from err
+    make: Callable[[], MutableMapping[Any, int]] = module.DigestCounts
+    return lambda _name: make()
 
 
 class DeleteCheck:

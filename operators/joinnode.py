@@ -177,6 +177,28 @@ class IndexedBase(Mapping[Any, int]):
         return sum(len(self._get(k)) for k in list(self._index))
 
 
+class NoTuples:
+    """The ``base`` of a *sum leaf*, which keeps no tuples (see :meth:`JoinNode.finish`):
+    not a mapping, so no delete check or caller mistakes it for the multiplicities.
+
+    >>> NO_TUPLES.get((1, 2))
+    Traceback (most recent call last):
+    ...
+    LookupError: this node keeps no tuples (a sum leaf: the view checks deletes itself)
+    """
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        msg = "this node keeps no tuples (a sum leaf: the view checks deletes itself)"
+        raise LookupError(msg)
+
+    __getitem__ = get
+
+    def __repr__(self) -> str:
+        return "NO_TUPLES"
+
+
+NO_TUPLES = NoTuples()
+
 NO_MAP: Mapping[Any, Any] = MappingProxyType({})
 """What a node binds in place of a map it does not keep (a generalized node's base, a
 lower node's live indexes, ...): empty, and a write fails loudly. Maps are declared only
@@ -238,7 +260,12 @@ class JoinNode:
         ring: Any,
         state: State,
         base_payload: Callable[[Any, int], Any] | None = None,
+        keep_leaf_tuples: bool = True,
     ) -> None:
+        """``keep_leaf_tuples=False``: a lower leaf that is not counting (bag or ring
+        payloads) keeps only its projection, key -> payload sum, not its tuples (a
+        *sum leaf*): where deletes are checked before the node (a view's delete
+        check), nothing reads a leaf's tuples after the update that adds them."""
         self.name = name
         self.id = node_id
         self.attrs = attrs
@@ -250,6 +277,10 @@ class JoinNode:
         self.counting = mode == "set"
         self.base_payload_default = base_payload is None
         self.base_payload = base_payload or (lambda t, m: m)
+        self.keep_leaf_tuples = keep_leaf_tuples
+        self.sum_leaf = False
+        """Whether this node keeps no tuples, only their payload sum per key (set in
+        :meth:`finish`; :attr:`base` is then :data:`NO_TUPLES`)."""
         self.children: list[JoinNode] = []
         self.parent: JoinNode | None = None
         self.pos_in_parent = -1
@@ -312,7 +343,17 @@ class JoinNode:
         self.keeps_counter = self.nchildren > 1
         if self.keeps_counter:
             self.counter = self.state.map(f"{self.name}.counter")
-        if not self.generalized:
+        # (Integer payloads compile a leaf's apply: such a leaf is a key leaf, as the
+        # planner projects a lower leaf of a query without aggregates onto its key.)
+        self.sum_leaf = (not self.keep_leaf_tuples and not self.counting
+                         and self._is_lower_leaf() and not self._compiled_apply())
+        if self.sum_leaf:
+            # A leaf's payload at its key is the sum of its tuples' payloads, linear in
+            # the multiplicity: an update adds base_payload(t, dm) there, and nothing
+            # reads t again (its tuples would be most of the state of an aggregate
+            # over one big table: TPC-H's lineitem under Q1, Q3, Q6, ...).
+            self.base = NO_TUPLES  # type: ignore[assignment]
+        elif not self.generalized:
             if self.children:
                 # An atom node with children indexes every tuple under its first child's
                 # key anyway: that bucket holds the tuple's multiplicity too.
@@ -334,6 +375,8 @@ class JoinNode:
                 self.apply = self._compile_key_leaf_apply()  # type: ignore[method-assign,assignment]
             else:
                 self.apply = self._compile_apply()  # type: ignore[method-assign,assignment]
+        elif self.sum_leaf:
+            self.apply = self._apply_to_sum  # type: ignore[method-assign]
 
     def mult_expr(self, var: str, env: dict[str, Any], name: str) -> str:
         """Generated code for the multiplicity of this node's tuple ``var`` (present),
@@ -375,11 +418,19 @@ class JoinNode:
     def _key_leaf_compiled(self) -> bool:
         return self._compiled_apply() and self._is_key_leaf()
 
+    def _is_lower_leaf(self) -> bool:
+        return (not self.top and not self.children and not self.generalized
+                and self.parent is not None)
+
     def _is_key_leaf(self) -> bool:
         """A lower leaf whose tuples are their keys (``attrs == key``): one tuple per key,
         so its projection (multiplicity per key) is its base; it keeps only that."""
-        return (not self.top and not self.children and not self.generalized
-                and self.parent is not None and self.attrs == self.key_attrs)
+        return self._is_lower_leaf() and self.attrs == self.key_attrs
+
+    def _apply_to_sum(self, t: Any, dm: int) -> None:
+        """:meth:`apply` of a sum leaf over ring payloads: the payload of ``dm`` copies
+        of ``t`` (signed) added at its key; the caller has validated deletes."""
+        self._payload_add(self.key_of(t), self.base_payload(t, dm))
 
     def _compile_key_leaf_apply(self) -> Callable[[Any, int], None]:
         """:meth:`apply` of a key leaf: the multiplicity is kept in ``proj`` under the

@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import FAMILIES, SHAPES, Case, random_case
 
 import core.native
@@ -484,3 +486,55 @@ def test_tpch_queries_compile_and_agree(name: str, tpch_sf001: Path,
             plain.apply(rec)
     assert auto.end_epoch() == plain.end_epoch() and epochs >= 5
     assert auto.snapshot() == plain.snapshot()
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["set", "del", "get"]),
+                          st.one_of(st.integers(0, 40), st.just(2**64 - 1),
+                                    st.integers(0, 2**64 - 1)),
+                          st.integers(1, 3)), max_size=400))
+def test_native_digest_counts_is_a_dict_of_counts(ops: list[tuple[str, int, int]]) -> None:
+    """``DigestCounts`` (core/native_maps.pyx: the delete check's multiset in native
+    memory, open addressing with backward-shift deletes) reads back as the dict the
+    same operations make, after every step: growth, long probe runs over few keys,
+    and deletes that shift entries back across the table's end included."""
+    from core.native import native_maps
+
+    counts, want = native_maps().DigestCounts(), {}
+    for op, key, n in ops:
+        if op == "set":
+            counts[key] = want[key] = want.get(key, 0) + n
+        elif op == "del" and key in want:
+            del counts[key], want[key]
+        elif op == "del":
+            with pytest.raises(KeyError):
+                del counts[key]
+        assert counts.get(key, 0) == want.get(key, 0) and (key in counts) == (key in want)
+        assert len(counts) == len(want)
+    assert dict(counts.items()) == want and sorted(counts) == sorted(want)
+    assert counts.get(-1) is None and counts.get("x", 0) == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        counts[5] = 0
+    assert counts.nbytes >= 16 * len(want) * 4 // 3
+
+
+@needs_native
+def test_the_compiled_delete_check_keeps_digests_natively() -> None:
+    """A compiled view counts digests in ``DigestCounts`` (an interpreted one in dicts),
+    with the same refusals and deltas."""
+    sql = ("CREATE TABLE R(a INT, b VARCHAR); CREATE TABLE S(b VARCHAR, c INT); "
+           "SELECT R.a, S.c FROM R, S WHERE R.b = S.b AND S.c > 1")
+    q = compile_query(sql)
+    compiled, interpreted = q.maintain(native=True), q.maintain(native=False)
+    assert type(compiled.validator.counts["S"]).__name__ == "DigestCounts"
+    assert type(interpreted.validator.counts["S"]) is dict
+    for view in (compiled, interpreted):
+        for i in range(50):
+            view.apply(Update("+", "R", (i, f"k{i % 7}")))
+            view.apply(Update("+", "S", (f"k{i % 5}", i % 4)))
+        view.apply(Update("-", "S", ("k1", 1)))
+        with pytest.raises(InputError, match="a delete of at most 0 copies present"):
+            view.apply(Update("-", "S", ("k1", 99)))
+    assert compiled.end_epoch().rows == interpreted.end_epoch().rows
+    assert len(compiled.validator.counts["S"]) == len(interpreted.validator.counts["S"])

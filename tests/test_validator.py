@@ -476,3 +476,39 @@ def test_delete_check_modes_are_checked() -> None:
         DeleteCheck({}, "all")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 1 bit"):
         RowDigest(Relation("R", (Column("a", "INT"),)), bits=0)
+
+
+SUM_LEAVES = ("CREATE TABLE R(a INT, b INT, x INT); CREATE TABLE S(b INT, c INT, y INT); "
+              "SELECT R.a, COUNT(*), SUM(S.y) FROM R, S WHERE R.b = S.b GROUP BY R.a;")
+
+
+def test_a_sum_leaf_keeps_no_tuples() -> None:
+    """A leaf of the join tree that only feeds sums (S here: its key b, its payload
+    COUNT and SUM(y)) keeps its sum per key, not its tuples, in a view (which checks
+    deletes itself, by digests); the same node of a worker's engine keeps its tuples
+    (the worker checks deletes against them). Results stay equal to a view that keeps
+    the rows, and a bad delete of S is still refused with nothing changed."""
+    q = compile_query(SUM_LEAVES)
+    view, kept = q.maintain(native=False), q.maintain(native=False, keep_rows=True)
+    engine = view.engines[0]
+    leaf = engine.atom_nodes[1]  # (S: the second FROM item)
+    assert leaf.sum_leaf and not leaf.top and not leaf.children
+    assert not any(name.startswith(f"{leaf.name}.base") for name in engine.state.names())
+    assert "S" in view.validator.counts  # (S's rows are digested: no node holds them)
+    worker = q.kind.make_engine()
+    assert not worker.atom_nodes[1].sum_leaf
+    assert isinstance(worker.atom_nodes[1].base, dict)
+    rng = random.Random(7)
+    rows = [(rng.randrange(4), rng.randrange(5), rng.randrange(9)) for _ in range(60)]
+    for i, row in enumerate(rows):
+        for v in (view, kept):
+            v.apply(Update("+", "R" if i % 2 else "S", row))
+            if i % 7 == 6:
+                v.apply(Update("-", "R" if i % 2 else "S", row))
+        if i % 10 == 9:
+            want = kept.end_epoch().rows
+            assert view.end_epoch().rows == want
+    before = view.snapshot()
+    with pytest.raises(InputError, match="a delete of at most 0 copies present"):
+        view.apply(Update("-", "S", (99, 99, 99)))
+    assert view.end_epoch().rows == () and view.snapshot() == before == kept.snapshot()

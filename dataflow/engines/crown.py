@@ -62,9 +62,11 @@ class Engine:
     """One partition: the join-tree operators and their state."""
 
     def __init__(self, plan: Plan, dataflow: Dataflow, state: State | None = None, *,
-                 generated_hooks: bool = True) -> None:
+                 generated_hooks: bool = True, keep_leaf_tuples: bool = True) -> None:
         """``generated_hooks=False`` keeps the generic liveness, support and hook methods
-        (the same results, slower; tests compare the two)."""
+        (the same results, slower; tests compare the two). ``keep_leaf_tuples=False``:
+        lower leaves keep their payload sums only (:attr:`JoinNode.sum_leaf`), for a
+        caller that checks deletes itself."""
         self.plan = plan
         self.state = state if state is not None else DictState()
         self.ring = make_ring(plan)
@@ -88,6 +90,7 @@ class Engine:
                 self.ring,
                 self.state,
                 payload,
+                keep_leaf_tuples,
             )
         for spec in plan.nodes:
             if spec.parent is not None:
