@@ -38,6 +38,7 @@ from typing import Any
 
 from core.errors import InputError, IvmflowError, JobError, QueryError, UsageError
 from core.faults import arm as arm_faults
+from core.memory import parse_size
 from core.native import NativeBuildError, one_line
 from dataflow import generate, runners
 from dataflow.run import (
@@ -179,6 +180,13 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     kafka_io.consume(args.topic, sys.stdout, snapshots=args.snapshots, query=args.query,
                      kafka_options=args.kafka_option or ())
     return 0
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _window(text: str) -> int | float:
@@ -357,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="change streams without transactions=: epochs of T ms of the "
                           "events' source timestamps (not transactionally consistent)")
     _add_trust_deletes(run)
+    run.add_argument("--max-state", type=_size, metavar="SIZE",
+                     help="local runner: stop at the end of the first epoch after which "
+                          "the process holds more than SIZE resident (e.g. 8G), with "
+                          "that epoch's deltas written and committed")
     run.add_argument("--resume", action="store_true",
                      help="keep the committed epochs of existing --deltas/--snapshots files "
                           "and write only the later ones")
@@ -484,7 +496,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         kafka_options=args.kafka_option, native=args.native, verbose=args.verbose,
         min_epoch_events=args.min_epoch_events, transaction_timeout=args.transaction_timeout,
         epoch_ms=args.epoch_ms,
-        trust_deletes=args.trust_deletes,
+        trust_deletes=args.trust_deletes, max_state=args.max_state,
     )
 
 

@@ -89,6 +89,7 @@ def drive(
     tracker: InputTracker | None = None,
     on_input: Callable[[InputCommit], None] | None = None,
     resume: InputCommit | None = None,
+    after_epoch: Callable[[int], None] | None = None,
 ) -> DriveStats:
     """Apply ``records`` to ``view``, closing epochs by the rules of the module docstring.
 
@@ -106,6 +107,9 @@ def drive(
     closed epoch, just before ``on_delta``; ``resume``, the input position a sink's
     commit record kept, makes this run close epochs at its cuts too and check that
     epochs ``1..resume.epoch`` end where they did (:class:`InputChangedError` if not).
+    ``after_epoch(k)`` runs once epoch ``k`` is written (its delta, and its snapshot
+    after a marker), before the next record is read: what it raises ends the run there
+    (``--max-state``: :class:`core.memory.StateLimit`). Not after the last epoch.
 
     >>> class Null:
     ...     pending_updates, n = 0, 0
@@ -144,10 +148,16 @@ def drive(
                 on_input(where)
         on_delta(delta)
 
+    settled = 0  # epochs after_epoch has seen
+
     for rec in records:
         if should_stop is not None and should_stop():
             st.stopped = True
             return st
+        if after_epoch is not None and settled < st.epochs:
+            # (here, not in close_epoch: a marker's snapshot is written first)
+            settled = st.epochs
+            after_epoch(settled)
         if check is not None:
             check.consumed(st.epochs)
         if isinstance(rec, EpochEnd):

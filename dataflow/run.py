@@ -36,6 +36,7 @@ from connectors.files import (
     SnapshotCsvSink,
 )
 from core.errors import UnavailableError, UsageError
+from core.memory import StateLimit
 from core.native import NativeFallbackWarning
 from core.records import Record
 from dataflow import runners
@@ -127,6 +128,9 @@ class RunOptions:
     """Change streams without transaction metadata: epochs of T milliseconds of the
     events' source timestamps (docs/change-streams.md; not transactionally consistent)."""
 
+    max_state: int | None = None
+    """Local runner: bytes the process may hold resident (``--max-state``): the run stops
+    at the end of the first epoch after which it holds more (:mod:`core.memory`)."""
     trust_deletes: bool = False
     """Local runner: no delete check (``validate=False``): for a source consistent by
     construction, such as a database's change stream (a delete of a row that is not
@@ -482,6 +486,16 @@ def compile_file(path: str, eps: float | None = None, partitioning: str = "singl
     return compile_query(text, source_name=path, **kwargs)
 
 
+def state_limit(ctx: RunContext, view: Any, resume: str) -> Callable[[int], None] | None:
+    """``--max-state``'s check after each epoch (None without it): the run stops there
+    with :class:`core.memory.StateLimitError`; ``resume`` says how it goes on."""
+    if ctx.options.max_state is None:
+        return None
+    entries = getattr(view, "state_entries", None)
+    return StateLimit(ctx.options.max_state, entries if callable(entries) else None,
+                      resume).check
+
+
 def maintain_view(ctx: RunContext, query: Any = None) -> Any:
     """``query.maintain`` (default ``ctx.query``) with the run's options, for a runner
     that hosts the view in this process: a first-use compile of the hot path shows on
@@ -513,6 +527,12 @@ def _check_available(opts: RunOptions) -> runners.Runner:
         msg = (f"--trust-deletes is for the local runner; the {opts.runner} runner checks "
                "deletes against the tuples its joins keep (and row digests for an outer "
                "join's side), with no row kept for it alone: run without it")
+        raise UsageError(msg)
+    if opts.max_state is not None and opts.runner != "local":
+        where = ("RocksDB can keep it on disk" if opts.runner == "flink"
+                 else "its state store, per partition")
+        msg = (f"--max-state is for the local runner; the {opts.runner} runner keeps its "
+               f"state in its workers ({where}): size them instead")
         raise UsageError(msg)
     if opts.epoch_ms is not None and (scheme(opts.updates) != "kafka" or
                                       _kafka_io().endpoint(opts.updates, opts).format == "json"):

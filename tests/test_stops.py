@@ -202,3 +202,36 @@ def test_a_stop_request_drops_the_open_epoch_in_drive() -> None:
     stats = drive(Counting(), records, on_delta=got.append,
                   should_stop=lambda: seen.append(1) or next(asked))
     assert stats.stopped and stats.epochs == 1 and [d.epoch for d in got] == [1]
+
+
+def test_max_state_stops_after_a_whole_epoch_and_resume_finishes(
+    files: tuple[Path, Path, bytes], tmp_path: Path
+) -> None:
+    """``--max-state`` below what the process holds stops the run at the end of its
+    first epoch (every later epoch would pass it too), exit 1, with the size, the epoch
+    and what to do; that epoch is committed, nothing after it; ``--resume`` without the
+    limit writes the rest: the uninterrupted run's bytes."""
+    q, u, want = files
+    out = tmp_path / "out.csv"
+    stopped = _cli(q, "--updates", u, "--deltas", out, "--max-state", "1M")
+    assert stopped.returncode == 1
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert "passed --max-state 1.0 MiB at the end of epoch 1: the process holds" in line
+    assert "--trust-deletes" in line and "--resume" in line and "state entries" in line
+    assert out.read_bytes() == _committed(out) and want.startswith(_committed(out))
+    assert 0 < len(_committed(out)) < len(want)
+    resumed = _cli(q, "--updates", u, "--deltas", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes() == want
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--max-state", "lots"], "a size such as 2G, 512M"),
+    (["--max-state", "2G", "--runner", "flink"], "--max-state is for the local runner"),
+])
+def test_max_state_refuses_what_it_cannot_do(
+    files: tuple[Path, Path, bytes], args: list[str], error: str
+) -> None:
+    q, u, _want = files
+    done = _cli(q, "--updates", u, *args)
+    assert done.returncode == 2 and error in done.stderr

@@ -25,7 +25,7 @@ from connectors.position import InputTracker, digest_prefix
 from core.errors import InputError, UsageError
 from core.records import Record
 from dataflow.drive import DriveStats, drive, input_changed
-from dataflow.run import maintain_view, scheme
+from dataflow.run import maintain_view, scheme, state_limit
 from dataflow.runners import register
 
 if TYPE_CHECKING:
@@ -144,4 +144,5 @@ def run_local(ctx: RunContext) -> DriveStats:
         tracker=tracker,
         on_input=note_input,
         resume=resume,
+        after_epoch=state_limit(ctx, view, "--resume (with the same --deltas)"),
     )

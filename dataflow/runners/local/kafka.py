@@ -105,7 +105,7 @@ def run_local_kafka(ctx: RunContext) -> DriveStats:
 
 def _drive(ctx: RunContext, source: KafkaUpdateSource,
            checkpointer: _Checkpointer | None = None) -> DriveStats:
-    from dataflow.run import maintain_view
+    from dataflow.run import maintain_view, state_limit
 
     opts, out = ctx.options, ctx.outputs
     deltas, snapshots = out.deltas, out.snapshots
@@ -156,6 +156,9 @@ def _drive(ctx: RunContext, source: KafkaUpdateSource,
             on_error=opts.on_error,
             dead_letter=out.dead_letter,
             stats=ctx.progress.stats,
+            after_epoch=state_limit(
+                ctx, view, "running again (from the newest --checkpoint, else replaying "
+                "the topic)"),
         )
     except StopRequested:
         ctx.progress.stats.stopped = opts.stop_at_end

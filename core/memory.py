@@ -1,0 +1,108 @@
+"""The run's memory: ``--max-state SIZE`` stops a local run at the end of the first epoch
+after which the process holds more than SIZE, its deltas up to there written and
+committed, nothing of the next epoch, with what to do about it.
+
+What is measured is the process's resident memory as the operating system counts it
+(``/proc/self/statm`` on Linux; the peak, ``getrusage``, elsewhere): what an
+out-of-memory killer or a container limit reads, the view's state and everything else
+of the process with it. Reading it costs one small file read per epoch, however big the
+state is (counting the state's own bytes would cost a walk over it).
+
+Example:
+    >>> parse_size("1.5G"), parse_size("512 MiB"), parse_size("4096")
+    (1610612736, 536870912, 4096)
+    >>> format_bytes(1610612736)
+    '1.5 GiB'
+    >>> limit = StateLimit(parse_size("1T"))
+    >>> limit.check(7)  # far below: nothing happens
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.errors import IvmflowError
+
+__all__ = ["StateLimit", "StateLimitError", "format_bytes", "parse_size", "resident_bytes"]
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: a number with an optional binary unit (``K``, ``M``, ``G``,
+    ``T``; ``GB`` and ``GiB`` alike mean 2**30). Raises ValueError, saying what is
+    expected, for anything else.
+
+    >>> parse_size("2g")
+    2147483648
+    >>> parse_size("lots")
+    Traceback (most recent call last):
+    ...
+    ValueError: a size such as 2G, 512M or 1073741824 (bytes), not 'lots'
+    """
+    m = _SIZE.match(text)
+    if m is None or float(m.group(1)) <= 0:
+        msg = f"a size such as 2G, 512M or 1073741824 (bytes), not {text!r}"
+        raise ValueError(msg)
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in the largest binary unit that keeps it at least 1 (one decimal).
+
+    >>> format_bytes(512), format_bytes(3 << 20)
+    ('512 B', '3.0 MiB')
+    """
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        size = float(1 << (10 * ("KMGT".index(unit[0]) + 1)))
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux), else its peak so far."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+class StateLimitError(IvmflowError):
+    """The process outgrew ``--max-state`` (:class:`StateLimit`)."""
+
+
+@dataclass
+class StateLimit:
+    """``--max-state``: :meth:`check` after each epoch is committed raises
+    :class:`StateLimitError` once the process holds more than ``max_bytes``.
+    ``entries()``, if given, counts the view's state entries for the message;
+    ``resume`` is how the run goes on from its committed epochs."""
+
+    max_bytes: int
+    entries: Callable[[], int] | None = None
+    resume: str = "--resume"
+    measure: Callable[[], int] = resident_bytes
+
+    def check(self, epoch: int) -> None:
+        held = self.measure()
+        if held <= self.max_bytes:
+            return
+        entries = f", {self.entries():,} state entries" if self.entries is not None else ""
+        msg = (f"the run passed --max-state {format_bytes(self.max_bytes)} at the end of "
+               f"epoch {epoch}: the process holds {format_bytes(held)} resident{entries}. "
+               f"Epochs 1-{epoch} are written and committed, nothing of a later one; "
+               f"{self.resume} goes on from there. To hold less: --trust-deletes where "
+               f"the source is consistent by construction (a database's change stream: "
+               f"no row digests), a query that reads fewer tables and columns, or "
+               f"--runner flink, whose state can live in RocksDB on disk; or a larger "
+               f"--max-state")
+        raise StateLimitError(msg)
