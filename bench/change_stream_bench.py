@@ -1,9 +1,11 @@
 """Change streams in (issue 43, item 8): events per second of ``format=debezium-json``
-and ``format=upsert-json`` against ivmflow's own JSON update records on the local
-runner, over a TPC-H stream; and the upsert state's bytes per key.
+and ``format=upsert-json`` against ivmflow's own JSON update records on each runner
+(local, Spark, Flink), over a TPC-H stream; and the upsert state's bytes per key.
 
     python -m bench.change_stream_bench [--sf 0.01] [--refresh-pairs 2] [--repeat 3]
                                         [--parts decode run state] [--bootstrap H:P]
+                                        [--runners local spark flink] [--parallelism 1]
+                                        [--variants json upsert ...]
 
 One stream, ``ivmflow generate tpch`` (the load, then RF1, RF2 and UPD per refresh
 pair; one epoch each), written four ways by ``ivmflow produce`` (one partition per
@@ -25,11 +27,17 @@ Parts (``--parts``):
   values through the source's decoding and epoch cutting (json: ``decode_update``;
   change streams: ``ChangeCutter.feed`` and ``release`` with the upsert state), records
   fed in batches of 5000 as the consumer fetches them;
-* ``run``: ``ivmflow run QUERY --updates kafka://... --stop-at-end --no-native`` in this
-  process over the produced topics, minus the same run over empty topics of that format
-  (compile, connect, join the consumer group): the reading and maintaining alone.
-  ``QUERY`` is ``SELECT COUNT(*) FROM lineitem`` over the 8 tables (``count``: every
-  table's events are read and applied, the view is cheap) or a TPC-H query (``q09``);
+* ``run``: ``ivmflow run QUERY --updates kafka://... --stop-at-end --no-native`` over
+  the produced topics, minus the same run over empty topics of that format (compile,
+  connect, join the consumer group; on Spark and Flink the JVM's start and the job's
+  set-up): the reading and maintaining alone. ``QUERY`` is ``SELECT COUNT(*) FROM
+  lineitem`` over the 8 tables (``count``: every table's events are read and applied,
+  the view is cheap) or a TPC-H query (``q09``). The local runner runs in this process
+  (its process CPU seconds); Spark and Flink (``--runners``) as ``ivmflow run --runner
+  R --parallelism P --checkpoint DIR`` in a child process, their CPU seconds those of
+  the child's process tree (the driver, the JVM, the Python workers; sampled from /proc,
+  :class:`bench.harness.timing.TreeCpu`), and for a keyed variant the upsert state's
+  keys and bytes from the run's summary line (the reader's own count on that runner);
 * ``state``: the upsert state after the stream (keyed schema): keys and bytes, shallow
   (``ChangeApplier.state_bytes``: the dicts, key and row tuples) and deep (the values
   too, each object once), per table.
@@ -37,8 +45,8 @@ Parts (``--parts``):
 Times are process CPU seconds (the machine is shared: wall time counts the other
 work too; it is reported beside them), the best of ``--repeat``. Without
 ``--bootstrap`` a ``noida-db`` broker process is started (tests/kafka_broker.py).
-Writes ``bench/results/change_streams.json`` (the commit, the machine, the command)
-and prints the table of docs/benchmarks.md.
+Writes ``bench/results/change_streams.json`` (``--out``; the commit, the machine, the
+command), rewritten after every run, and prints the table of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,8 +66,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.harness import RESULTS, command_line, result_record
+from bench.harness import RESULTS, ROOT, command_line, result_record
 from bench.harness.brokers import kafka_bootstrap
+from bench.harness.timing import TreeCpu
 from connectors import tpch
 from connectors.files import read_updates
 from connectors.kafka import parse_kafka_url
@@ -285,21 +296,65 @@ def state_of(applier: ChangeApplier) -> dict[str, Any]:
 # -- run: through the broker and the local runner ----------------------------------------
 
 
-def _ivmflow(argv: list[str]) -> tuple[float, float]:
+Timed = tuple[float, float, str]
+"""CPU seconds, wall seconds and the run's standard error (its summary line)."""
+
+
+def _ivmflow(argv: list[str]) -> Timed:
+    """``ivmflow ARGV`` in this process."""
     c, w = time.process_time(), time.perf_counter()
     code = ivmflow(argv)
     if code != 0:
         msg = f"ivmflow {' '.join(argv)} exited {code}"
         raise RuntimeError(msg)
-    return time.process_time() - c, time.perf_counter() - w
+    return time.process_time() - c, time.perf_counter() - w, ""
+
+
+def _child(argv: list[str], timeout: float = 4 * 3600) -> Timed:
+    """``ivmflow ARGV`` in a child process; its process tree's CPU seconds."""
+    w = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "dataflow.cli", *argv], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with TreeCpu(proc.pid) as cpu:
+        _out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        msg = f"ivmflow {' '.join(argv)} exited {proc.returncode}: {err[-2000:]}"
+        raise RuntimeError(msg)
+    return cpu.seconds(), time.perf_counter() - w, err
+
+
+_STATE = re.compile(r"upsert state ([\d,]+) keys, ([\d.]+) MB")
+
+
+def _upsert_state(summary: str) -> dict[str, Any]:
+    """The upsert state's keys and bytes per key from a run's summary line."""
+    m = _STATE.search(summary)
+    if m is None:
+        return {}
+    keys, mb = int(m.group(1).replace(",", "")), float(m.group(2))
+    return {"state_keys": keys, "state_mb": mb, "state_bytes_per_key": mb * 1e6 / keys}
+
+
+def _run_once(runner: str, argv: list[str], tmp: Path, parallelism: int) -> Timed:
+    if runner == "local":
+        return _ivmflow(argv)
+    ckpt = Path(tempfile.mkdtemp(prefix=f"{runner}-ckpt-", dir=tmp))
+    return _child([*argv, "--runner", runner, "--parallelism", str(parallelism),
+                   "--checkpoint", str(ckpt)])
 
 
 def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
-             events: dict[str, int], tmp: Path) -> dict[str, Any]:
+             events: dict[str, int], tmp: Path,
+             done: Callable[[dict[str, Any]], None] = lambda rows: None) -> dict[str, Any]:
+    """Each variant's topics produced once, then run on each runner for each query
+    (``done`` is called with the rows after every run)."""
     empty = tmp / "empty.csv"
     empty.write_text("")
     rows: dict[str, Any] = {}
-    for v in VARIANTS:
+    topics: dict[str, tuple[str, str, Timed]] = {}
+    variants = [v for v in VARIANTS if v.name in args.variants]
+    for v in variants:
         tag = uuid.uuid4().hex[:8]
         prefix, none = f"cs-{tag}", f"cs-{tag}-empty"
         qfile = stream.queries[args.queries[0], v.keyed]
@@ -307,33 +362,49 @@ def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
                             "--query", str(qfile), "-q", *v.produce_args()])
         _ivmflow(["produce", str(empty), f"kafka://{bootstrap}/{none}", "--query",
                   str(qfile), "-q", *v.produce_args()])
-        for q in args.queries:
-            qfile = stream.queries[q, v.keyed]
-            runs = []
-            for rep in range(args.repeat):
-                out = tmp / f"{tag}-{q}-{rep}.csv"
-                base = ["run", str(qfile), "--no-native", "--stop-at-end", "-q",
-                        *v.run_args(), "--updates"]
-                start = _ivmflow([*base, v.url(bootstrap, none), "--deltas", f"{out}.e"])
-                full = _ivmflow([*base, v.url(bootstrap, prefix), "--deltas", str(out)])
-                runs.append((full[0] - start[0], full[1] - start[1], full, start))
-            cpu, wall, full, start = min(runs, key=lambda r: r[0])
-            n = events[v.name]
-            rows[f"{v.name} {q}"] = {
-                "variant": v.name, "query": q, "events": n, "cpu_s": cpu, "wall_s": wall,
-                "run_cpu_s": full[0], "run_wall_s": full[1], "startup_cpu_s": start[0],
-                "startup_wall_s": start[1], "events_per_cpu_s": n / cpu,
-                "events_per_wall_s": n / wall, "produce_cpu_s": produce[0],
-                "produce_wall_s": produce[1],
-                "delta_lines": len((tmp / f"{tag}-{q}-0.csv").read_text().splitlines()) - 1}
-            print(f"run {v.name} {q}: {cpu:.2f} s CPU ({wall:.1f} s wall) after "
-                  f"{start[0]:.2f} s CPU of startup", flush=True)
-    for q in args.queries:
-        base = rows[f"json {q}"]["events_per_cpu_s"]
-        for r in rows.values():
-            if r["query"] == q:
-                r["vs_json"] = r["events_per_cpu_s"] / base
+        topics[v.name] = prefix, none, produce
+        print(f"produced {v.name} in {produce[1]:.0f} s", flush=True)
+    for runner in args.runners:
+        repeat = args.repeat if runner == "local" else 1
+        for v in variants:
+            prefix, none, produce = topics[v.name]
+            for q in args.queries:
+                qfile = stream.queries[q, v.keyed]
+                runs = []
+                for rep in range(repeat):
+                    out = tmp / f"{runner}-{prefix}-{q}-{rep}.csv"
+                    base = ["run", str(qfile), "--no-native", "--stop-at-end",
+                            *(["-q"] if runner == "local" else []), *v.run_args(),
+                            "--updates"]
+                    start = _run_once(runner, [*base, v.url(bootstrap, none), "--deltas",
+                                               f"{out}.e"], tmp, args.parallelism)
+                    full = _run_once(runner, [*base, v.url(bootstrap, prefix), "--deltas",
+                                              str(out)], tmp, args.parallelism)
+                    runs.append((full[0] - start[0], full[1] - start[1], full, start, out))
+                cpu, wall, full, start, out = min(runs, key=lambda r: r[0])
+                n = events[v.name]
+                rows[f"{runner} {v.name} {q}"] = {
+                    "runner": runner, "variant": v.name, "query": q, "events": n,
+                    "parallelism": 1 if runner == "local" else args.parallelism,
+                    "repeat": repeat, "cpu_s": cpu, "wall_s": wall,
+                    "run_cpu_s": full[0], "run_wall_s": full[1], "startup_cpu_s": start[0],
+                    "startup_wall_s": start[1], "events_per_cpu_s": n / cpu,
+                    "events_per_wall_s": n / wall, "produce_cpu_s": produce[0],
+                    "produce_wall_s": produce[1], **_upsert_state(full[2]),
+                    "delta_lines": len(out.read_text().splitlines()) - 1}
+                print(f"run {runner} {v.name} {q}: {cpu:.2f} s CPU ({wall:.1f} s wall) "
+                      f"after {start[0]:.2f} s CPU of startup", flush=True)
+                _relative(rows)
+                done(rows)
     return rows
+
+
+def _relative(rows: dict[str, Any]) -> None:
+    """Each run's events per CPU second over json's on the same runner and query."""
+    for r in rows.values():
+        base = rows.get(f"{r['runner']} json {r['query']}")
+        if base is not None:
+            r["vs_json"] = r["events_per_cpu_s"] / base["events_per_cpu_s"]
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -344,10 +415,11 @@ _COLUMNS: dict[str, tuple[str, int, list[tuple[str, str, str]]]] = {
     "decode": ("decode (no broker)", 20, [
         ("events", "events", ">9"), ("updates", "updates", ">9"), ("CPU s", "cpu_s", ">8.2f"),
         ("events/s", "events_per_cpu_s", ">10.0f"), ("x json", "vs_json", ">8.2f")]),
-    "run": ("run (broker, local)", 24, [
+    "run": ("run (broker)", 30, [
         ("events", "events", ">9"), ("CPU s", "cpu_s", ">8.2f"),
         ("events/s", "events_per_cpu_s", ">10.0f"), ("x json", "vs_json", ">8.2f"),
-        ("wall s", "wall_s", ">8.1f"), ("startup", "startup_cpu_s", ">9.2f")]),
+        ("wall s", "wall_s", ">8.1f"), ("startup", "startup_cpu_s", ">9.2f"),
+        ("state B/key", "state_bytes_per_key", ">12.0f")]),
     "state": ("upsert state", 12, [
         ("keys", "keys", ">9"), ("bytes/key", "bytes_per_key", ">11.0f"),
         ("deep/key", "deep_bytes_per_key", ">10.0f"), ("MB", "bytes_mb", ">8.2f"),
@@ -366,8 +438,9 @@ def format_table(res: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             continue
         lines.append(f"\n{title:<{width}}" + "".join(
             f"{head:>{fmt[1:].split('.')[0]}}" for head, _f, fmt in cols))
-        lines += [f"{r['name']:<{width}}" + "".join(f"{r[f]:{fmt}}" for _h, f, fmt in cols)
-                  for r in mine]
+        lines += [f"{r['name']:<{width}}" + "".join(
+            f"{r[f]:{fmt}}" if f in r else f"{'':{fmt.split('.')[0]}}" for _h, f, fmt in cols)
+            for r in mine]
     return "\n".join(lines)
 
 
@@ -381,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", choices=("decode", "run", "state"),
                     default=["decode", "run", "state"])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--runners", nargs="+", choices=("local", "spark", "flink"),
+                    default=["local"], help="the runners of the run part (Spark and Flink: "
+                    "one run each, not --repeat)")
+    ap.add_argument("--parallelism", type=int, default=1, help="Spark's and Flink's")
+    ap.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS],
+                    default=[v.name for v in VARIANTS], help="the formats of the run part")
     ap.add_argument("--bootstrap", default=None, help="use this broker (default: start one)")
     ap.add_argument("--out", type=Path, default=RESULTS / "change_streams.json")
     args = ap.parse_args(argv)
@@ -402,17 +481,26 @@ def main(argv: list[str] | None = None) -> int:
     parts: dict[str, dict[str, dict[str, Any]]] = {}
     if "decode" in args.parts:
         parts["decode"] = decode_rows
-    if "run" in args.parts:
-        with kafka_bootstrap(args.bootstrap) as bootstrap:
-            parts["run"] = part_run(stream, args, bootstrap,
-                                    {k: r["events"] for k, r in decode_rows.items()}, tmp)
     if "state" in args.parts:
         parts["state"] = state
-    rows = [{"part": part, "name": name, **r}
-            for part, got in parts.items() for name, r in got.items()]
-    result_record("change_streams", rows,
-                  command=command_line("bench.change_stream_bench", argv), extra=res,
-                  out=args.out, table=format_table(res, rows))
+    res["runners"], res["parallelism"] = args.runners, args.parallelism
+
+    def record(quiet: bool) -> None:
+        rows = [{"part": part, "name": name, **r}
+                for part, got in parts.items() for name, r in got.items()]
+        result_record("change_streams", rows,
+                      command=command_line("bench.change_stream_bench", argv), extra=res,
+                      out=args.out, table=format_table(res, rows), quiet=quiet)
+
+    if "run" in args.parts:
+        with kafka_bootstrap(args.bootstrap) as bootstrap:
+            def done(rows: dict[str, Any]) -> None:
+                parts["run"] = rows
+                record(quiet=True)
+
+            part_run(stream, args, bootstrap,
+                     {k: r["events"] for k, r in decode_rows.items()}, tmp, done)
+    record(quiet=False)
     return 0
 
 

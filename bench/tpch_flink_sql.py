@@ -94,6 +94,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import RESULTS, ROOT, command_line, dir_bytes, result_record
+from bench.harness.timing import cpu_seconds, descendants
 from bench.tpch_bench import (
     QUERIES,
     check_final,
@@ -221,13 +222,13 @@ def flink_job(query: str, tables: Path, schema: dict[str, list[tuple[str, str]]]
                           f"'connector' = 'filesystem', 'path' = '{tables / table}', "
                           "'format' = 'debezium-json')")
     result = t_env.sql_query(query)
-    jvm = _descendants(os.getpid())  # PyFlink's gateway JVM: the job runs in it
-    cpu0, t = _cpu_s(jvm), time.perf_counter()
+    jvm = descendants(os.getpid())  # PyFlink's gateway JVM: the job runs in it
+    cpu0, t = _jvm_cpu(jvm), time.perf_counter()
     if not collect:
         from bench.flink_sql_peer import to_blackhole
 
         to_blackhole(t_env, result)
-        return {"seconds": time.perf_counter() - t, "cpu_s": _cpu_s(jvm) - cpu0}
+        return {"seconds": time.perf_counter() - t, "cpu_s": _jvm_cpu(jvm) - cpu0}
     acc: Counter[tuple[Any, ...]] = Counter()
     with result.execute().collect() as it:
         for row in it:
@@ -237,31 +238,8 @@ def flink_job(query: str, tables: Path, schema: dict[str, list[tuple[str, str]]]
             "final": [(m, r) for r, m in acc.items() if m]}
 
 
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                kids = [int(k) for k in task.read_text().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` (all their threads) so far."""
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return total / os.sysconf("SC_CLK_TCK")
+def _jvm_cpu(pids: list[int]) -> float:
+    return sum(cpu_seconds(pids).values())
 
 
 def _hwm_mib(pid: int) -> float:
@@ -294,7 +272,7 @@ def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Pat
         while not stop.wait(0.25):
             peak["ckpt"] = max(peak["ckpt"], dir_bytes(ckpt))
             seen.update(p.name for p in ckpt.glob("*/chk-*"))
-            for pid in _descendants(proc.pid):
+            for pid in descendants(proc.pid):
                 peak["rss"] = max(peak["rss"], _hwm_mib(pid))
 
     sampler = threading.Thread(target=sample, daemon=True)

@@ -1,16 +1,18 @@
 """Timing: a runner from outside (the epochs its delta sink commits, polled; the size of
-its checkpoint directory, sampled; its phase logs), and a stream's load in batches."""
+its checkpoint directory, sampled; its phase logs; the CPU of its process tree, a JVM
+and its Python workers included), and a stream's load in batches."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bench.harness.files import dir_bytes
 from core.records import EpochEnd, Update
@@ -27,7 +29,39 @@ def committed_epoch(commit: Path) -> int:
         return 0
 
 
-class CommitWatcher:
+_P = TypeVar("_P", bound="_Poller")
+
+
+class _Poller:
+    """A daemon thread running ``_poll`` while the ``with`` block runs (``_first`` before
+    it starts, ``_last`` after it stops); ``_poll`` returns once ``_done`` is set."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        raise NotImplementedError
+
+    def _first(self) -> None:
+        pass
+
+    def _last(self) -> None:
+        pass
+
+    def __enter__(self: _P) -> _P:
+        self._first()
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._done.set()
+        self._thread.join()
+        self._last()
+
+
+class CommitWatcher(_Poller):
     """A thread that polls the commit markers every ``tick`` seconds and stamps each newly
     committed epoch (the largest over the markers) with ``perf_counter`` (``marks``) and
     ``time.time`` (``walls``), and sizes ``checkpoint`` every ``size_every`` seconds
@@ -42,8 +76,7 @@ class CommitWatcher:
         self.marks: dict[int, float] = {}
         self.walls: dict[int, float] = {}
         self.sizes: list[int] = [0]
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
+        super().__init__()
 
     def last(self) -> int:
         return max((committed_epoch(c) for c in self.commits), default=0)
@@ -66,15 +99,65 @@ class CommitWatcher:
                 last = k
             time.sleep(self.tick)
 
-    def __enter__(self) -> CommitWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._done.set()
-        self._thread.join()
+    def _last(self) -> None:
         self._stamp(self.last(), 0)
+
+
+def descendants(pid: int) -> list[int]:
+    """The process ids below ``pid`` (children, theirs, ...), from /proc."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in task.read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
+    """User + system CPU seconds so far of each of ``pids`` still running (all their
+    threads; not their children)."""
+    out = {}
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # 14, 15
+    return out
+
+
+class TreeCpu(_Poller):
+    """A thread that samples the CPU seconds of process ``pid`` and every process below
+    it every ``tick`` seconds; ``seconds()`` is their sum, each process at its last
+    sample. The JVM a PySpark or PyFlink driver starts is not reaped by it (so neither
+    ``wait4`` nor ``RUSAGE_CHILDREN`` counts it); sampled, it is. A process's CPU after
+    its last sample (at most ``tick`` before it ended) is not counted. Use as a context
+    manager around the process's run."""
+
+    def __init__(self, pid: int, tick: float = 0.2) -> None:
+        self.pid, self.tick = pid, tick
+        self.cpu: dict[int, float] = {}
+        super().__init__()
+
+    def sample(self) -> None:
+        for p, s in cpu_seconds([self.pid, *descendants(self.pid)]).items():
+            self.cpu[p] = max(self.cpu.get(p, 0.0), s)
+
+    def _poll(self) -> None:
+        while not self._done.wait(self.tick):
+            self.sample()
+
+    def seconds(self) -> float:
+        return sum(self.cpu.values())
+
+    def _first(self) -> None:
+        self.sample()
 
 
 def read_phase_logs(prefix: Path | str) -> dict[int, list[float]]:
