@@ -165,6 +165,10 @@ def run_duckdb(data: Path, name: str, sizes: list[int], most: int) -> dict[str, 
             os.replace(f"{cache}.tmp", cache)
             (data / "duckdb_load.json").write_text(
                 json.dumps({"load_s": load_s, "load_updates": load_updates}))
+        # DuckDB's own size of the loaded database (its buffer manager's bytes), the
+        # yardstick of the state's bytes per base tuple
+        held = db.con.execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()")
+        duckdb_mib = (held.fetchone() or (0,))[0] / 2**20
         prev = Counter(db.query(select))
         deltas: list[list[tuple[int, Any]]] = [[(m, r) for r, m in prev.items()]]
         latencies, applies = [], []
@@ -181,7 +185,7 @@ def run_duckdb(data: Path, name: str, sizes: list[int], most: int) -> dict[str, 
             deltas.append(delta)
     return {"load_s": load_s, "load_updates": load_updates, "latencies": latencies,
             "apply_p50_ms": 1000 * statistics.median(applies) if applies else None,
-            "state_entries": None, "state_mib": None, "peak_mib": _peak_mib(),
+            "state_entries": None, "state_mib": duckdb_mib, "peak_mib": _peak_mib(),
             "deltas": deltas}
 
 
@@ -295,6 +299,9 @@ def summarize(res: dict[str, Any], size: int | None = None) -> dict[str, Any]:
         out["updates_per_s"] = out["updates"] / sum(lat) if sum(lat) else None
         out["epochs"] = len(lat)
     out["load_updates_per_s"] = res["load_updates"] / res["load_s"] if res["load_s"] else None
+    if res.get("state_mib") is not None and res["load_updates"]:
+        # (DuckDB's row: its own bytes of the database, per base tuple)
+        out["bytes_per_tuple"] = res["state_mib"] * 2**20 / res["load_updates"]
     return out
 
 
@@ -385,8 +392,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     the best ivmflow's speedup over recompute, its crossover, its state."""
     by = {(r["query"], r["epoch_size"], r["system"]): r for r in rows}
     lines = ["| query | E | ivmflow p50 ms | native p50 ms | DuckDB recompute p50 ms | "
-             "speedup | crossover E | state entries | state MiB | deltas |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "speedup | crossover E | state entries | state MiB | B/tuple | "
+             "DuckDB B/tuple | deltas |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for q, e in sorted({(r["query"], r["epoch_size"]) for r in rows}):
         ivm, nat, duck = (by.get((q, e, s), {}) for s in SYSTEMS)
         best = max((x for x in (ivm, nat) if x.get("speedup_p50")),
@@ -397,13 +405,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
         check = "equal" if all(x.get("check") == "equal" for x in (ivm, nat) if x) else \
             "; ".join(str(x.get("check") or x.get("error")) for x in (ivm, nat) if x)
-        st = ivm if ivm.get("state_mib") is not None else nat  # (a run of one of them)
+        # (the state of the default build where it ran: native, else interpreted)
+        st = nat if nat.get("state_mib") is not None else ivm
+        duck_b = f"{duck['bytes_per_tuple']:.0f}" if duck.get("bytes_per_tuple") else "-"
         lines.append(
             f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | "
             f"{best.get('speedup_p50', 0):.1f}x | {best.get('crossover_epoch_size', 0):.0f} | "
             f"{st.get('state_entries') or '-'} | "
-            f"{st['state_mib']:.0f} | {check} |" if st.get("state_mib") is not None else
-            f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | - | - | - | - | {check} |")
+            f"{st['state_mib']:.0f} | {st.get('bytes_per_tuple', 0):.0f} | {duck_b} | "
+            f"{check} |" if st.get("state_mib") is not None else
+            f"| {q} | {e} | {ms(ivm)} | {ms(nat)} | {ms(duck)} | - | - | - | - | - | {duck_b} "
+            f"| {check} |")
     return "\n".join(lines)
 
 
