@@ -485,6 +485,74 @@ def test_epochs_by_source_timestamps() -> None:
                      schema, [("pg.public.R", 0, "R")], epoch_ms=10)
 
 
+def test_epoch_ms_windows_go_with_the_positions_at_an_epoch_boundary() -> None:
+    """A cutter that cut several --epoch-ms epochs at once, read up to the first one's
+    end (where the local runner checkpoints): its windows are those of the events
+    before that boundary, as its positions are, so a cutter started there with both cuts
+    the rest as the first goes on to (with the window of the last epoch cut instead,
+    a=2's window 2 would be raised to 3 and join a=3's epoch)."""
+    from connectors.kafka.changes import ChangeCutter
+    from core.records import EpochEnd, Update
+
+    schema = compile_query(ONE).schema
+    ep = parse_kafka_url("kafka://h:1/up?format=upsert-json")
+    events = [(a, b'{"a": %d, "b": 0}' % a, 1000 * a) for a in (1, 2, 3)]  # windows 1-3
+
+    def cutter(start: int = 0, window: int | None = None) -> ChangeCutter:
+        c = ChangeCutter(ep, schema, [("up.R", 0, "R")], epoch_ms=1000)
+        c.start(0, start, window)
+        for off, (a, value, ts) in enumerate(events[start:], start):
+            c.feed(0, off, b"%d" % a, value, ts)
+        return c
+
+    def cut(it: Any) -> list[Any]:
+        return [o.row[0] if isinstance(o, Update) else "*" for o in it
+                if isinstance(o, (Update, EpochEnd))]
+
+    first = cutter()
+    out = first.release(final=True)
+    assert cut(next(out) for _ in range(2)) == [1, "*"]  # (up to the first epoch's end)
+    assert first.positions() == {0: 1} and first.windows() == {0: 1}
+    again = cutter(1, first.windows()[0])
+    assert cut(again.release(final=True)) == cut(out) == [2, "*", 3, "*"]
+
+
+def test_a_checkpoint_keeps_each_partitions_epoch_ms_window(kafka_bootstrap: str,
+                                                            tmp_path: Path) -> None:
+    """--checkpoint keeps each partition's --epoch-ms window with its offset: after a
+    restart from it, events older than the partition's latest window still join that
+    window (one epoch), as they would have without the restart."""
+    up = _name("up")
+    now = time.time_ns() // 1_000_000_000 * 1000  # (of now: the broker's retention)
+    _send(kafka_bootstrap, f"{up}.R", [b'{"a": 1, "b": 5}', b'{"a": 2, "b": 5}'],
+          [b'{"a": 1}', b'{"a": 2}'], [now + 1000, now + 3000])
+    q = tmp_path / "one.sql"
+    q.write_text(ONE)
+    deltas = f"kafka://{kafka_bootstrap}/{_name('deltas')}"
+    run = ["run", q, "--updates", f"kafka://{kafka_bootstrap}/{up}?format=upsert-json",
+           "--epoch-ms", 1000, "--deltas", deltas, "--stop-at-end", "--quiet",
+           "--checkpoint", tmp_path / "ckpt"]
+    assert _run(*run) == 0
+    header = json.loads((tmp_path / "ckpt" / "local-state.jsonl").read_text().split("\n")[0])
+    assert header["windows"] == [[f"{up}.R", 0, now // 1000 + 3]]
+    # Two events whose timestamps went back below the partition's window, in two
+    # windows of their own: they join the partition's window, one epoch.
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    for a, ts in ((3, now + 1500), (4, now + 2500)):
+        producer.send(f"{up}.R", b'{"a": %d, "b": 7}' % a, key=b'{"a": %d}' % a,
+                      partition=0, timestamp_ms=ts)
+    producer.flush()
+    producer.close()
+    assert _run(*run) == 0
+    assert _kafka_epochs(deltas) == {
+        1: Counter({("1", "5", "1"): 1}),
+        2: Counter({("-1", "5", "1"): 1, ("1", "5", "2"): 1}),
+        3: Counter({("1", "7", "2"): 1}),
+    }
+
+
 # ---------------------------------------------------------------------------------------
 # End to end on the broker: the local runner
 

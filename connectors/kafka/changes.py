@@ -116,6 +116,11 @@ class ChangeCutter:
         self._released_window: dict[int, int] = {}
         """``--epoch-ms``: per stream, the window of its latest event released (where a
         read from :meth:`positions` goes on: :meth:`windows`)."""
+        self._item_window: dict[tuple[int, int], int] = {}
+        """``--epoch-ms``: the window of each (stream, offset) cut into an epoch and not
+        yet released (:meth:`release` yields an epoch at a time: a checkpoint taken at
+        an epoch boundary must see the window of the last event before it, as it sees
+        its position)."""
         self._timed: dict[int, deque[tuple[int, _Item]]] = {s: deque() for s in data}
         self._next: dict[int, int] = {}
         self._pending: list[list[int]] = [[] for _ in streams]
@@ -299,8 +304,9 @@ class ChangeCutter:
             for s in self._data:
                 q = self._timed[s]
                 while q and q[0][0] == w:
-                    items.append(q.popleft()[1])
-                    self._released_window[s] = w
+                    item = q.popleft()[1]
+                    items.append(item)
+                    self._item_window[s, item.offset] = w
             out.append(TxnEpoch(items, [], []))
 
     def _where(self, item: _Item) -> str:
@@ -335,6 +341,9 @@ class ChangeCutter:
 
     def _done(self, item: _Item) -> None:
         self._released[item.stream].add(item.offset)
+        w = self._item_window.pop((item.stream, item.offset), None)
+        if w is not None:
+            self._released_window[item.stream] = w
 
     def positions(self) -> dict[int, int]:
         """Per stream: the offset of its oldest record not yet released, else the next
@@ -397,6 +406,7 @@ class ChangeStreamSource(KafkaUpdateSource):
         stop_requested: Callable[[], bool] = lambda: False,
         poll_timeout_ms: int = 200,
         start_offsets: Mapping[TopicPartitionKey, int] | None = None,
+        start_windows: Mapping[TopicPartitionKey, int] | None = None,
     ) -> None:
         check_change_options(endpoint, schema, epoch_size, epoch_ms)
         super().__init__(endpoint, schema, group_id=group_id, on_error=on_error,
@@ -407,9 +417,9 @@ class ChangeStreamSource(KafkaUpdateSource):
             endpoint, schema, [(t, p, r) for (t, p), r in zip(self.streams, self._relations)],
             epoch_size=epoch_size, min_epoch_events=min_epoch_events,
             transaction_timeout=transaction_timeout, epoch_ms=epoch_ms)
-        starts = start_offsets or {}
+        starts, windows = start_offsets or {}, start_windows or {}
         for i, key in enumerate(self.streams):
-            self.cutter.start(i, starts.get(key, 0))
+            self.cutter.start(i, starts.get(key, 0), windows.get(key))
 
     def _input_topics(self) -> list[tuple[str, str | None]]:
         topics = self.endpoint.input_topics(self.schema)
@@ -422,6 +432,11 @@ class ChangeStreamSource(KafkaUpdateSource):
 
     def positions(self) -> dict[TopicPartitionKey, int]:
         return {self.streams[s]: o for s, o in self.cutter.positions().items()}
+
+    def windows(self) -> dict[TopicPartitionKey, int]:
+        """``--epoch-ms``: per stream, the window of its last event released (a
+        checkpoint keeps it with :meth:`positions`: ``start_windows``)."""
+        return {self.streams[s]: w for s, w in self.cutter.windows().items()}
 
     def __iter__(self) -> Iterator[Record]:
         ends = self._end_offsets() if self.stop_at_end else None

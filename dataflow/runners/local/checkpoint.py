@@ -4,7 +4,8 @@ Without a checkpoint the local runner rebuilds its state by replaying the update
 from its first record on every start, so the topic must keep its whole history.  With
 ``--checkpoint DIR`` it writes, at an epoch boundary whose output is already committed,
 the database (every base tuple with its multiplicity), the epoch and snapshot numbers and
-the source offsets of that boundary.  A restart loads the database into a fresh view (the
+the source offsets of that boundary (for a change stream cut by ``--epoch-ms``, each
+partition's window there too).  A restart loads the database into a fresh view (the
 maintained structures, heavy/light classes included, are a function of the database, so
 the deltas that follow are the same) and reads on from the offsets; the epochs between the
 checkpoint and the last one in the output are recomputed and skipped by the sinks as
@@ -21,7 +22,8 @@ Example:
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
     >>> ck = Checkpoint("q1", epoch=3, snapshots=1, updates=5, last_rows_epoch=2,
-    ...                 positions={("updates", 0): 9}, base=[("G", (1, 2.5, "x"), 2)])
+    ...                 positions={("updates", 0): 9}, base=[("G", (1, 2.5, "x"), 2)],
+    ...                 windows={("updates", 0): 1_700_000_000})
     >>> write_checkpoint(d, ck)
     >>> read_checkpoint(d, "q1") == ck
     True
@@ -94,6 +96,10 @@ class Checkpoint:
     """Next offset to read per (topic, partition); streams not listed start at 0."""
     base: list[BaseTuple] = field(default_factory=list)
     """The database: (relation, row, multiplicity > 0)."""
+    windows: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """A change stream read with ``--epoch-ms``: per (topic, partition), the window of
+    its last event before :attr:`positions` (a partition's windows never go back, so the
+    restart must know where it stood); absent in a checkpoint written before them."""
 
 
 def fingerprint(query_text: str, source: str) -> str:
@@ -120,6 +126,8 @@ def write_checkpoint(directory: str | os.PathLike[str], ckpt: Checkpoint) -> Non
         "positions": [[t, p, o] for (t, p), o in sorted(ckpt.positions.items())],
         "tuples": len(ckpt.base),
     }
+    if ckpt.windows:
+        header["windows"] = [[t, p, w] for (t, p), w in sorted(ckpt.windows.items())]
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(header) + "\n")
         dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=True, default=format_value).encode
@@ -162,6 +170,7 @@ def read_checkpoint(directory: str | os.PathLike[str], expected: str,
         snapshots=header["snapshots"], updates=header["updates"],
         last_rows_epoch=header["last_rows_epoch"],
         positions={(t, p): o for t, p, o in header["positions"]}, base=base,
+        windows={(t, p): w for t, p, w in header.get("windows", ())},
     )
 
 

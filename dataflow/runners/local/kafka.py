@@ -77,8 +77,9 @@ def run_local_kafka(ctx: RunContext) -> DriveStats:
         source: KafkaUpdateSource
         if ep.format != "json":  # Debezium or upsert topics (connectors.kafka.changes)
             try:
-                source = ChangeStreamSource(ep, ctx.query.schema, **common,
-                                            **change_source_kwargs(opts))
+                source = ChangeStreamSource(
+                    ep, ctx.query.schema, **common, **change_source_kwargs(opts),
+                    start_windows=restored.windows if restored is not None else None)
             except KafkaConfigError as exc:
                 raise UsageError(str(exc)) from None
         else:
@@ -256,6 +257,8 @@ class _Checkpointer:
             updates=stats.updates, last_rows_epoch=self._last_rows_epoch,
             positions=self._source.positions(),
             base=self._view.base_tuples(),
+            windows=self._source.windows() if isinstance(self._source, ChangeStreamSource)
+            else {},
         ))
         self._last = time.monotonic()
         self._boundary_at = None
