@@ -1001,6 +1001,11 @@ def test_debezium_deltas_read_back_equal_the_csv_deltas(kafka_bootstrap: str,
     ends = [json.loads(r.value) for r in _read_all(kafka_bootstrap, f"{out}.transaction")]
     assert [e["status"] for e in ends] == ["BEGIN", "END"] * len(want)
     assert {e["id"]: e["event_count"] for e in ends if e["status"] == "END"} == per_txn
+    # What Flink's stop message names: the last epoch the topic holds, by its last END.
+    from dataflow.runners.flink import last_written_epoch
+
+    assert last_written_epoch(f"kafka://{kafka_bootstrap}/{out}?format=debezium-json") \
+        == max(want) > 1
     # A second run (a restart) finds the epochs in the topic and writes none again.
     before = len(_read_all(kafka_bootstrap, out))
     assert _run("run", q, "--updates", source, "--deltas",

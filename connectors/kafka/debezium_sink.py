@@ -97,15 +97,7 @@ class DebeziumDeltaSink(KafkaDeltaSink):
 
     def _read_last(self) -> int:
         """The id of the last END record on the transaction topic (0: none)."""
-        window = 64
-        while True:
-            recs, whole = _read_committed(self.endpoint, self.transaction_topic,
-                                          lambda b, e, w=window: e - w)  # type: ignore[misc]
-            ends = [_end_id(r.value) for r in recs]
-            found = [e for e in ends if e is not None]
-            if found or whole:
-                return max(found, default=0)
-            window *= 16
+        return read_last_transaction(self.endpoint)
 
     def _check_committed(self, k: int, rows: Sequence[tuple[int, Row]]) -> None:
         """Read epoch ``k`` back after a fencing: its events must be exactly those
@@ -129,6 +121,20 @@ class DebeziumDeltaSink(KafkaDeltaSink):
                    f"where this run wrote {sum(wrote.values())}: the broker took a record "
                    "of the fenced producer into the committed transaction.")
             raise KafkaEpochMismatchError(msg)
+
+
+def read_last_transaction(endpoint: KafkaEndpoint) -> int:
+    """The last epoch a Debezium delta topic holds: the id of the last committed END
+    record on its transaction topic (0: none), read from the end in growing windows."""
+    topic = endpoint.transactions_topic or f"{endpoint.topic}.transaction"
+    window = 64
+    while True:
+        recs, whole = _read_committed(endpoint, topic,
+                                      lambda b, e, w=window: e - w)  # type: ignore[misc]
+        found = [e for e in map(_end_id, (r.value for r in recs)) if e is not None]
+        if found or whole:
+            return max(found, default=0)
+        window *= 16
 
 
 def _end_id(value: bytes | None) -> int | None:

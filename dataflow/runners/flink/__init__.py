@@ -26,13 +26,18 @@ __all__ = ["last_written_epoch", "run_flink"]
 
 
 def last_written_epoch(deltas: str, kafka_options: Sequence[str] = ()) -> int:
-    """The last epoch with rows a delta file's commit record (or a delta topic) holds:
-    every epoch up to it is whole (0: none, or unknown)."""
+    """The last epoch with rows a delta file's commit record (or a delta topic: ivmflow's
+    records, or Debezium events by their transaction topic's last END) holds: every epoch
+    up to it is whole (0: none, or unknown)."""
     if scheme(deltas) == "kafka":
         from connectors.kafka import parse_kafka_url, read_last_epoch
+        from connectors.kafka.debezium_sink import read_last_transaction
 
         try:
-            return read_last_epoch(parse_kafka_url(deltas, kafka_options))
+            ep = parse_kafka_url(deltas, kafka_options)
+            if ep.format == "debezium-json":
+                return read_last_transaction(ep)
+            return read_last_epoch(ep)
         except Exception:  # noqa: BLE001 - only for the stop message: unknown
             return 0
     try:
