@@ -169,9 +169,17 @@ BEYOND_THE_SLICE: dict[str, str] = {
         "Spark killed mid-stream (95 s); the Flink cell, and the Spark source's restore "
         "and replay of a batch without a JVM (test_reader_gives_the_local_epochs_and_"
         "replays_any_batch)",
-    "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink":
-        "TPC-H Q9 as Debezium events on Spark and Flink (about 20 s each); the local "
-        "runner's TPC-H cells and test_change_stream_runners.py's Spark and Flink cells",
+    "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink"
+    "[flink-key]": "TPC-H Q9 as Debezium events, key-only before-images, on Flink (30 s); "
+                   "the [flink-full] cell (Flink reading TPC-H's events and writing "
+                   "Debezium events), the local runner's key-only TPC-H cell and "
+                   "test_change_stream_runners.py's key-only Spark and Flink cells",
+    "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink"
+    "[spark-full]": "the [flink-full] cell on Spark (90-100 s); that cell, and Spark "
+                    "writing Debezium events in test_change_stream_runners.py's "
+                    "[spark-debezium-json] cell",
+    "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink"
+    "[spark-key]": "as [spark-full]",
     "tests/test_validator.py::test_delete_check_compiled[comb]":
         "the compiled delete check on the star and snowflake families (25-55 s a family)",
     "tests/test_validator.py::test_delete_check_compiled[path]": "as [comb]",
