@@ -212,7 +212,7 @@ class GhdKind:
 
     def make_engine(self, state: State | None = None, eps: float | None = None,
                     keep_leaf_tuples: bool = True) -> PartitionEngine:
-        return GhdEngine(self.gp, self.eps if eps is None else eps, state)
+        return GhdEngine(self.gp, self.eps if eps is None else eps, state, keep_leaf_tuples)
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
         e = self.eps if eps is None else eps

@@ -128,13 +128,18 @@ class _JoinPort:
 class GhdEngine:
     """One partition: the bag operators and CROWN over the bags."""
 
-    def __init__(self, gp: GhdPlan, eps: float, state: State | None = None) -> None:
+    def __init__(self, gp: GhdPlan, eps: float, state: State | None = None,
+                 keep_leaf_tuples: bool = True) -> None:
+        """``keep_leaf_tuples=False``: CROWN's leaf bags that only feed sums keep the
+        sums (:class:`~dataflow.engines.crown.Engine`), for a caller that checks
+        deletes itself."""
         self.gp = gp
         self.plan = gp.plan
         self.eps = eps
         self.state = state if state is not None else DictState()
         self.crown = Engine(
-            gp.bag_plan, compile_dataflow(gp.bag_plan), PrefixedState(self.state, "crown.")
+            gp.bag_plan, compile_dataflow(gp.bag_plan), PrefixedState(self.state, "crown."),
+            keep_leaf_tuples=keep_leaf_tuples,
         )
         self.ring = self.crown.ring
         self.triangles: dict[int, TriangleEngine] = {}
