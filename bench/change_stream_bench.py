@@ -365,45 +365,58 @@ def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
         topics[v.name] = prefix, none, produce
         print(f"produced {v.name} in {produce[1]:.0f} s", flush=True)
     for runner in args.runners:
-        repeat = args.repeat if runner == "local" else 1
         for v in variants:
             prefix, none, produce = topics[v.name]
             for q in args.queries:
-                qfile = stream.queries[q, v.keyed]
-                runs = []
-                for rep in range(repeat):
-                    out = tmp / f"{runner}-{prefix}-{q}-{rep}.csv"
-                    base = ["run", str(qfile), "--no-native", "--stop-at-end",
-                            *(["-q"] if runner == "local" else []), *v.run_args(),
-                            "--updates"]
-                    start = _run_once(runner, [*base, v.url(bootstrap, none), "--deltas",
-                                               f"{out}.e"], tmp, args.parallelism)
-                    full = _run_once(runner, [*base, v.url(bootstrap, prefix), "--deltas",
-                                              str(out)], tmp, args.parallelism)
-                    runs.append((full[0] - start[0], full[1] - start[1], full, start, out))
-                cpu, wall, full, start, out = min(runs, key=lambda r: r[0])
+                name = f"{runner} {v.name} {q}"
+                try:
+                    rows[name] = _run_cell(runner, v, stream.queries[q, v.keyed], prefix,
+                                           none, bootstrap, args, tmp)
+                except RuntimeError as err:  # (recorded; the other cells still run)
+                    rows[name] = {"runner": runner, "variant": v.name, "query": q,
+                                  "error": str(err)[-1500:]}
+                    print(f"run {name}: failed: {str(err)[-300:]}", flush=True)
+                    continue
                 n = events[v.name]
-                rows[f"{runner} {v.name} {q}"] = {
-                    "runner": runner, "variant": v.name, "query": q, "events": n,
-                    "parallelism": 1 if runner == "local" else args.parallelism,
-                    "repeat": repeat, "cpu_s": cpu, "wall_s": wall,
-                    "run_cpu_s": full[0], "run_wall_s": full[1], "startup_cpu_s": start[0],
-                    "startup_wall_s": start[1], "events_per_cpu_s": n / cpu,
-                    "events_per_wall_s": n / wall, "produce_cpu_s": produce[0],
-                    "produce_wall_s": produce[1], **_upsert_state(full[2]),
-                    "delta_lines": len(out.read_text().splitlines()) - 1}
-                print(f"run {runner} {v.name} {q}: {cpu:.2f} s CPU ({wall:.1f} s wall) "
-                      f"after {start[0]:.2f} s CPU of startup", flush=True)
+                row = rows[name]
+                row.update(query=q, events=n, events_per_cpu_s=n / row["cpu_s"],
+                           events_per_wall_s=n / row["wall_s"], produce_cpu_s=produce[0],
+                           produce_wall_s=produce[1])
+                print(f"run {name}: {row['cpu_s']:.2f} s CPU ({row['wall_s']:.1f} s wall) "
+                      f"after {row['startup_cpu_s']:.2f} s CPU of startup", flush=True)
                 _relative(rows)
                 done(rows)
     return rows
 
 
+def _run_cell(runner: str, v: Variant, qfile: Path, prefix: str, none: str, bootstrap: str,
+              args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """One runner over one variant's topics: the best of ``--repeat`` (local) or one
+    run (Spark, Flink), each minus a run over the empty topics."""
+    repeat = args.repeat if runner == "local" else 1
+    runs = []
+    for rep in range(repeat):
+        out = tmp / f"{runner}-{prefix}-{qfile.stem}-{rep}.csv"
+        base = ["run", str(qfile), "--no-native", "--stop-at-end",
+                *(["-q"] if runner == "local" else []), *v.run_args(), "--updates"]
+        start = _run_once(runner, [*base, v.url(bootstrap, none), "--deltas", f"{out}.e"],
+                          tmp, args.parallelism)
+        full = _run_once(runner, [*base, v.url(bootstrap, prefix), "--deltas", str(out)],
+                         tmp, args.parallelism)
+        runs.append((full[0] - start[0], full[1] - start[1], full, start, out))
+    cpu, wall, full, start, out = min(runs, key=lambda r: r[0])
+    return {"runner": runner, "variant": v.name,
+            "parallelism": 1 if runner == "local" else args.parallelism, "repeat": repeat,
+            "cpu_s": cpu, "wall_s": wall, "run_cpu_s": full[0], "run_wall_s": full[1],
+            "startup_cpu_s": start[0], "startup_wall_s": start[1], **_upsert_state(full[2]),
+            "delta_lines": len(out.read_text().splitlines()) - 1}
+
+
 def _relative(rows: dict[str, Any]) -> None:
     """Each run's events per CPU second over json's on the same runner and query."""
     for r in rows.values():
-        base = rows.get(f"{r['runner']} json {r['query']}")
-        if base is not None:
+        base = rows.get(f"{r['runner']} json {r['query']}", {})
+        if "events_per_cpu_s" in r and "events_per_cpu_s" in base:
             r["vs_json"] = r["events_per_cpu_s"] / base["events_per_cpu_s"]
 
 
