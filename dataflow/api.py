@@ -67,7 +67,8 @@ from plans.dag import finalize_mode
 from plans.ghd import build_ghd
 from plans.hierarchical import HierarchicalPlan, plan_hierarchical
 from plans.plan import Plan, build_plan, classify
-from plans.sql import parse_query
+from plans.sql import ParsedQuery, build_query, parse_file
+from plans.sqlcheck import check_supported
 from plans.triangle import recognise_triangle
 from plans.views import split_views
 
@@ -188,20 +189,25 @@ def compile_query(
     hierarchical query that is not q-hierarchical with view trees and the knob ``eps``
     (:mod:`plans.hierarchical`) instead of CROWN."""
     _check_eps(eps)
-    split = split_views(sql, source_name)
+    return _compile(parse_file(sql, source_name), rates, prefix, eps,
+                    triangle_partitioning, view_trees)
+
+
+def _compile(query: ParsedQuery, rates: list[float] | None, prefix: Iterable[Record] | None,
+             eps: float, triangle_partitioning: str, view_trees: bool) -> CompiledQuery:
+    """:func:`compile_query` of a parsed SELECT tree (the file's, or a view's): checked,
+    split into views or built into one conjunctive query, then classified and planned."""
+    check_supported(query.select, query.text, query.source)
+    split = split_views(query)
     if split is not None:
         # A DAG of views (subqueries, views over views): each compiled on its own.
         from dataflow.views import compile_dag
 
-        def one(text: str, name: str) -> CompiledQuery:
-            return compile_query(text, source_name=name, eps=eps, view_trees=view_trees)
+        def one(view: ParsedQuery) -> CompiledQuery:
+            return _compile(view, None, None, eps, "single", view_trees)
 
-        dag = compile_dag(split, source_name, one)
-        # The whole text, which the distributed runners ship to their workers
-        # (WorkerPlan.of). (Set here: dataflow/views.py is being changed for outer joins.)
-        dag.sql = sql  # type: ignore[attr-defined]
-        return cast(CompiledQuery, dag)
-    cq = parse_query(sql, source_name)
+        return cast(CompiledQuery, compile_dag(split, one))
+    cq = build_query(query)
     tri = recognise_triangle(cq, triangle_partitioning)  # type: ignore[arg-type]
     if tri is None and triangle_partitioning != "single":
         msg = (f"triangle_partitioning={triangle_partitioning!r} (--partitioning): only "
@@ -218,7 +224,7 @@ def compile_query(
         if rates is None and prefix is not None:
             rates = estimate_rates(cq, prefix)
         kind = CrownKind.of(build_plan(cq, rates))
-    return CompiledQuery(cq, kind, source_name)
+    return CompiledQuery(cq, kind, query.source)
 
 
 def _view_tree_plan(cq: ConjunctiveQuery) -> HierarchicalPlan | None:

@@ -128,14 +128,29 @@ def parse_statements(sql: str, source: str) -> list[exp.Expr]:
         raise syntax_error(err, sql, source) from None
 
 
-def parse_schema_and_select(sql: str, source: str, views: list[exp.Create] | None = None
-                            ) -> tuple[Schema, exp.Select]:
-    """Split the file into its CREATE TABLEs (-> Schema) and its one SELECT (and, when
-    ``views`` is a list, its CREATE VIEWs into it, in file order)."""
+@dataclass(frozen=True)
+class ParsedQuery:
+    """One SELECT tree to compile, with the tables it may read. A query file is parsed
+    once (:func:`parse_file`); the views it is split into
+    (:mod:`plans.views`) are trees of that parse, each with the tables before it
+    (``schema``). ``text`` is the user's file: the nodes' positions point into it, and
+    errors quote it; ``source`` names it (a view's: ``q.sql (view _u_0)``)."""
+
+    text: str
+    source: str
+    schema: Schema
+    select: exp.Select
+
+
+def parse_file(sql: str, source: str) -> ParsedQuery:
+    """Parse a query file, once: its CREATE TABLEs (-> Schema) and its one SELECT, each
+    CREATE VIEW (in file order) a WITH of that SELECT (every node keeps its place in
+    the file: errors point into the user's text)."""
     reject = _Reject(source, sql)
     statements = parse_statements(sql, source)
     relations: dict[str, Relation] = {}
     selects: list[exp.Select] = []
+    views: list[exp.Create] = []
     for stmt in statements:
         if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TABLE":
             rel = _relation_of(stmt, reject)
@@ -150,7 +165,7 @@ def parse_schema_and_select(sql: str, source: str, views: list[exp.Create] | Non
                                  "(name the others with CREATE VIEW)",
                                  statement_start(sql, stmt))
             selects.append(stmt)
-        elif views is not None and isinstance(stmt, exp.Create) and \
+        elif isinstance(stmt, exp.Create) and \
                 str(stmt.args.get("kind", "")).upper() == "VIEW":
             views.append(stmt)
         elif isinstance(stmt, exp.SetOperation):
@@ -171,7 +186,31 @@ def parse_schema_and_select(sql: str, source: str, views: list[exp.Create] | Non
     if not relations:
         msg = f"{source}: no CREATE TABLE statement; declare every relation the SELECT reads"
         raise QueryError(msg)
-    return Schema(relations), selects[0]
+    select = selects[0]
+    # CREATE VIEW v [(cols)] AS SELECT ...: as WITH v AS (...) on the query.
+    for v in views:  # (in file order: a view may read the views before it)
+        target = v.this
+        name = target.this if isinstance(target, exp.Schema) else target
+        alias = exp.TableAlias(this=exp.to_identifier(name.name), columns=[
+            exp.to_identifier(c.name) for c in target.expressions]
+            if isinstance(target, exp.Schema) else None)
+        select = select.with_(alias, as_=v.expression, copy=False)
+    return ParsedQuery(sql, source, Schema(relations), select)
+
+
+def view_relation(name: str, columns: list[tuple[str, str]]) -> Relation:
+    """The relation of a view named ``name`` with ``columns`` (name, the SQL type
+    :func:`_ddl_type` writes): what ``CREATE TABLE "name" ("c" TYPE, ...)`` declares."""
+    cols = []
+    for col, ddl in columns:
+        m = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", ddl)
+        if m is not None:
+            cols.append(Column(col, "DECIMAL", int(m.group(2)), int(m.group(1))))
+            continue
+        mapped = SQL_TYPE_NAMES[ddl]
+        width = INT_BITS[ddl] if mapped == "INT" else 0
+        cols.append(Column(col, mapped, 0, width))
+    return Relation(name, tuple(cols), ())
 
 
 def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
@@ -225,11 +264,17 @@ def _relation_of(stmt: exp.Create, reject: _Reject) -> Relation:
 def parse_query(sql: str, source: str = "<query>") -> ConjunctiveQuery:
     """Parse and validate a query file; raise :class:`QueryError` on anything outside
     the supported language."""
-    schema, select = parse_schema_and_select(sql, source)
-    check_supported(select, sql, source)
-    select = _normalize(select, schema, sql, source)
+    query = parse_file(sql, source)
+    check_supported(query.select, sql, source)
+    return build_query(query)
+
+
+def build_query(query: ParsedQuery) -> ConjunctiveQuery:
+    """The conjunctive query of a checked SELECT tree (normalized, then translated)."""
+    sql, source = query.text, query.source
+    select = _normalize(query.select, query.schema, sql, source)
     try:
-        return _Builder(schema, select, sql, source).build()
+        return _Builder(query.schema, select, sql, source).build()
     except ExprError as err:
         offset = _offset_of(err.node)
         raise QueryError(describe([(offset, "expression", str(err))], sql, source)) from None
@@ -396,6 +441,8 @@ class _Builder:
         self.predicates: dict[str, list[Predicate]] = {}
         self.derived: dict[str, list[DerivedVar]] = {}
         self.derived_by_sql: dict[tuple[str, str], tuple[str, SqlType]] = {}
+        self.derived_nodes: dict[tuple[str, str], exp.Expr] = {}
+        """(FROM item, variable) -> the expression of each derived variable"""
         self.env: dict[str, dict[str, Any]] = {}
         self.taken_names: set[str] = set()
         self.multi_conditions: list[exp.Expr] = []
@@ -648,7 +695,7 @@ class _Builder:
             has: list[exp.Expr] = [exp.column(c.name, table=alias)
                                    for i, c in enumerate(rel.columns)
                                    if self.var_of(alias, i) == var]
-            has += [sqlglot.parse_one(d.sql, read="duckdb") for d in
+            has += [self.derived_nodes[(alias, d.var)].copy() for d in
                     self.derived.get(alias, []) if d.var == var]
             if has:
                 self._condition(exp.EQ(this=cast, expression=has[0]))
@@ -726,6 +773,7 @@ class _Builder:
         column = code.type.column(var)
         self.derived.setdefault(alias, []).append(
             DerivedVar(var, code.src, column, node.sql("duckdb")))
+        self.derived_nodes.setdefault((alias, var), node.copy())
         if hit is None:
             self.derived_by_sql[key] = (var, code.type)
         return var, code.type

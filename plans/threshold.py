@@ -98,10 +98,10 @@ def scalar_view(body: exp.Expr) -> ScalarShape | None:
 
 
 def rewrite_thresholds(select: exp.Select, scalars: dict[str, ScalarShape],
-                       names: Iterator[int]) -> list[tuple[str, str | ThresholdFilter]]:
+                       names: Iterator[int]) -> list[tuple[str, exp.Select | ThresholdFilter]]:
     """Rewrite ``select`` (qualified, in place) over a threshold view when it compares
     with one of the views ``scalars`` (name -> shape) as the module says; return the new
-    views (the rows view's SQL, then the filter), or [] and leave it unchanged."""
+    views (the rows view's SELECT, then the filter), or [] and leave it unchanged."""
     found = _find(select, {s.lower(): shape for s, shape in scalars.items()})
     if found is None:
         return []
@@ -172,11 +172,11 @@ def rewrite_thresholds(select: exp.Select, scalars: dict[str, ScalarShape],
     select.set("from_", exp.From(this=exp.to_table(filter_name).as_(filter_name)))
     select.set("joins", None)
     scalar = join.this.name
-    views: list[tuple[str, str | ThresholdFilter]] = [(rows_name, body.sql("duckdb"))]
+    views: list[tuple[str, exp.Select | ThresholdFilter]] = [(rows_name, body)]
     if not isinstance(scalar_side, exp.Column):
         # (``e > (SELECT ...) * 2``: the scalar's expression is a one-row view itself)
         views.append((f"_ts_{n}", exp.select(exp.alias_(scalar_side, "_col_0", quoted=False))
-                      .from_(join.this.copy()).sql("duckdb")))
+                      .from_(join.this.copy())))
         scalar = f"_ts_{n}"
     return [*views, (filter_name, ThresholdFilter(filter_name, rows_name, scalar, op,
                                                   shape.keys, shape.value))]

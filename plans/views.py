@@ -1,15 +1,16 @@
 """A query as a DAG of maintained views: what :mod:`plans.sql` cannot flatten into one
 join block (a derived table, WITH or ``CREATE VIEW`` that aggregates; an ``EXISTS``,
 ``IN`` or scalar subquery, which sqlglot's unnesting turns into a grouped derived table
-joined to the query) becomes an inner view with its own SQL text; the query reads it as
-a table. Each view is compiled on its own (any class, planned as usual); an epoch's
-consolidated delta of a view is the update stream of the views that read it, in the
-same epoch (:mod:`dataflow.views`).
+joined to the query) becomes an inner view, a SELECT tree of the file's one parse; the
+query reads it as a table. Each view is compiled on its own (any class, planned as
+usual); an epoch's consolidated delta of a view is the update stream of the views that
+read it, in the same epoch (:mod:`dataflow.views`).
 
 Example:
-    >>> split = split_views('''CREATE TABLE R(a INT, b INT);
-    ...     SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)''', "q.sql")
-    >>> [name for name, _ in split.views], split.query
+    >>> from plans.sql import parse_file
+    >>> split = split_views(parse_file('''CREATE TABLE R(a INT, b INT);
+    ...     SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)''', "q.sql"))
+    >>> [name for name, _ in split.views], split.query.sql("duckdb")
     (['_u_0', '_tv_0', '_tf_0'], 'SELECT _tf_0._c0 AS a FROM _tf_0 AS _tf_0')
 """
 
@@ -23,50 +24,38 @@ from sqlglot import exp
 from core.errors import QueryError
 from plans.expr import ExprError
 from plans.outerjoin import KeyedView, rewrite_outer_joins
-from plans.sql import _normalize, _offset_of, parse_schema_and_select, parse_statements
-from plans.sqlcheck import check_supported, describe
+from plans.sql import ParsedQuery, _normalize, _offset_of
+from plans.sqlcheck import describe
 from plans.threshold import ScalarShape, ThresholdFilter, rewrite_thresholds, scalar_view
+
+View = exp.Select | KeyedView | ThresholdFilter
+"""An inner view: a SELECT tree, or a node over the views before it."""
 
 
 @dataclass(frozen=True)
 class ViewSplit:
-    """The inner views (name, SELECT text or a :class:`~plans.outerjoin.KeyedView`, an
-    outer join's side), in an order where a view only reads base tables and views
-    before it, and the query's SELECT over them; ``tables`` is the
-    file's CREATE TABLE text (each view file starts with it, then one CREATE TABLE per
-    view it reads, typed by that view's output)."""
+    """The inner views (name, :data:`View`), in an order where a view only reads base
+    tables and views before it, and the query's SELECT over them; ``file`` is the
+    parsed query file (its text, source and base tables)."""
 
-    tables: str
-    views: tuple[tuple[str, str | KeyedView | ThresholdFilter], ...]
-    query: str
+    file: ParsedQuery
+    views: tuple[tuple[str, View], ...]
+    query: exp.Select
 
 
-def split_views(sql: str, source: str) -> ViewSplit | None:
-    """The views of a query file, or None when it is one join block (no views)."""
-    views: list[exp.Create] = []
-    schema, select = parse_schema_and_select(sql, source, views)
-    statements = parse_statements(sql, source)
-    # CREATE VIEW v [(cols)] AS SELECT ...: as WITH v AS (...) on the query. (Every
-    # node keeps its place in the file: errors point into the user's text.)
-    for v in views:  # (in file order: a view may read the views before it)
-        target = v.this
-        name = target.this.name if isinstance(target, exp.Schema) else target.name
-        columns = [c.name for c in target.expressions] if isinstance(
-            target, exp.Schema) else []
-        body = v.expression
-        select = select.with_(name, as_=body, copy=False) if not columns else \
-            select.with_(f"{name}({', '.join(columns)})", as_=body, copy=False)
-    sql_for_positions = sql
-    check_supported(select, sql_for_positions, source)
+def split_views(parsed: ParsedQuery) -> ViewSplit | None:
+    """The views of a checked query, or None when it is one join block (no views).
+    ``parsed.select`` is left as it was (the split works on a copy)."""
+    select, sql, source = parsed.select, parsed.text, parsed.source
     nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With)) or any(
         (j.args.get("side") or "") for sel in select.find_all(exp.Select)
         for j in sel.args.get("joins") or [])
     if not nested:
         return None
     try:
-        out = _normalize(select, schema, sql_for_positions, source, views=True)
+        out = _normalize(select, parsed.schema, sql, source, views=True)
         names = itertools.count()
-        inner: list[tuple[str, str | KeyedView | ThresholdFilter]] = []
+        inner: list[tuple[str, View]] = []
         scalars: dict[str, ScalarShape] = {}
         """the views so far with one value (per key): a comparison with one becomes a
         threshold view"""
@@ -79,18 +68,16 @@ def split_views(sql: str, source: str) -> ViewSplit | None:
             shape = scalar_view(body)
             if shape is not None:
                 scalars[cte.alias] = shape
-            inner.append((cte.alias, body.sql("duckdb")))
+            if not isinstance(body, exp.Select):
+                raise ExprError(body, "a view must be one SELECT")
+            inner.append((cte.alias, body.copy()))
         inner += [(kv.name, kv) for kv in rewrite_outer_joins(out, names)]
         inner += rewrite_thresholds(out, scalars, names)
     except ExprError as err:
         raise QueryError(describe([(_offset_of(err.node), "expression", str(err))],
-                                  sql_for_positions, source)) from None
+                                  sql, source)) from None
     if not inner:
         return None
     out = out.copy()
     out.set("with_", None)
-    tables = ";\n".join(s.sql("duckdb") for s in statements
-                        if isinstance(s, exp.Create) and
-                        str(s.args.get("kind", "")).upper() == "TABLE")
-    return ViewSplit(tables + ";\n", tuple(inner), out.sql("duckdb"))
-
+    return ViewSplit(parsed, tuple(inner), out)
