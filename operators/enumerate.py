@@ -37,7 +37,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from core.codegen import define
-from operators.joinnode import EMPTY, NO_MAP, JoinNode, key_expr
+from operators.joinnode import JoinNode
+from operators.nodemaps import EMPTY, NO_MAP, key_expr
 
 EnumFn = Callable[[Any, Any, dict[Any, Any]], None]
 

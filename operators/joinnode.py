@@ -6,8 +6,10 @@ A node keeps, over the State protocol:
 * ``base``: tuple -> multiplicity, kept by atom leaves only. An atom node with children
   keeps each tuple's multiplicity in its first child index instead (buckets are
   tuple -> multiplicity there; ``node.base`` reads it, :class:`IndexedBase`); a top leaf
-  with generated code keeps it in its ``proj`` groups (below); a generalized node has
-  none. A node declares only the maps it uses (:data:`NO_MAP`),
+  with generated code keeps it in its ``proj`` groups (below); a *sum leaf* (a lower leaf
+  over ring payloads, where the caller checks deletes: :attr:`JoinNode.sum_leaf`) keeps
+  no tuples at all (:data:`NO_TUPLES`); a generalized node has none. A node declares
+  only the maps it uses (:data:`NO_MAP`),
 * ``counter``: tuple -> number of children whose projection holds the tuple's key
   (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
   exactly the keys of its children's projections). Stored only by nodes with two or
@@ -28,6 +30,10 @@ A node keeps, over the State protocol:
   tuple is live when it is in V_s and its key is in the parent's live index (every
   tuple of the root's V_s is live), so ``node.live`` (:class:`LiveTuples`) derives it
   and the operators change no map when a tuple turns live or dead.
+
+The generated code of a node (its specialized ``apply``, semi-join updates and walks)
+is built by :mod:`operators.nodecode`; projectors and the read-only views of a node's
+multiplicities are in :mod:`operators.nodemaps`.
 
 Every change that alters the result is reported to the node's enumerator hook exactly
 once, at the place where it enters the top part: a top tuple whose support or payload
@@ -53,50 +59,26 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from operator import itemgetter
-from types import MappingProxyType
 from typing import Any
 
-from core.codegen import define, set_add, set_discard
+from operators import nodecode
+from operators.nodemaps import (
+    EMPTY,
+    NO_MAP,
+    NO_TUPLES,
+    IndexedBase,
+    KeyedBase,
+    NoTuples,
+    Projector,
+    empty_key,
+    key_expr,
+    make_projector,
+)
 from operators.ring import IntRing
 from operators.state import State, read_only_get
 
-Projector = Callable[[Any], Any]
-EMPTY: frozenset[Any] = frozenset()
-
-
-def _empty_key(_t: Any) -> tuple[()]:
-    return ()
-
-
-def _identity(t: Any) -> Any:
-    return t
-
-
-def make_projector(src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...]) -> Projector:
-    """Project a node tuple over ``src`` onto ``dst``. Keys of one variable are bare
-    values, of several tuples, of none ``()``; generalized nodes over one variable
-    store bare values too."""
-    if not dst:
-        return _empty_key
-    if src_scalar:
-        return _identity
-    pos = [src.index(v) for v in dst]
-    if len(pos) == 1:
-        return itemgetter(pos[0])
-    return itemgetter(*pos)
-
-
-def key_expr(var: str, src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...]) -> str:
-    """Python source of the same projection applied to the variable named ``var``."""
-    if not dst:
-        return "()"
-    if src_scalar:
-        return var
-    pos = [src.index(v) for v in dst]
-    if len(pos) == 1:
-        return f"{var}[{pos[0]}]"
-    return "(" + ", ".join(f"{var}[{p}]" for p in pos) + ",)"
+__all__ = ["EMPTY", "NO_MAP", "NO_TUPLES", "IndexedBase", "JoinNode", "KeyedBase",
+           "LiveTuples", "NoTuples", "key_expr", "make_projector"]
 
 
 TupleHook = Callable[["JoinNode", Any, Any], None]
@@ -109,101 +91,6 @@ def _no_tuple_hook(node: JoinNode, t: Any, factor: Any) -> None:
 
 def _no_key_hook(node: JoinNode, child: int, key: Any, factor: Any) -> None:
     return None
-
-
-class KeyedBase(Mapping[Any, int]):
-    """The multiplicities of a key leaf, read through its projection (tuple -> count):
-    what callers of ``node.base`` (delete checks, tests) read on other nodes.
-
-    >>> b = KeyedBase({7: 2}, lambda t: t[0])
-    >>> b.get((7,), 0), b.get((8,), 0), (7,) in b, len(b)
-    (2, 0, True, 1)
-    """
-
-    def __init__(self, proj: MutableMapping[Any, int], key_of: Projector) -> None:
-        self._proj = proj
-        self._key_of = key_of
-
-    def __getitem__(self, t: Any) -> int:
-        return self._proj[self._key_of(t)]
-
-    def get(self, t: Any, default: Any = None) -> Any:
-        return self._proj.get(self._key_of(t), default)
-
-    def __contains__(self, t: object) -> bool:
-        return self._key_of(t) in self._proj
-
-    def __iter__(self) -> Iterator[Any]:
-        return (k if type(k) is tuple else (k,) for k in self._proj)
-
-    def __len__(self) -> int:
-        return len(self._proj)
-
-
-class IndexedBase(Mapping[Any, int]):
-    """The multiplicities of an atom node with children, read from its first child
-    index, whose buckets map each tuple to its multiplicity (so the node keeps no
-    ``base`` map: one entry less to store and write back per tuple).
-
-    >>> b = IndexedBase({5: {(1, 5): 2}}, lambda t: t[1])
-    >>> b.get((1, 5), 0), b.get((2, 5), 0), b[(1, 5)], (1, 5) in b, list(b), len(b)
-    (2, 0, 2, True, [(1, 5)], 1)
-    """
-
-    def __init__(self, index: MutableMapping[Any, dict[Any, int]], key_of: Projector) -> None:
-        self._get = read_only_get(index)  # a delete check or an enumeration changes nothing
-        self._index = index
-        self._key_of = key_of
-
-    def __getitem__(self, t: Any) -> int:
-        bucket = self._get(self._key_of(t))
-        if bucket is None:
-            raise KeyError(t)
-        return bucket[t]
-
-    def get(self, t: Any, default: Any = None) -> Any:
-        bucket = self._get(self._key_of(t))
-        return default if bucket is None else bucket.get(t, default)
-
-    def __contains__(self, t: object) -> bool:
-        bucket = self._get(self._key_of(t))
-        return bucket is not None and t in bucket
-
-    def __iter__(self) -> Iterator[Any]:
-        for k in list(self._index):
-            yield from self._get(k)
-
-    def __len__(self) -> int:
-        return sum(len(self._get(k)) for k in list(self._index))
-
-
-class NoTuples:
-    """The ``base`` of a *sum leaf*, which keeps no tuples (see :meth:`JoinNode.finish`):
-    not a mapping, so no delete check or caller mistakes it for the multiplicities.
-
-    >>> NO_TUPLES.get((1, 2))
-    Traceback (most recent call last):
-    ...
-    LookupError: this node keeps no tuples (a sum leaf: the view checks deletes itself)
-    """
-
-    def get(self, t: Any, default: Any = None) -> Any:
-        msg = "this node keeps no tuples (a sum leaf: the view checks deletes itself)"
-        raise LookupError(msg)
-
-    __getitem__ = get
-
-    def __repr__(self) -> str:
-        return "NO_TUPLES"
-
-
-NO_TUPLES = NoTuples()
-
-NO_MAP: Mapping[Any, Any] = MappingProxyType({})
-"""What a node binds in place of a map it does not keep (a generalized node's base, a
-lower node's live indexes, ...): empty, and a write fails loudly. Maps are declared only
-where they are used, so the distributed runners bind (and Spark initializes per batch)
-no state they never write."""
 
 
 class LiveTuples(Mapping[Any, bool]):
@@ -285,7 +172,7 @@ class JoinNode:
         self.parent: JoinNode | None = None
         self.pos_in_parent = -1
         self.key_attrs: tuple[str, ...] = ()
-        self.key_of: Projector = _empty_key
+        self.key_of: Projector = empty_key
         self.child_key_of: list[Projector] = []
         self.state = state
         # base and counter are declared in finish(), once the node knows whether it
@@ -367,48 +254,26 @@ class JoinNode:
         # (child, key of a tuple of this node for it, live index for it), for the walks
         self._walk = list(zip(self.children, self.child_key_of, self.live_index))
         if self.top:
-            self._compile_sj()
+            nodecode.compile_sj(self)
         if self._compiled_apply():
             if self._is_key_leaf():
                 # Read-only: the key leaf's apply writes proj only.
                 self.base = KeyedBase(self.proj, self.key_of)  # type: ignore[assignment]
-                self.apply = self._compile_key_leaf_apply()  # type: ignore[method-assign,assignment]
+                self.apply = nodecode.compile_key_leaf_apply(self)  # type: ignore[method-assign,assignment]
             else:
-                self.apply = self._compile_apply()  # type: ignore[method-assign,assignment]
+                self.apply = nodecode.compile_apply(self)  # type: ignore[method-assign,assignment]
         elif self.sum_leaf:
             self.apply = self._apply_to_sum  # type: ignore[method-assign]
 
     def mult_expr(self, var: str, env: dict[str, Any], name: str) -> str:
-        """Generated code for the multiplicity of this node's tuple ``var`` (present),
-        binding what it reads in ``env`` under ``name``: two C-level lookups where the
-        multiplicities live in the first index's buckets or in the groups, one
-        otherwise."""
-        if self.base_in_index:
-            env[name] = self.index_read[0]
-            k = key_expr(var, self.attrs, self.scalar, self.children[0].key_attrs)
-            return f"{name}({k})[{var}]"
-        if self.base_in_proj:
-            env[name] = self.proj_read
-            return f"{name}({key_expr(var, self.attrs, self.scalar, self.key_attrs)})[{var}]"
-        env[name] = self.base
-        return f"{name}[{var}]"
+        """Generated code for the multiplicity of tuple ``var`` (present):
+        :func:`operators.nodecode.mult_expr`."""
+        return nodecode.mult_expr(self, var, env, name)
 
     def count_expr(self, var: str, env: dict[str, Any], name: str) -> str:
-        """Generated code for the stored multiplicity of this node's tuple ``var``, 0
-        when it is absent (what :attr:`base` ``.get(var, 0)`` reads), binding what it
-        reads in ``env`` under names starting with ``name``: C-level lookups, no
-        Python-level call (a view's delete check runs it per delete)."""
-        if self.base_in_index or self.base_in_proj:
-            env[name] = self.index_read[0] if self.base_in_index else self.proj_read
-            env[f"{name}_none"] = NO_MAP
-            keys = self.children[0].key_attrs if self.base_in_index else self.key_attrs
-            k = key_expr(var, self.attrs, self.scalar, keys)
-            return f"({name}({k}) or {name}_none).get({var}, 0)"
-        if isinstance(self.base, KeyedBase):
-            env[name] = self.proj_read
-            return f"{name}({key_expr(var, self.attrs, self.scalar, self.key_attrs)}, 0)"
-        env[name] = read_only_get(self.base)
-        return f"{name}({var}, 0)"
+        """Generated code for the stored multiplicity of tuple ``var``, 0 when absent:
+        :func:`operators.nodecode.count_expr`."""
+        return nodecode.count_expr(self, var, env, name)
 
     def _compiled_apply(self) -> bool:
         """Whether :meth:`apply` is generated code (integer multiplicities as payloads)."""
@@ -432,156 +297,10 @@ class JoinNode:
         of ``t`` (signed) added at its key; the caller has validated deletes."""
         self._payload_add(self.key_of(t), self.base_payload(t, dm))
 
-    def _compile_key_leaf_apply(self) -> Callable[[Any, int], None]:
-        """:meth:`apply` of a key leaf: the multiplicity is kept in ``proj`` under the
-        key, and a change is passed to the parent as a payload (bag) or support (set)
-        change; the same notifications as the generic path."""
-        env: dict[str, Any] = {
-            "proj": self.proj, "proj_get": self.proj.get,
-            "notify": self._parent_change_hook(),
-        }
-        pos = self.pos_in_parent
-        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        gone = "True" if self.counting else "p"
-        lines = [
-            "def apply(t, dm):",
-            f"    k = {k}",
-            "    p = proj_get(k)",
-            "    if p is None:",
-            "        proj[k] = dm",
-            f"        notify({pos}, k, None, {'True' if self.counting else 'dm'})",
-            "        return",
-            "    q = p + dm",
-            "    if q:",
-            "        proj[k] = q",
-        ]
-        if not self.counting:
-            lines.append(f"        notify({pos}, k, p, q)")
-        lines += ["    else:", "        del proj[k]", f"        notify({pos}, k, {gone}, None)"]
-        fn: Callable[[Any, int], None]
-        define("\n".join(lines), f"<apply {self.name}>", env)
-        fn = env["apply"]
-        self._code_envs.append(env)
-        return fn
-
-    def _parent_change_hook(self) -> Callable[[int, Any, Any, Any], None]:
-        """What :meth:`_notify` calls for a lower node, bound once for generated code:
-        the parent's boundary handler (top parent) or its lower-child handler."""
-        parent = self.parent
-        assert parent is not None, "a lower node always has a parent"
-        return parent._boundary_change if parent.top else parent._lower_child_change
-
-    def _live_test(self, env: dict[str, Any], key: str) -> str:
-        """:meth:`key_live` as generated code on the key expression ``key``: ``True`` at
-        the root, else a lookup in the parent's live index (bound in ``env`` as
-        ``plive``)."""
-        if self.parent is None:
-            return "True"
-        env["plive"] = self.parent.live_index[self.pos_in_parent]
-        return f"{key} in plive"
-
-    def _compile_sj(self) -> None:
-        """``_sj_insert(t)`` / ``_sj_delete(t)`` of this top node, generated (key inlined,
-        parent bound; the only implementation). Insert: t entered V_s, so the S-update
-        (t joins its group under its key; a new group is a support appearing at the
-        parent), then t turns live if its key is. Delete, the reverse: dead first (if
-        its key is live), then the S-update. Called from finish(), after the tree is
-        wired."""
-        env: dict[str, Any] = {}
-        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is.
-        live_key = self._live_test(env, "k")
-        group_add, group_remove = self._group_lines(env, "    ")
-        ins = ["def sj_insert(t):", f"    k = {k}", *group_add]
-        # A leaf's tuples index nothing when they turn live or dead: no call then.
-        if self.children:
-            ins += [f"    if {live_key}:", "        make_live(t)"]
-        dele = ["def sj_delete(t):", f"    k = {k}"]
-        if self.children:
-            dele += [f"    if {live_key}:", "        make_dead(t)"]
-        dele += group_remove
-        define("\n".join(ins + dele), f"<sj {self.name}>", env)
-        self._sj_insert = env["sj_insert"]
-        self._sj_delete = env["sj_delete"]
-        self._code_envs.append(env)
-
-    def _group_lines(self, env: dict[str, Any], indent: str) -> tuple[list[str], list[str]]:
-        """Generated code (at ``indent``) that adds tuple ``t`` to / removes it from its
-        semi-join group under key ``k`` (the S-update), telling the parent when the
-        group appears or goes; binds what it calls in ``env``."""
-        env["proj"] = self.proj
-        env["make_live"] = self._make_live
-        env["make_dead"] = self._make_dead
-        appear: list[str] = []
-        gone: list[str] = []
-        if self.parent is not None:
-            env["support"] = self.parent._child_support
-            appear = [f"support({self.pos_in_parent}, k, True)"]
-            gone = [f"support({self.pos_in_parent}, k, False)"]
-        return (set_add(indent, "proj", "k", "group", on_new=appear),
-                set_discard(indent, "proj", "k", "group", on_empty=gone))
-
     def walk_source(self, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
-        """Python source of :meth:`_make_live`, :meth:`_make_dead` and
-        :meth:`_child_support` specialized to this top node (children unrolled, keys
-        inlined), named ``name(kind, node)`` with kind ``live``, ``dead``, ``support``;
-        the functions of other nodes are called by those names, so the sources of all
-        top nodes are compiled into one shared ``env`` (see :meth:`bind_walks`)."""
-        me = self.id
-        live, dead, support = (name(kind, self) for kind in ("live", "dead", "support"))
-        ins, dels = name("sj_insert", self), name("sj_delete", self)
-        env[ins], env[dels] = self._sj_insert, self._sj_delete
-        lines = [f"def {live}(t):"]
-        dead_lines = [f"def {dead}(t):"]
-        for i, child in enumerate(self.children):
-            env[f"L{me}_{i}"] = self.live_index[i]
-            k = key_expr("t", self.attrs, self.scalar, child.key_attrs)
-            walk_live: list[str] = []
-            walk_dead: list[str] = []
-            if child.top:
-                # (the walks below change live indexes only, never the group they read)
-                env[f"P{me}_{i}"] = child.proj_read
-                walk_live, walk_dead = ([f"g = P{me}_{i}(k)", "if g:", "    for u in g:",
-                                         f"        {name(kind, child)}(u)"]
-                                        for kind in ("live", "dead"))
-            lines += [f"    k = {k}", *set_add("    ", f"L{me}_{i}", "k", "b",
-                                                 on_new=walk_live)]
-            dead_lines += [f"    k = {k}", *set_discard("    ", f"L{me}_{i}", "k", "b",
-                                                        on_empty=walk_dead)]
-        if not self.children:
-            lines.append("    pass")
-            dead_lines.append("    pass")
-        n = self.nchildren
-        sup = [f"def {support}(i, k, appear):"]
-        if not self.children:
-            sup.append("    pass")
-        elif not self.keeps_counter:  # one child: every tuple with the key turns over
-            if self.generalized:
-                sup += ["    if appear:", f"        {ins}(k)", "    else:", f"        {dels}(k)"]
-            else:
-                env[f"X{me}"] = self.index_read[0]
-                # (two loops, not one over a chosen function: each call stays direct)
-                sup += [f"    bucket = X{me}(k)", "    if bucket:", "        if appear:",
-                        "            for u in list(bucket):", f"                {ins}(u)",
-                        "        else:", "            for u in list(bucket):",
-                        f"                {dels}(u)"]
-        elif self.generalized:
-            env[f"C{me}"] = self.counter
-            sup += [f"    c = C{me}.get(k, 0)", "    if appear:", "        c += 1",
-                    f"        C{me}[k] = c", f"        if c == {n}:", f"            {ins}(k)",
-                    "    else:", f"        if c == {n}:", f"            {dels}(k)",
-                    "        c -= 1", "        if c:", f"            C{me}[k] = c",
-                    "        else:", f"            del C{me}[k]"]
-        else:
-            env[f"C{me}"] = self.counter
-            env[f"X{me}"] = self.index_read
-            sup += [f"    bucket = X{me}[i](k)", "    if not bucket:", "        return",
-                    f"    counter = C{me}", "    for u in list(bucket):", "        c = counter[u]",
-                    "        if appear:", "            c += 1", "            counter[u] = c",
-                    f"            if c == {n}:", f"                {ins}(u)", "        else:",
-                    f"            if c == {n}:", f"                {dels}(u)",
-                    "            counter[u] = c - 1"]
-        return "\n".join(lines + dead_lines + sup)
+        """Python source of this top node's liveness walks and support change:
+        :func:`operators.nodecode.walk_source`."""
+        return nodecode.walk_source(self, env, name)
 
     def bind_walks(self, make_live: Callable[[Any], None], make_dead: Callable[[Any], None],
                    child_support: Callable[[int, Any, bool], None]) -> None:
@@ -600,205 +319,9 @@ class JoinNode:
 
 
     def apply_source(self) -> tuple[str, dict[str, Any]]:
-        """Python source of :meth:`apply` specialized to this node: children unrolled,
-        keys inlined, integer payloads (bag) or supports (set) inlined. Same steps and
-        state changes as the generic method."""
-        env: dict[str, Any] = {
-            "emit": self._emit_via_hook, "base": self.base, "base_get": self.base.get,
-            "counter": self.counter,
-            "lower_change": self._lower_base_change,
-        }
-        if self.base_in_proj:
-            return self._proj_leaf_source(env), env
-        n = len(self.children)
-        keys = []
-        for i, child in enumerate(self.children):
-            env[f"index{i}"] = self.index[i]
-            env[f"cproj{i}"] = child.proj
-            keys.append(key_expr("t", self.attrs, self.scalar, child.key_attrs))
-        if n:
-            # The multiplicity is kept in the first child index's bucket (tuple -> count).
-            lines = [
-                "def apply(t, dm):",
-                f"    k0 = {keys[0]}",
-                "    b0 = index0.get(k0)",
-                "    old = 0 if b0 is None else b0.get(t, 0)",
-                "    new = old + dm",
-                "    if old == 0:",
-                "        c = 0",
-                "        if b0 is None:",
-                "            index0[k0] = {t: new}",
-                "        else:",
-                "            b0[t] = new",
-                "        if k0 in cproj0:",
-                "            c += 1",
-            ]
-        else:
-            # A leaf's counter would always be 0: it keeps none.
-            lines = [
-                "def apply(t, dm):",
-                "    old = base_get(t, 0)",
-                "    new = old + dm",
-                "    if old == 0:",
-            ]
-        for i, k in enumerate(keys[1:], 1):
-            lines += [f"        k = {k}", *set_add("        ", f"index{i}", "k", "b"),
-                      f"        if k in cproj{i}:", "            c += 1"]
-        if n == 1:
-            # One child: the count is whether the child's projection holds the key
-            # (derived, not stored: one map less to write per tuple).
-            lines += [
-                "    else:",
-                "        c = 1 if k0 in cproj0 else 0",
-                "        if new:",
-                "            b0[t] = new",
-                "    if c == 1:",
-            ]
-        elif n:
-            lines += [
-                "        counter[t] = c",
-                "    else:",
-                "        c = counter[t]",
-                "        if new:",
-                "            b0[t] = new",
-                f"    if c == {n}:",
-            ]
-        else:
-            lines += [
-                "        base[t] = new",
-                "    elif new:",
-                "        base[t] = new",
-                "    if True:",
-            ]
-        if self.top:
-            lines += self._top_change_lines(env)
-        else:
-            lines += self._lower_change_lines(env, keys)
-        lines += ["    if new == 0:"]
-        if not n:
-            lines.append("        del base[t]")
-        if n > 1:
-            lines.append("        del counter[t]")
-        if n:
-            # (old > 0 here, so b0 is the bucket that holds t)
-            lines += ["        del b0[t]", "        if not b0:", "            del index0[k0]"]
-        for i, k in enumerate(keys[1:], 1):
-            lines += [f"        k = {k}", *set_discard("        ", f"index{i}", "k", "b")]
-        return "\n".join(lines), env
-
-    def _proj_leaf_source(self, env: dict[str, Any]) -> str:
-        """:meth:`apply` of a top leaf that keeps its multiplicities in its groups: the
-        same steps as the generic path (group and parent support first, then the live
-        change; a delete is enumerated before the tuple leaves its group), on one group
-        lookup. A leaf's tuples are all in V_s, so the group holds every tuple."""
-        env["proj"] = self.proj
-        live = self._live_test(env, "k")
-        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        one, minus_one = ("1", "-1") if self.counting else ("new", "-old")
-        appear = disappear = ""
-        if self.parent is not None:
-            env["support"] = self.parent._child_support
-            appear = f"        support({self.pos_in_parent}, k, True)"
-            disappear = f"            support({self.pos_in_parent}, k, False)"
-        lines = [
-            "def apply(t, dm):",
-            f"    k = {k}",
-            "    group = proj.get(k)",
-            "    if group is None:",
-            "        new = dm",  # (a delete of an absent tuple was refused before)
-            "        proj[k] = {t: new}",
-            *([appear] if appear else []),
-            f"        if {live}:",
-            f"            emit(t, {one})",
-            "        return",
-            "    old = group.get(t, 0)",
-            "    new = old + dm",
-            "    if old == 0:",
-            "        group[t] = new",
-            f"        if {live}:",
-            f"            emit(t, {one})",
-            "    elif new == 0:",
-            f"        if {live}:",
-            f"            emit(t, {minus_one})",
-            "        del group[t]",
-            "        if not group:",
-            "            del proj[k]",
-            *([disappear] if disappear else []),
-            "    else:",
-            "        group[t] = new",
-        ]
-        if not self.counting:
-            lines += [f"        if {live}:", "            emit(t, new - old)"]
-        return "\n".join(lines)
-
-    def _top_change_lines(self, env: dict[str, Any]) -> list[str]:
-        """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_compile_sj`):
-        t is in V_s here (all children support it), so it is live
-        exactly when its key is; the key is computed and tested once."""
-        live = self._live_test(env, "k")
-        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        group_add, tail = self._group_lines(env, "            ")
-        lines = [f"        k = {k}", "        if old == 0:", *group_add, f"            if {live}:"]
-        if self.children:
-            lines.append("                make_live(t)")
-        lines += [f"                emit(t, {'1' if self.counting else 'new'})",
-                  "        elif new == 0:", f"            if {live}:",
-                  f"                emit(t, {'-1' if self.counting else '-old'})"]
-        if self.children:
-            lines.append("                make_dead(t)")
-        lines += tail
-        if not self.counting:
-            lines += [f"        elif {live}:", "            emit(t, new - old)"]
-        return lines
-
-    def _lower_change_lines(self, env: dict[str, Any], keys: list[str]) -> list[str]:
-        """Inlined :meth:`_lower_base_change` with :meth:`_count_add` (set) or
-        :meth:`_payload_add` over integers (bag), ending in :meth:`_notify`."""
-        env["proj"] = self.proj
-        env["proj_get"] = self.proj.get
-        env["notify"] = self._parent_change_hook()
-        pos = self.pos_in_parent
-        k = key_expr("t", self.attrs, self.scalar, self.key_attrs)
-        if self.counting:
-            return [
-                "        if old == 0 or new == 0:",
-                f"            k = {k}",
-                "            p = proj_get(k, 0)",
-                "            if old == 0:",
-                "                proj[k] = p + 1",
-                "                if p == 0:",
-                f"                    notify({pos}, k, None, True)",
-                "            elif p == 1:",
-                "                del proj[k]",
-                f"                notify({pos}, k, True, None)",
-                "            else:",
-                "                proj[k] = p - 1",
-            ]
-        d = "dm" + "".join(f" * cproj{i}[{ck}]" for i, ck in enumerate(keys))
-        return [
-            f"        k = {k}",
-            f"        d = {d}",
-            "        p = proj_get(k)",
-            "        if p is None:",
-            "            if d:",
-            "                proj[k] = d",
-            f"                notify({pos}, k, None, d)",
-            "        else:",
-            "            q = p + d",
-            "            if q:",
-            "                proj[k] = q",
-            f"                notify({pos}, k, p, q)",
-            "            else:",
-            "                del proj[k]",
-            f"                notify({pos}, k, p, None)",
-        ]
-
-    def _compile_apply(self) -> Callable[[Any, int], None]:
-        text, env = self.apply_source()
-        define(text, f"<apply {self.name}>", env)
-        fn: Callable[[Any, int], None] = env["apply"]
-        self._code_envs.append(env)
-        return fn
+        """Python source of :meth:`apply` specialized to this node:
+        :func:`operators.nodecode.apply_source`."""
+        return nodecode.apply_source(self)
 
     # -- direct hooks for generated code ---------------------------------------------
     def _emit_via_hook(self, t: Any, factor: Any) -> None:

@@ -1,0 +1,156 @@
+"""What the join-tree nodes share besides the node itself: projectors from a node's
+tuple onto a key (as functions and as generated source), and the read-only views of a
+node's multiplicities (:class:`KeyedBase`, :class:`IndexedBase`), :data:`NO_TUPLES` for a
+sum leaf that keeps none, and :data:`NO_MAP` for a map a node does not keep.
+
+Example:
+    >>> make_projector(("a", "b", "c"), False, ("c", "a"))((1, 2, 3))
+    (3, 1)
+    >>> key_expr("t", ("a", "b"), False, ("b",))
+    't[1]'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from operator import itemgetter
+from types import MappingProxyType
+from typing import Any
+
+from operators.state import read_only_get
+
+Projector = Callable[[Any], Any]
+EMPTY: frozenset[Any] = frozenset()
+
+
+def empty_key(_t: Any) -> tuple[()]:
+    return ()
+
+
+def _identity(t: Any) -> Any:
+    return t
+
+
+def make_projector(src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...]) -> Projector:
+    """Project a node tuple over ``src`` onto ``dst``. Keys of one variable are bare
+    values, of several tuples, of none ``()``; generalized nodes over one variable
+    store bare values too."""
+    if not dst:
+        return empty_key
+    if src_scalar:
+        return _identity
+    pos = [src.index(v) for v in dst]
+    if len(pos) == 1:
+        return itemgetter(pos[0])
+    return itemgetter(*pos)
+
+
+def key_expr(var: str, src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...]) -> str:
+    """Python source of the same projection applied to the variable named ``var``."""
+    if not dst:
+        return "()"
+    if src_scalar:
+        return var
+    pos = [src.index(v) for v in dst]
+    if len(pos) == 1:
+        return f"{var}[{pos[0]}]"
+    return "(" + ", ".join(f"{var}[{p}]" for p in pos) + ",)"
+
+
+
+
+
+
+class KeyedBase(Mapping[Any, int]):
+    """The multiplicities of a key leaf, read through its projection (tuple -> count):
+    what callers of ``node.base`` (delete checks, tests) read on other nodes.
+
+    >>> b = KeyedBase({7: 2}, lambda t: t[0])
+    >>> b.get((7,), 0), b.get((8,), 0), (7,) in b, len(b)
+    (2, 0, True, 1)
+    """
+
+    def __init__(self, proj: MutableMapping[Any, int], key_of: Projector) -> None:
+        self._proj = proj
+        self._key_of = key_of
+
+    def __getitem__(self, t: Any) -> int:
+        return self._proj[self._key_of(t)]
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        return self._proj.get(self._key_of(t), default)
+
+    def __contains__(self, t: object) -> bool:
+        return self._key_of(t) in self._proj
+
+    def __iter__(self) -> Iterator[Any]:
+        return (k if type(k) is tuple else (k,) for k in self._proj)
+
+    def __len__(self) -> int:
+        return len(self._proj)
+
+
+class IndexedBase(Mapping[Any, int]):
+    """The multiplicities of an atom node with children, read from its first child
+    index, whose buckets map each tuple to its multiplicity (so the node keeps no
+    ``base`` map: one entry less to store and write back per tuple).
+
+    >>> b = IndexedBase({5: {(1, 5): 2}}, lambda t: t[1])
+    >>> b.get((1, 5), 0), b.get((2, 5), 0), b[(1, 5)], (1, 5) in b, list(b), len(b)
+    (2, 0, 2, True, [(1, 5)], 1)
+    """
+
+    def __init__(self, index: MutableMapping[Any, dict[Any, int]], key_of: Projector) -> None:
+        self._get = read_only_get(index)  # a delete check or an enumeration changes nothing
+        self._index = index
+        self._key_of = key_of
+
+    def __getitem__(self, t: Any) -> int:
+        bucket = self._get(self._key_of(t))
+        if bucket is None:
+            raise KeyError(t)
+        return bucket[t]
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        bucket = self._get(self._key_of(t))
+        return default if bucket is None else bucket.get(t, default)
+
+    def __contains__(self, t: object) -> bool:
+        bucket = self._get(self._key_of(t))
+        return bucket is not None and t in bucket
+
+    def __iter__(self) -> Iterator[Any]:
+        for k in list(self._index):
+            yield from self._get(k)
+
+    def __len__(self) -> int:
+        return sum(len(self._get(k)) for k in list(self._index))
+
+
+class NoTuples:
+    """The ``base`` of a *sum leaf*, which keeps no tuples (see :meth:`JoinNode.finish`):
+    not a mapping, so no delete check or caller mistakes it for the multiplicities.
+
+    >>> NO_TUPLES.get((1, 2))
+    Traceback (most recent call last):
+    ...
+    LookupError: this node keeps no tuples (a sum leaf: the view checks deletes itself)
+    """
+
+    def get(self, t: Any, default: Any = None) -> Any:
+        msg = "this node keeps no tuples (a sum leaf: the view checks deletes itself)"
+        raise LookupError(msg)
+
+    __getitem__ = get
+
+    def __repr__(self) -> str:
+        return "NO_TUPLES"
+
+
+NO_TUPLES = NoTuples()
+
+NO_MAP: Mapping[Any, Any] = MappingProxyType({})
+"""What a node binds in place of a map it does not keep (a generalized node's base, a
+lower node's live indexes, ...): empty, and a write fails loudly. Maps are declared only
+where they are used, so the distributed runners bind (and Spark initializes per batch)
+no state they never write."""
