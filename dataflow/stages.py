@@ -146,6 +146,8 @@ class Stage:
     enumerates: bool = False
     """Whether its closes carry the snapshot number (the final stage, and a partial
     stage feeding a final finalizer)."""
+    window_query: Any = None
+    """The top-k stage's query (its ORDER BY, LIMIT and OFFSET); None elsewhere."""
 
     @property
     def slots(self) -> range:
@@ -154,7 +156,7 @@ class Stage:
     def task(self, state: State) -> Any:
         """The node's task for one partition, all its state in ``state``."""
         if self.query is None:
-            return TopKTask(self._window, state)
+            return TopKTask(self.window_query, state)
         if not hasattr(self.query, "plan"):
             return self.query.stage_task(state, self.layout)  # a StageNode
         if self.part == "finalize":
@@ -166,9 +168,6 @@ class Stage:
             # The window is the top-k stage's: this one emits the whole result's change.
             task.finalizer.topk = None
         return task
-
-    _window: Any = None
-    """For the top-k stage: the query (ORDER BY, LIMIT, OFFSET)."""
 
 
 class StageNode(Protocol):
@@ -240,9 +239,7 @@ class StagePlan:
         cq = stages[-1].query.cq
         if cq.limit is not None or cq.offset:
             stages[-1].name, stages[-1].feeds_window = RESULT, True
-            window = Stage(len(stages), "", None, TopKLayout())
-            window._window = cq
-            stages.append(window)
+            stages.append(Stage(len(stages), "", None, TopKLayout(), window_query=cq))
         stages[-1].final = stages[-1].enumerates = True
         if stages[-1].part == "finalize":
             stages[-2].enumerates = True

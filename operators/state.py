@@ -25,6 +25,11 @@ class State(Protocol):
 
     def names(self) -> list[str]: ...
 
+    def entries(self) -> int:
+        """Stored entries: map keys plus the members of set/dict values (what a
+        runner's summary and the benches count)."""
+        ...
+
 
 class DictState:
     """In-process state: one dict per declared name."""
@@ -44,13 +49,22 @@ class DictState:
 
     def entries(self) -> int:
         """Stored entries: map keys plus the members of set/dict values."""
-        total = 0
-        for m in self._maps.values():
-            total += len(m)
-            for v in m.values():
-                if isinstance(v, (set, frozenset, dict)):
-                    total += len(v)
-        return total
+        return count_entries(self._maps.values())
+
+
+def count_entries(maps: Iterable[MutableMapping[Any, Any]]) -> int:
+    """Map keys plus the members of set/dict values, over ``maps``.
+
+    >>> count_entries([{1: {2, 3}}, {4: 5}])
+    4
+    """
+    total = 0
+    for m in maps:
+        total += len(m)
+        for v in m.values():
+            if isinstance(v, (set, frozenset, dict)):
+                total += len(v)
+    return total
 
 
 def add_count(m: MutableMapping[Any, int], key: Any, v: int) -> None:

@@ -290,8 +290,7 @@ class Engine:
         return payload
 
     def state_entries(self) -> int:
-        entries = getattr(self.state, "entries", None)
-        return int(entries()) if callable(entries) else 0
+        return self.state.entries()
 
 
 def _compiled_namespace(env: object, build: NativeBuild) -> Any:

@@ -30,7 +30,7 @@ from core.graph import Dataflow, Edge, Op
 from dataflow.engines.crown import Engine
 from dataflow.engines.triangle import TriangleEngine
 from operators.deltajoin import DeltaJoin
-from operators.state import DictState, State
+from operators.state import DictState, State, count_entries
 from plans.dag import compile_dataflow, finalize_mode, partition_prelude
 from plans.ghd import Bag, GhdPlan
 
@@ -50,6 +50,9 @@ class PrefixedState:
     def names(self) -> list[str]:
         n = len(self.prefix)
         return [x[n:] for x in self.inner.names() if x.startswith(self.prefix)]
+
+    def entries(self) -> int:
+        return count_entries(self.map(name) for name in self.names())
 
 
 def _projector(src: tuple[str, ...], dst: tuple[str, ...]) -> Any:
@@ -188,8 +191,7 @@ class GhdEngine:
         return self.crown.full()
 
     def state_entries(self) -> int:
-        entries = getattr(self.state, "entries", None)
-        return int(entries()) if callable(entries) else 0
+        return self.state.entries()
 
 
 def _bag_op(bag: Bag, names: list[str]) -> Op:

@@ -81,5 +81,4 @@ class HierarchicalEngine:
         return self.views.full()
 
     def state_entries(self) -> int:
-        entries = getattr(self.state, "entries", None)
-        return int(entries()) if callable(entries) else 0
+        return self.state.entries()

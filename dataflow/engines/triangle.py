@@ -126,5 +126,4 @@ class TriangleEngine:
         return self._rows(op.full())
 
     def state_entries(self) -> int:
-        entries = getattr(self.state, "entries", None)
-        return int(entries()) if callable(entries) else 0
+        return self.state.entries()
