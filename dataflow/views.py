@@ -262,7 +262,8 @@ def compile_dag(split: ViewSplit, compile_one: Callable[[ParsedQuery], Any]
             inner.append((name, q))
             cols = list(zip(q.cq.output_names, q.cq.output_types))
         if name.lower() in {r.lower() for r in relations}:
-            msg = f"{file.source}: view {name}: table {name} is declared twice"
+            msg = (f"{file.source}: the view {name} has the name of a table declared "
+                   "before it; rename the WITH or CREATE VIEW")
             raise QueryError(msg)
         relations[name] = view_relation(name, cols)
     outer = compile_one(ParsedQuery(file.text, file.source, Schema(relations),

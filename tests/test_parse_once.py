@@ -125,6 +125,13 @@ def test_a_view_s_error_quotes_the_user_s_text() -> None:
     ]
 
 
+def test_a_view_named_as_a_table_is_refused() -> None:
+    with pytest.raises(QueryError, match="q.sql: the view w has the name of a table"):
+        compile_query("CREATE TABLE R(a INT); CREATE TABLE w(a INT);\nWITH w AS (SELECT a, "
+                      "COUNT(*) AS n FROM R GROUP BY a) SELECT w.a, w.n FROM w",
+                      source_name="q.sql")
+
+
 def test_a_create_view_that_merges_into_the_query() -> None:
     """A CREATE VIEW without aggregates is inlined like the WITH it is (the file was
     parsed again without its views, and the CREATE VIEW refused)."""
