@@ -66,6 +66,7 @@ from dataflow.distributed import (
     needs_stages,
     tag_rows,
 )
+from dataflow.stagenodes import stage_layout, stage_task
 from operators.state import State
 from operators.topk import TAG, TopK
 from operators.writeback import WriteBackState
@@ -157,8 +158,9 @@ class Stage:
         """The node's task for one partition, all its state in ``state``."""
         if self.query is None:
             return TopKTask(self.window_query, state)
-        if not hasattr(self.query, "plan"):
-            return self.query.stage_task(state, self.layout)  # a StageNode
+        if not hasattr(self.query, "plan"):  # a view's stage, or another StageNode
+            view = stage_task(self.query, state)
+            return view if view is not None else self.query.stage_task(state, self.layout)
         if self.part == "finalize":
             return FinalizeTask(self.query, state, self.feeds_window)
         if self.part == "partial":
@@ -172,8 +174,8 @@ class Stage:
 
 class StageNode(Protocol):
     """A DAG node that is not a compiled query, as the runners host it: what a new kind
-    of node (the keyed views of outer joins, ``operators/keyedview.py``) implements to
-    run on Spark and Flink. ``stage_layout(P)`` partitions its inputs by its key
+    of node implements to run on Spark and Flink (the keyed and threshold views get
+    theirs from :mod:`dataflow.stagenodes`). ``stage_layout(P)`` partitions its inputs by its key
     columns (``partitions``; ``inputs``: relation -> [(atom, projector with
     ``project(row)`` -> tuple or None)]; ``partitioner.route(atom, tuple)`` -> its
     partitions); ``stage_task(state, layout)`` is one partition: ``process_bundles(rows)``
@@ -190,6 +192,9 @@ class StageNode(Protocol):
 def _layout(name: str, node: Any, parallelism: int) -> Any:
     if hasattr(node, "plan"):
         return PartitionLayout(node, parallelism, keyed=True)
+    view = stage_layout(node, parallelism)  # (a keyed or threshold view)
+    if view is not None:
+        return view
     if hasattr(node, "stage_layout") and hasattr(node, "stage_task"):
         return node.stage_layout(parallelism)
     msg = (f"view {name} ({type(node).__name__}: outer join or anti-join) runs on the "

@@ -25,15 +25,13 @@ Example (``A LEFT JOIN B ON A.x = B.y``, B's side):
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
 from core.codegen import define
-from core.epochs import UPDATE
 from core.records import EpochDelta, Update
 from core.schema import Column, Relation, Row
 from operators.deletecheck import DeleteCheck
@@ -84,14 +82,6 @@ class CompiledKeyedView:
 
     def maintain(self, *_args: Any, validate: bool = True, **_kwargs: Any) -> KeyedViewState:
         return KeyedViewState(self, validate=validate)
-
-    def stage_layout(self, parallelism: int) -> KeyedViewLayout:
-        """Its layout as a stage on Spark and Flink: partitioned by join key."""
-        return KeyedViewLayout(self, parallelism)
-
-    def stage_task(self, state: State, layout: Any) -> KeyedViewTask:
-        """One partition of its stage, all its state in ``state``."""
-        return KeyedViewTask(self, state)
 
 
 class KeyedViewState:
@@ -185,97 +175,6 @@ class KeyedViewState:
                            closed_by_marker)
         self.updates = 0
         return delta
-
-
-# -- as a stage on Spark and Flink (dataflow.stages.StageNode) ---------------------------
-_EPOCH, _KIND, _ATOM, _T, _DM = 2, 3, 4, 5, 6  # (TaggedRow's fields)
-OWN, OTHER = 0, 1
-"""The atoms of a keyed view's two inputs (the same relation may be both)."""
-
-
-class WholeRow:
-    """A stage input's projector that takes the row as it is."""
-
-    @staticmethod
-    def project(row: Row) -> Row:
-        return row
-
-
-def partition_of(key: Any, partitions: int) -> int:
-    """The stage partition of a key: a crc32 of its repr (not hash(): the same in every
-    worker process)."""
-    return zlib.crc32(repr(key).encode()) % partitions
-
-
-class _ByKey:
-    """Routes a row to the partition of its join key: a key's rows of both sides meet
-    in one partition, which alone counts that key and pads it."""
-
-    def __init__(self, compiled: CompiledKeyedView, partitions: int) -> None:
-        self.keys = {OWN: compiled.own_keys[0], OTHER: compiled.pad_key}
-        self.partitions = partitions
-
-    def route(self, atom: int, row: Row) -> list[int]:
-        key_of = self.keys[atom]
-        assert key_of is not None
-        return [partition_of(key_of(row), self.partitions)]
-
-
-class KeyedViewLayout:
-    """A keyed view's stage layout: ``partitions`` by join key; ``inputs`` relation ->
-    [(atom, projector)] (the whole row)."""
-
-    def __init__(self, compiled: CompiledKeyedView, parallelism: int) -> None:
-        self.partitions = max(1, parallelism)
-        self.partitioner = _ByKey(compiled, self.partitions)
-        self.inputs: dict[str, list[tuple[int, Any]]] = {}
-        self.inputs.setdefault(compiled.spec.own.source.lower(), []).append((OWN, WholeRow()))
-        if compiled.spec.pad is not None:
-            self.inputs.setdefault(compiled.spec.pad.source.lower(), []).append(
-                (OTHER, WholeRow()))
-
-
-class KeyedViewTask:
-    """One partition of a keyed view's stage: tagged rows in, ``{("delta", epoch):
-    rows}`` out at each close; its counts per key in ``state``'s maps, O(changes) per
-    epoch."""
-
-    def __init__(self, compiled: CompiledKeyedView, state: State) -> None:
-        self.view = KeyedViewState(compiled, state)
-        self.state = state
-        # (a base relation read twice is checked once, on its own side)
-        own_base = compiled.spec.own.source.lower() in compiled.base
-        pad = compiled.spec.pad
-        self.checked = {OWN: compiled.spec.own.source.lower()} if own_base else {}
-        if pad is not None and pad.source.lower() in compiled.base and not (
-                own_base and pad.source.lower() == compiled.spec.own.source.lower()):
-            self.checked[OTHER] = pad.source.lower()
-
-    def process_bundles(self, rows: Sequence[Sequence[Any]]
-                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
-        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        view = self.view
-        for r in rows:
-            if r[_KIND] == UPDATE:
-                atom, row, dm = r[_ATOM], r[_T], r[_DM]
-                rel = self.checked.get(atom)
-                if rel is not None:
-                    view.validator.update(rel, row, dm, f"{rel} (epoch {r[_EPOCH]})")
-                if atom == OWN:
-                    view.apply_own(row, dm)
-                else:
-                    view.apply_other(row, dm)
-                continue
-            delta = view.end_epoch()
-            if delta.rows:
-                out[("delta", r[_EPOCH])] = list(delta.rows)
-        return out
-
-    def open_epoch(self) -> Any:
-        return (self.view.pending, self.view.touched)
-
-    def restore_open_epoch(self, blob: Any) -> None:
-        self.view.pending, self.view.touched = blob or ({}, {})
 
 
 def _index(rel: Relation, column: str) -> int:

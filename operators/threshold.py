@@ -39,16 +39,14 @@ Example (``R.b > (SELECT AVG(b) FROM R)``):
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from sortedcontainers import SortedKeyList
 
-from core.epochs import UPDATE
 from core.errors import QueryError
 from core.records import EpochDelta, Update
 from core.schema import Relation, Row
-from operators.keyedview import WholeRow, partition_of
 from operators.state import DictState, State
 from plans.expr import SqlType
 from plans.threshold import ThresholdFilter
@@ -113,15 +111,6 @@ class CompiledThreshold:
 
     def maintain(self, *_args: Any, **_kwargs: Any) -> ThresholdState:
         return ThresholdState(self)
-
-    def stage_layout(self, parallelism: int) -> ThresholdLayout:
-        """Its layout on Spark and Flink: partitioned by key (a key's rows meet its
-        scalar); one global partition for an uncorrelated scalar (it meets every row)."""
-        return ThresholdLayout(self, parallelism)
-
-    def stage_task(self, state: State, layout: Any) -> ThresholdTask:
-        """Its one partition, all its state in ``state``."""
-        return ThresholdTask(self, state)
 
 
 def _identity(v: Any) -> Any:
@@ -281,69 +270,3 @@ class ThresholdState:
 
     def state_entries(self) -> int:
         return len(self.rows) + len(self.scalar)
-
-
-# -- as a stage on Spark and Flink (dataflow.stages.StageNode) ---------------------------
-_KIND, _ATOM, _T, _DM, _EPOCH = 3, 4, 5, 6, 2  # (TaggedRow's fields)
-ROWS, SCALAR = 0, 1
-"""The atoms of the stage's two inputs."""
-
-
-class _ByKey:
-    """Routes a row and its key's scalar to one partition (:func:`partition_of` its
-    key, as keyed views do)."""
-
-    def __init__(self, compiled: CompiledThreshold, partitions: int) -> None:
-        k, idx = compiled.n_keys, compiled.scalar_keys
-        self.keys: dict[int, Callable[[Row], tuple[Any, ...]]] = {
-            ROWS: lambda row: tuple(row[:k]),
-            SCALAR: lambda row: tuple(row[i] for i in idx)}
-        self.partitions = partitions
-
-    def route(self, atom: int, row: Row) -> list[int]:
-        if self.partitions == 1:
-            return [0]
-        return [partition_of(self.keys[atom](row), self.partitions)]
-
-
-class ThresholdLayout:
-    """Both inputs whole, by key over ``parallelism`` partitions (one partition for an
-    uncorrelated scalar)."""
-
-    def __init__(self, compiled: CompiledThreshold, parallelism: int) -> None:
-        self.partitions = max(1, parallelism) if compiled.n_keys else 1
-        self.partitioner = _ByKey(compiled, self.partitions)
-        self.inputs: dict[str, list[tuple[int, Any]]] = {
-            compiled.spec.source.lower(): [(ROWS, WholeRow())],
-            compiled.spec.scalar.lower(): [(SCALAR, WholeRow())]}
-
-
-class ThresholdTask:
-    """The threshold view's one stage partition: rows and scalar one entry each in
-    ``state``'s maps, the ordered index rebuilt from them when the task is made."""
-
-    def __init__(self, compiled: CompiledThreshold, state: State) -> None:
-        self.view = ThresholdState(compiled, state)
-        self.state = state
-
-    def process_bundles(self, rows: Sequence[Sequence[Any]]
-                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
-        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        view = self.view
-        for r in rows:
-            if r[_KIND] == UPDATE:
-                if r[_ATOM] == ROWS:
-                    view.add_row(r[_T], r[_DM])
-                else:
-                    view.add_scalar(r[_T], r[_DM])
-                continue
-            delta = view.end_epoch()
-            if delta.rows:
-                out[("delta", r[_EPOCH])] = list(delta.rows)
-        return out
-
-    def open_epoch(self) -> Any:
-        return (self.view.pending, self.view.pending_scalar)
-
-    def restore_open_epoch(self, blob: Any) -> None:
-        self.view.pending, self.view.pending_scalar = blob or ({}, {})
