@@ -41,6 +41,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # suite compiled.
 os.environ.setdefault("IVMFLOW_NATIVE", "0")
 
+# The JVMs the tests start (Spark's driver through pyspark, Flink's mini-cluster through
+# PyFlink's gateway; in this process or a runner's subprocess) each run a few seconds of
+# work on small streams: the client compiler alone and one GC thread start them about a
+# quarter faster on 2 cores, and change no result. Either variable set outside wins.
+_TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("JVM_ARGS", _TEST_JVM_OPTS)  # read by pyflink_gateway_server
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                      f"--driver-java-options '{_TEST_JVM_OPTS}' pyspark-shell")
+
 
 # --- Kafka: one real broker per test session (see tests/kafka_broker.py) ---------------
 
@@ -255,8 +264,38 @@ def kafka_bootstrap(kafka_broker: kb.KafkaBroker) -> str:
     return kafka_broker.bootstrap
 
 
+# --- Workers (pytest-xdist, pyproject's addopts: -n auto) -------------------------------
+# Each worker is a process of its own: its own broker (a free port, a temporary data
+# directory), its own JVMs (Spark binds no fixed port here, its UI is off; Flink's
+# mini-cluster picks free ports), its own base temporary directory (and so the native
+# build cache under it). Brokers started in workers are reported by the controller.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most 4 (each may hold a broker and a JVM)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a worker: hand the brokers it started to the controller's summary."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["kafka_brokers"] = [(b.bootstrap, b.mode, list(b.notes), b.start_seconds)
+                                for b in _KAFKA_STARTED]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """In the controller: the brokers a worker started (:func:`pytest_sessionfinish`)."""
+    for bootstrap, mode, notes, seconds in getattr(node, "workeroutput", {}).get(
+            "kafka_brokers", ()):
+        _KAFKA_STARTED.append(kb.KafkaBroker(bootstrap, mode, notes, seconds))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say which way the Kafka broker ran (container via docker/podman, or process)."""
+    """Say which way each Kafka broker ran (container via docker/podman, or process)."""
     for b in _KAFKA_STARTED:
         terminalreporter.write_line(
             f"kafka broker: {b.mode} at {b.bootstrap}, started in {b.start_seconds:.2f} s"
