@@ -368,7 +368,7 @@ class PartitionTask:
 
     def __init__(self, query: Any, layout: PartitionLayout, blob: bytes | None = None,
                  state: State | None = None) -> None:
-        from dataflow.api import make_finalizer
+        from dataflow.view import make_finalizer
 
         plan = query.plan
         if state is not None:

@@ -13,7 +13,7 @@ Example:
     >>> name, node = q.inner[0]
     >>> layout = stage_layout(node, 4)
     >>> layout.partitions, sorted(layout.inputs)
-    (4, ['b'])
+    (4, ['a'])
 """
 
 from __future__ import annotations

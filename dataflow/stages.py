@@ -352,7 +352,7 @@ class FinalizeTask:
     map ``finalize.output`` (O(changed groups) per epoch)."""
 
     def __init__(self, query: Any, state: State, window: bool) -> None:
-        from dataflow.api import make_finalizer
+        from dataflow.view import make_finalizer
 
         self.state = state
         self.finalizer = make_finalizer(query.plan, query.kind.engine_emits_bags,

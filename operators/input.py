@@ -13,11 +13,14 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from core.codegen import define
-from core.schema import Row
+from core.schema import Relation, Row
 from plans.cq import Atom
 
 
@@ -105,3 +108,33 @@ class RelationInput:
         env.update(self.atom.env)
         tests.extend(f"not {p.src}" for p in self.atom.predicates)
         return " or ".join(tests), env
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "INT": (int,), "FLOAT": (float,), "TEXT": (str,), "BOOL": (bool,),
+    "DECIMAL": (Decimal,), "DATE": (datetime.date,), "TIMESTAMP": (datetime.datetime,),
+    "KEY": (tuple,)}
+
+
+@dataclass
+class RelationRoute:
+    """Where a view sends a relation's updates: the Python types its columns' values
+    have (``types``; ``exact_types``, the one a well-typed value has exactly) and the
+    FROM items that read it (``atoms``: (atom, its input)).
+
+    >>> from core.schema import Column, Relation
+    >>> RelationRoute.of(Relation("R", (Column("a", "INT"),))).exact_types
+    (<class 'int'>,)
+    """
+
+    relation: Relation
+    types: tuple[tuple[type, ...], ...]
+    atoms: list[tuple[int, RelationInput]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, relation: Relation) -> RelationRoute:
+        return cls(relation, tuple(_PY_TYPES[c.type] for c in relation.columns))
+
+    @property
+    def exact_types(self) -> tuple[type, ...]:
+        return tuple(t[0] for t in self.types)

@@ -56,8 +56,8 @@ from dataflow.runners.local.checkpoint import (
 )
 
 if TYPE_CHECKING:
-    from dataflow.api import View
     from dataflow.run import Progress, RunContext
+    from dataflow.view import View
 
 __all__ = ["run_local_kafka"]
 
