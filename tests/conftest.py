@@ -189,6 +189,11 @@ BEYOND_THE_SLICE: dict[str, str] = {
                     "[spark-debezium-json] cell",
     "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink"
     "[spark-key]": "as [spark-full]",
+    "tests/test_change_stream_runners.py::"
+    "test_flink_stopped_names_the_last_epoch_of_its_debezium_output":
+        "Flink's stop line over Debezium output (10 s); the last epoch it reads from a "
+        "Debezium topic in test_change_streams.py's read-back test, Flink's SIGTERM stop "
+        "in test_fault_matrix.py",
     "tests/test_validator.py::test_delete_check_compiled[comb]":
         "the compiled delete check on the star and snowflake families (25-55 s a family)",
     "tests/test_validator.py::test_delete_check_compiled[path]": "as [comb]",

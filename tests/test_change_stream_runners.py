@@ -327,3 +327,29 @@ def test_killed_mid_stream_and_run_again_loses_and_repeats_nothing(
     if runner == "flink":  # (else the restart did not test the restored state)
         assert "resuming from checkpoint" in proc.stderr
     assert _kafka_epochs(out) == expected
+
+
+def test_flink_stopped_names_the_last_epoch_of_its_debezium_output(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """SIGTERM once Flink's merger has committed its second epoch, the deltas going out
+    as Debezium events: exit 143, and the stop line names the last epoch the topic holds
+    (its transaction topic's last END), the whole ones a consumer reads (it said 'no
+    epoch was completed' when it read the Debezium topic as ivmflow's records)."""
+    from connectors.kafka.debezium_sink import read_last_transaction
+
+    _needs("flink")
+    q, _u, url = _produce(kafka_bootstrap, tmp_path, "debezium-json", seed=31)
+    expected = _local(q, url)
+    out = f"kafka://{kafka_bootstrap}/{_name('deltas')}?format=debezium-json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IVMFLOW_FAULT": "sink.commit@2:TERM"}
+    env.pop("IVMFLOW_FAULT_TARGET", None)
+    proc = subprocess.run(_runner_cmd("flink", q, url, out, tmp_path), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    last = read_last_transaction(parse_kafka_url(out))
+    assert last >= sorted(expected)[1], (last, proc.stderr[-1500:])  # (maybe all: the
+    # job may finish the few epochs left before it is cancelled)
+    columns = list(compile_query(q.read_text()).output_columns)
+    got = _debezium_epochs(kafka_bootstrap, parse_kafka_url(out).topic, columns)
+    assert got == {e: rows for e, rows in expected.items() if e <= last}
+    assert f"epochs 1-{last} are whole" in proc.stderr, proc.stderr[-2000:]
