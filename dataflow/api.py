@@ -49,8 +49,9 @@ from plans.cq import ConjunctiveQuery
 from plans.ghd import build_ghd
 from plans.hierarchical import HierarchicalPlan, plan_hierarchical
 from plans.plan import Plan, build_plan, classify
-from plans.sql import ParsedQuery, build_query, parse_file
+from plans.sql import build_query
 from plans.sqlcheck import check_supported
+from plans.sqlparse import ParsedQuery, parse_file
 from plans.triangle import recognise_triangle
 from plans.views import split_views
 

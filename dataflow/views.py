@@ -44,7 +44,7 @@ from operators.keyedview import CompiledKeyedView, KeyedViewState
 from operators.threshold import CompiledThreshold, ThresholdState
 from plans.expr import SqlType
 from plans.outerjoin import KeyedView
-from plans.sql import ParsedQuery, _ddl_type, view_relation
+from plans.sqlparse import ParsedQuery, ddl_type, view_relation
 from plans.threshold import ThresholdFilter
 from plans.views import ViewSplit
 
@@ -236,7 +236,7 @@ def compile_dag(split: ViewSplit, compile_one: Callable[[ParsedQuery], Any]
                 ) -> CompiledDag:
     """Compile each view of ``split`` (in order) and the query over them;
     ``compile_one`` compiles one view's SELECT tree over the tables before it (a
-    :class:`~plans.sql.ParsedQuery`: the file's text and its base tables, then one
+    :class:`~plans.sqlparse.ParsedQuery`: the file's text and its base tables, then one
     table per view, typed by that view's output)."""
     file = split.file
     relations = dict(file.schema.relations)
@@ -255,7 +255,7 @@ def compile_dag(split: ViewSplit, compile_one: Callable[[ParsedQuery], Any]
                 assert rows is not None and scalar is not None
                 node = CompiledThreshold(body, rows, scalar)
             inner.append((name, node))
-            cols = [(c.name, _ddl_type(SqlType.of_column(c))) for c in node.columns]
+            cols = [(c.name, ddl_type(SqlType.of_column(c))) for c in node.columns]
         else:
             q = compile_one(ParsedQuery(file.text, f"{file.source} (view {name})", known,
                                         body.copy()))

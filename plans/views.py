@@ -7,7 +7,7 @@ usual); an epoch's consolidated delta of a view is the update stream of the view
 read it, in the same epoch (:mod:`dataflow.views`).
 
 Example:
-    >>> from plans.sql import parse_file
+    >>> from plans.sqlparse import parse_file
     >>> split = split_views(parse_file('''CREATE TABLE R(a INT, b INT);
     ...     SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)''', "q.sql"))
     >>> [name for name, _ in split.views], split.query.sql("duckdb")
@@ -24,8 +24,8 @@ from sqlglot import exp
 from core.errors import QueryError
 from plans.expr import ExprError
 from plans.outerjoin import KeyedView, rewrite_outer_joins
-from plans.sql import ParsedQuery, _normalize, _offset_of
 from plans.sqlcheck import describe
+from plans.sqlparse import ParsedQuery, normalize, offset_of
 from plans.threshold import ScalarShape, ThresholdFilter, rewrite_thresholds, scalar_view
 
 View = exp.Select | KeyedView | ThresholdFilter
@@ -53,7 +53,7 @@ def split_views(parsed: ParsedQuery) -> ViewSplit | None:
     if not nested:
         return None
     try:
-        out = _normalize(select, parsed.schema, sql, source, views=True)
+        out = normalize(select, parsed.schema, sql, source, views=True)
         names = itertools.count()
         inner: list[tuple[str, View]] = []
         scalars: dict[str, ScalarShape] = {}
@@ -74,7 +74,7 @@ def split_views(parsed: ParsedQuery) -> ViewSplit | None:
         inner += [(kv.name, kv) for kv in rewrite_outer_joins(out, names)]
         inner += rewrite_thresholds(out, scalars, names)
     except ExprError as err:
-        raise QueryError(describe([(_offset_of(err.node), "expression", str(err))],
+        raise QueryError(describe([(offset_of(err.node), "expression", str(err))],
                                   sql, source)) from None
     if not inner:
         return None

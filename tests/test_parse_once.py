@@ -31,8 +31,8 @@ from core.errors import QueryError
 from dataflow.api import compile_query
 from plans.expr import SqlType
 from plans.outerjoin import KeyedView
-from plans.sql import _ddl_type, parse_file, view_relation
 from plans.sqlcheck import check_supported
+from plans.sqlparse import ddl_type, parse_file, view_relation
 from plans.threshold import ThresholdFilter
 from plans.views import split_views
 
@@ -160,6 +160,6 @@ def test_the_counter_sees_a_parse() -> None:
 def test_a_view_s_table_is_the_one_its_create_table_declared(t: SqlType) -> None:
     """A view's output types make its table as the CREATE TABLE the split wrote for
     it did (``CREATE TABLE "v" ("c" <type>)``), without writing or parsing it."""
-    ddl = _ddl_type(t)
+    ddl = ddl_type(t)
     declared = parse_file(f'CREATE TABLE "v" ("c" {ddl}); SELECT c FROM v', "t").schema
     assert view_relation("v", [("c", ddl)]) == declared.relations["v"]
