@@ -362,9 +362,11 @@ def shared_parser(col: Column) -> Callable[[str], Value]:
     :data:`SHARED_VALUES_PER_COLUMN` distinct values: the rows a view keeps then share
     their low-cardinality values (a quantity, a discount, a date, a flag) instead of
     holding a copy each, 30-100 bytes apiece in CPython (a Decimal is 104), and a value
-    met again is not parsed again. Values are immutable, so sharing is invisible; a
-    column of unique values (a price, a comment) fills the table once and stops there.
-    INT, FLOAT and BOOL parse to small or shared objects already: plain ``col.parse``.
+    met again is not parsed again. Values are immutable, so sharing is invisible. A
+    column whose values mostly differ (a price, a comment: fewer hits than distinct
+    values when the table is full) drops its table and parses plainly from then on,
+    so it holds no memory for nothing. INT, FLOAT and BOOL parse to small or shared
+    objects already: plain ``col.parse``.
 
     >>> p = shared_parser(Column("d", "DECIMAL", 2, 15))
     >>> p("1.50") is p("1.50") is p("1.50"), p("1.50")
@@ -377,13 +379,24 @@ def shared_parser(col: Column) -> Callable[[str], Value]:
         parse = col.parse
         values: dict[str, Value] = {}
         get = values.get
+        hits = 0
+        sharing = True
 
         def parser(text: str) -> Value:
+            nonlocal hits, sharing
+            if not sharing:
+                return parse(text)
             v = get(text)
-            if v is None:
-                v = parse(text)  # (a NULL is parsed each time: "" costs nothing)
-                if len(values) < SHARED_VALUES_PER_COLUMN:
-                    values[text] = v
+            if v is not None:
+                hits += 1
+                return v
+            v = parse(text)  # (a NULL is parsed each time: "" costs nothing)
+            if len(values) < SHARED_VALUES_PER_COLUMN:
+                values[text] = v
+            elif hits < len(values):
+                # (full, and hit less often than it has values: unique-ish values)
+                sharing = False
+                values.clear()
             return v
 
         _SHARED[col] = parser
