@@ -43,12 +43,13 @@ os.environ.setdefault("IVMFLOW_NATIVE", "0")
 
 # The JVMs the tests start (Spark's driver through pyspark, Flink's mini-cluster through
 # PyFlink's gateway; in this process or a runner's subprocess) each run a few seconds of
-# work on small streams: the client compiler alone and one GC thread start them about a
-# quarter faster on 2 cores, and change no result. Either variable set outside wins.
-_TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("JVM_ARGS", _TEST_JVM_OPTS)  # read by pyflink_gateway_server
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
-                      f"--driver-java-options '{_TEST_JVM_OPTS}' pyspark-shell")
+# work on small streams: the client compiler alone (and for Spark's driver the serial
+# GC) starts them about a quarter faster on 2 cores, and changes no result. Either
+# variable set outside wins. (No collector in JVM_ARGS: Flink's taskmanager.sh may add
+# G1 to it for a standalone cluster's task manager, and a JVM given two refuses to start.)
+os.environ.setdefault("JVM_ARGS", "-XX:TieredStopAtLevel=1")  # pyflink_gateway_server.py
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options "
+                      "'-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell")
 
 
 # --- Kafka: one real broker per test session (see tests/kafka_broker.py) ---------------
