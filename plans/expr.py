@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import datetime
-import itertools
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -35,8 +34,9 @@ from sqlglot import exp
 
 from core.errors import EvaluationError
 from core.schema import INT_BITS, INT_RANGES, Column
-from core.sqlfuncs import HELPERS, caster, float_compare, like_test
-from plans.exprtypes import (  # (the types, re-exported: this module's API)
+from core.sqlfuncs import HELPERS, caster, float_compare
+from plans import exprfuncs
+from plans.exprtypes import (
     BIGINT,
     BOOL,
     DATE,
@@ -49,13 +49,11 @@ from plans.exprtypes import (  # (the types, re-exported: this module's API)
     ExprError,
     Interval,
     SqlType,
+    fresh_name,  # (the types, re-exported: this module's API)
     int_type,
     numeric_type,
     unify,
 )
-
-_NAMES = itertools.count()
-
 
 Resolver = Callable[[exp.Expr], "Code | None"]
 
@@ -117,7 +115,7 @@ class ExprCompiler:
 
     def _bind(self, value: Any) -> str:
         """A name in ``env`` for ``value`` (unique across a query)."""
-        name = f"_k{next(_NAMES)}"
+        name = fresh_name()
         self.env[name] = value
         return name
 
@@ -245,9 +243,9 @@ class ExprCompiler:
             hi = self._compare(node, "<=", node.this, node.args["high"])
             return self._and_codes(lo, hi)
         if isinstance(node, exp.In):
-            return self._in(node)
+            return exprfuncs.in_list(self, node)
         if isinstance(node, (exp.Like, exp.ILike)):
-            return self._like(node)
+            return exprfuncs.like(self, node)
         if isinstance(node, exp.Case):
             return self._case(node)
         if isinstance(node, exp.If):
@@ -269,7 +267,7 @@ class ExprCompiler:
             a, b = self.compile(node.this), self.compile(node.expression)
             return Code(f"_f_nullif({a.src}, {b.src})", a.type, True)
         if isinstance(node, exp.Extract):
-            return self._extract(node)
+            return exprfuncs.extract(self, node)
         if isinstance(node, exp.Substring):
             s = self.compile(node.this)
             start = self.compile(node.args["start"]) if node.args.get("start") else None
@@ -358,7 +356,7 @@ class ExprCompiler:
         except ValueError:
             raise ExprError(node, f"INTERVAL count {text!r} is not an integer") from None
         m, d, us = _UNITS[unit_name]
-        name = f"_k{next(_NAMES)}"
+        name = fresh_name()
         self.env[name] = Interval(m * n, d * n, us * n)
         return Code(name, SqlType("INTERVAL"), False, True, True)
 
@@ -610,61 +608,6 @@ class ExprCompiler:
             return Code(f"({self._as_name(a.src)} is {bool(target.this)!r})", BOOL, False)
         raise ExprError(node, "IS with something other than NULL, TRUE or FALSE")
 
-    def _in(self, node: exp.In) -> Code:
-        if node.args.get("query") is not None or node.args.get("unnest") is not None:
-            raise ExprError(node, "IN (subquery)")
-        a0 = self.compile(node.this)
-        items = [self.compile(e) for e in node.expressions]
-        aligned = [self._align(e, a0, item, "==") for item, e in zip(items, node.expressions)]
-        if all(c.const for _, c in aligned) and len({x.src for x, _ in aligned}) == 1 and \
-                "FLOAT" not in {c.type.name for c in (a0, *items)}:
-            a = aligned[0][0]
-            values = []
-            has_null = False
-            for _, c in aligned:
-                v = eval(c.src, self.env)  # noqa: S307
-                if v is None:
-                    has_null = True
-                else:
-                    values.append(v)
-            name = f"_k{next(_NAMES)}"
-            self.env[name] = frozenset(values)
-            if not has_null:
-                if not a.nullable:
-                    return Code(f"({a.src} in {name})", BOOL, False)
-                if a.simple:
-                    return Code(f"(None if {a.src} is None else {a.src} in {name})", BOOL,
-                                True)
-            return Code(f"_f_in_list({a.src}, {name}, {has_null!r})", BOOL, True)
-        out: Code | None = None
-        for e in node.expressions:
-            c = self._compare(node, "==", node.this, e)
-            out = c if out is None else (
-                Code(f"_f_or3({out.src}, {c.src})", BOOL, True)
-                if out.nullable or c.nullable else Code(f"({out.src} or {c.src})", BOOL, False))
-        assert out is not None
-        return out
-
-    def _like(self, node: exp.Expr) -> Code:
-        if node.args.get("escape") is not None:
-            raise ExprError(node, "LIKE ... ESCAPE")
-        pattern = node.expression
-        if isinstance(pattern, exp.Null):
-            self._text(self.compile(node.this), node)
-            return self.const(None, BOOL)
-        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-            raise ExprError(node, "LIKE with a pattern that is not a string constant")
-        a = self._text(self.compile(node.this), node)
-        name = f"_k{next(_NAMES)}"
-        self.env[name] = like_test(str(pattern.this), isinstance(node, exp.ILike))
-        code = self._wrap1(a, name + "({})", BOOL, "_f_like_" + name)
-        if code.src.startswith("_f_like_"):
-            fn = self.env[name]
-            self.env["_f_like_" + name] = lambda s: None if s is None else fn(s)
-        if node.args.get("negate"):
-            code = self._wrap1(code, "not {}", BOOL, "_f_not3")
-        return code
-
     def _as_text(self, code: Code) -> Code:
         """``code`` as a VARCHAR (CAST's text of another type)."""
         if code.type.name in ("TEXT", "NULL"):
@@ -723,21 +666,3 @@ class ExprCompiler:
         if t.name == "TIMESTAMP" and code.type.name == "DATE":
             return self._to_ts(code)
         return self._as(code, t)
-
-    def _extract(self, node: exp.Extract) -> Code:
-        part = node.this.name.upper()
-        a = self.compile(node.expression)
-        if a.type.name not in ("DATE", "TIMESTAMP"):
-            raise ExprError(node, f"EXTRACT from {a.type.name}")
-        attrs = {"YEAR": "year", "MONTH": "month", "DAY": "day"}
-        if a.type.name == "TIMESTAMP":
-            attrs.update(HOUR="hour", MINUTE="minute", SECOND="second")
-        if part not in attrs:
-            raise ExprError(node, f"EXTRACT({part} FROM ...)")
-        return self._wrap1(a, "{}." + attrs[part], INT, "_f_extract_" + attrs[part]) \
-            if a.simple or not a.nullable else self._extract_helper(a, attrs[part])
-
-    def _extract_helper(self, a: Code, attr: str) -> Code:
-        name = f"_k{next(_NAMES)}"
-        self.env[name] = lambda v: None if v is None else getattr(v, attr)
-        return Code(f"{name}({a.src})", INT, True)

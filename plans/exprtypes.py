@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,3 +222,12 @@ def unify(env: dict[str, Any], node: exp.Expr, codes: list[Code]) -> SqlType:
         raise ExprError(node, f"branches of different types ({found}): DuckDB cannot "
                               "mix them (write a CAST)")
     return real[0].type
+
+
+_NAMES = itertools.count()
+
+
+def fresh_name() -> str:
+    """A name no other generated binding has (``_k<n>``), for a value the compiled
+    expression reads from its namespace."""
+    return f"_k{next(_NAMES)}"

@@ -356,7 +356,7 @@ def test_auto_falls_back_when_the_build_fails(
     itself is replaced.)"""
     monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
     monkeypatch.setenv("IVMFLOW_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("dataflow.api.native_available", lambda: None)
+    monkeypatch.setattr("dataflow.view.native_available", lambda: None)
     monkeypatch.setattr(core.native, "_LOADED", {})  # (no module built in this process)
     if failure == "build":
         def broken(text: str, name: str, root: Path, target: Path) -> None:
