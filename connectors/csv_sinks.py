@@ -30,8 +30,8 @@ from connectors.position import InputCommit
 from core.consolidate import order_rows
 from core.errors import InputError, IvmflowError
 from core.faults import fault_point
-from core.records import EpochDelta, csv_line, format_value
-from core.schema import Row, Value
+from core.records import EpochDelta, csv_line, csv_value
+from core.schema import Row
 
 __all__ = ["CollectingSink", "CsvStreamSink", "DeadLetterCsvSink", "DeltaCsvSink",
            "ResumeError", "SnapshotCsvSink"]
@@ -45,30 +45,13 @@ class ResumeError(IvmflowError):
 # Formatting
 
 
-def _text_field(text: str) -> str:
-    """A string field as DuckDB's CSV writer quotes it: ``""`` for the empty string (an
-    empty field is NULL), quotes around a comma, quote or line break."""
-    if not text:
-        return '""'
-    if '"' in text:
-        return '"' + text.replace('"', '""') + '"'
-    if "," in text or "\n" in text or "\r" in text:
-        return f'"{text}"'
-    return text
-
-
 _FIELD: dict[type, Callable[[Any], str]] = {
     int: str,
     float: repr,
-    str: _text_field,
+    str: csv_value,
     bool: lambda v: "true" if v else "false",
     type(None): lambda v: "",
 }
-
-
-def _csv_field(value: Value) -> str:
-    text = format_value(value)
-    return _text_field(text) if isinstance(value, str) else text
 
 
 def _csv_block(tag: int, rows: Iterable[tuple[int, Row]]) -> str:
@@ -76,7 +59,7 @@ def _csv_block(tag: int, rows: Iterable[tuple[int, Row]]) -> str:
     get = _FIELD.get
     prefix = f"{tag},"
     return "".join([
-        f"{prefix}{mult},{','.join([get(type(v), _csv_field)(v) for v in row])}\n"
+        f"{prefix}{mult},{','.join([get(type(v), csv_value)(v) for v in row])}\n"
         for mult, row in rows
     ])
 

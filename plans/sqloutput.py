@@ -49,6 +49,15 @@ def var_type(b: Builder, var: str) -> SqlType:
     return SqlType("NULL")
 
 
+def var_of_one_item(b: Builder, node: exp.Expr) -> tuple[str, SqlType]:
+    """The variable and type of an expression over one FROM item: a column's own, or a
+    variable derived for the expression (:meth:`Builder._derive`)."""
+    if isinstance(node, exp.Column):
+        alias, idx = b._resolve(node)
+        return b.var_of(alias, idx), SqlType.of_column(dict(b.aliases)[alias].columns[idx])
+    return b._derive(node)
+
+
 def post_map(b: Builder, columns: list[OutputColumn], post_items: list[exp.Expr | None],
               having: exp.Expr | None, aggregates: list[Aggregate],
               group_by: tuple[str, ...], group_exprs: dict[str, str],
@@ -119,12 +128,7 @@ def glue_compiler(b: Builder, env: dict[str, Any], group_types: dict[str, SqlTyp
         aliases = b._aliases_in(node)
         if len(aliases) != 1:
             return None
-        if isinstance(node, exp.Column):
-            alias, idx = b._resolve(node)
-            var = b.var_of(alias, idx)
-            t = SqlType.of_column(dict(b.aliases)[alias].columns[idx])
-        else:
-            var, t = b._derive(node)
+        var, t = var_of_one_item(b, node)
         if var in b.final_keys:
             pos = b.final_keys.index(var)
         else:
@@ -199,12 +203,7 @@ def final_aggregate(b: Builder, node: exp.Expr, final_aggs: list[FinalAggregate]
         fa = FinalAggregate("count_star", None, None, "INT")
         t = SqlType("INT")
     elif len(b._aliases_in(arg)) <= 1:
-        if isinstance(arg, exp.Column):
-            alias, idx = b._resolve(arg)
-            var = b.var_of(alias, idx)
-            t = SqlType.of_column(dict(b.aliases)[alias].columns[idx])
-        else:
-            var, t = b._derive(arg)
+        var, t = var_of_one_item(b, arg)
         used.add(var)
         fa = FinalAggregate(func, var, None,  # type: ignore[arg-type]
                             t.name if t.name != "NULL" else "INT", t.scale)
