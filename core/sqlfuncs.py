@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
+from functools import partial
 from typing import Any
 
 from core.errors import EvaluationError
@@ -191,7 +192,9 @@ def caster(column: Column, text: str) -> Callable[[Any], Any]:
     half away from zero; a DOUBLE to a DECIMAL scales in DOUBLE arithmetic then rounds
     half away from zero; a string is read as the update CSV reads it; a BOOLEAN is 1 or
     0; a value out of the target's range, a NaN or an infinity is a Conversion Error
-    (an :class:`EvaluationError` naming ``text``).
+    (an :class:`EvaluationError` naming ``text``). A ``functools.partial`` of a module
+    function, not a closure: a compiled plan's namespace pickles (the distributed
+    runners ship the plan to their workers).
 
     >>> to_int = caster(Column("c", "INT", width=32), "CAST(x AS INTEGER)")
     >>> to_int(2.5), to_int(3.5), to_int(Decimal("2.5")), to_int(" 12 "), to_int(True)
@@ -200,96 +203,97 @@ def caster(column: Column, text: str) -> Callable[[Any], Any]:
     Decimal('1.12')
     """
     kind = column.type
-    target = column.sql_type
-
-    def fail(v: Any) -> Any:
-        raise cast_error(v, target, text)
-
-    def parse(v: str) -> Any:
-        if not v:  # (the empty string is no value of another type; not NULL here)
-            raise ValueParseError(v)
-        return column.parse(v)
-
     if kind == "INT":
         lo, hi = column.int_range
-
-        def to_int(v: Any) -> Any:
-            if v is None:
-                return None
-            try:
-                if isinstance(v, float):
-                    n = round(v)  # (half to even; NaN and inf raise)
-                elif isinstance(v, Decimal):
-                    n = int(v.quantize(Decimal(1), rounding=ROUND_HALF_UP))
-                elif isinstance(v, str):
-                    n = parse(v)
-                else:
-                    n = int(v)
-            except (ValueError, OverflowError, ValueParseError):
-                return fail(v)
-            return n if lo <= n <= hi else fail(v)
-
-        return to_int
+        return partial(_cast_int, column, text, lo, hi)
     if kind == "DECIMAL":
         quantum = Decimal(1).scaleb(-column.scale)
         bound = Decimal(10) ** (column.precision - column.scale)
+        return partial(_cast_decimal, column, text, quantum, bound)
+    return partial({"FLOAT": _cast_float, "BOOL": _cast_bool}.get(kind, _cast_other),
+                   column, text)
 
-        def to_decimal(v: Any) -> Any:
-            if v is None:
-                return None
-            try:
-                if isinstance(v, float):
-                    if v != v or v in (_INF, -_INF):
-                        return fail(v)
-                    scaled = v * 10.0 ** column.scale
-                    n = math.floor(abs(scaled) + 0.5)
-                    d = Decimal(n if scaled >= 0 else -n).scaleb(-column.scale)
-                elif isinstance(v, str):
-                    d = parse(v)
-                else:
-                    d = Decimal(int(v) if isinstance(v, bool) else v).quantize(
-                        quantum, rounding=ROUND_HALF_UP)
-            except (ValueError, OverflowError, ValueParseError, decimal.InvalidOperation):
-                return fail(v)
-            return d if -bound < d < bound else fail(v)
 
-        return to_decimal
-    if kind == "FLOAT":
-        def to_float(v: Any) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, str):
-                try:
-                    return parse(v)
-                except ValueParseError:
-                    return fail(v)
-            return float(v)
+def _cast_fail(column: Column, text: str, v: Any) -> Any:
+    raise cast_error(v, column.sql_type, text)
 
-        return to_float
-    if kind == "BOOL":
-        def to_bool(v: Any) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, str):
-                try:
-                    return parse(v)
-                except ValueParseError:
-                    return fail(v)
-            if isinstance(v, (int, float, Decimal)):
-                return bool(v)
-            return fail(v)
 
-        return to_bool
+def _cast_parse(column: Column, v: str) -> Any:
+    if not v:  # (the empty string is no value of another type; not NULL here)
+        raise ValueParseError(v)
+    return column.parse(v)
 
-    def to_other(v: Any) -> Any:
-        if v is None:
-            return None
-        try:
-            return column.coerce(v)
-        except ValueParseError:
-            return fail(v)
 
-    return to_other
+def _cast_int(column: Column, text: str, lo: int, hi: int, v: Any) -> Any:
+    if v is None:
+        return None
+    try:
+        if isinstance(v, float):
+            n = round(v)  # (half to even; NaN and inf raise)
+        elif isinstance(v, Decimal):
+            n = int(v.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        elif isinstance(v, str):
+            n = _cast_parse(column, v)
+        else:
+            n = int(v)
+    except (ValueError, OverflowError, ValueParseError):
+        return _cast_fail(column, text, v)
+    return n if lo <= n <= hi else _cast_fail(column, text, v)
+
+
+def _cast_decimal(column: Column, text: str, quantum: Decimal, bound: Decimal, v: Any
+                  ) -> Any:
+    if v is None:
+        return None
+    try:
+        if isinstance(v, float):
+            if v != v or v in (_INF, -_INF):
+                return _cast_fail(column, text, v)
+            scaled = v * 10.0 ** column.scale
+            n = math.floor(abs(scaled) + 0.5)
+            d = Decimal(n if scaled >= 0 else -n).scaleb(-column.scale)
+        elif isinstance(v, str):
+            d = _cast_parse(column, v)
+        else:
+            d = Decimal(int(v) if isinstance(v, bool) else v).quantize(
+                quantum, rounding=ROUND_HALF_UP)
+    except (ValueError, OverflowError, ValueParseError, decimal.InvalidOperation):
+        return _cast_fail(column, text, v)
+    return d if -bound < d < bound else _cast_fail(column, text, v)
+
+
+def _cast_text(column: Column, text: str, v: str) -> Any:
+    try:
+        return _cast_parse(column, v)
+    except ValueParseError:
+        return _cast_fail(column, text, v)
+
+
+def _cast_float(column: Column, text: str, v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return _cast_text(column, text, v)
+    return float(v)
+
+
+def _cast_bool(column: Column, text: str, v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return _cast_text(column, text, v)
+    if isinstance(v, (int, float, Decimal)):
+        return bool(v)
+    return _cast_fail(column, text, v)
+
+
+def _cast_other(column: Column, text: str, v: Any) -> Any:
+    if v is None:
+        return None
+    try:
+        return column.coerce(v)
+    except ValueParseError:
+        return _cast_fail(column, text, v)
 
 
 def to_float(a: Any) -> Any:
@@ -320,12 +324,31 @@ def not3(a: Any) -> Any:
 
 def compare(op: str) -> Callable[[Any, Any], Any]:
     """A three-valued comparison ``a op b`` (NULL if either side is)."""
-    fn = _COMPARE[op]
+    return partial(_compare3, _COMPARE[op])
 
-    def test(a: Any, b: Any) -> Any:
-        return None if a is None or b is None else fn(a, b)
 
-    return test
+def _compare3(fn: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
+    return None if a is None or b is None else fn(a, b)
+
+
+def or_null(fn: Callable[[Any], Any], v: Any) -> Any:
+    """``fn(v)``, NULL for NULL (bound with ``functools.partial``: it pickles)."""
+    return None if v is None else fn(v)
+
+
+def attr_or_null(attr: str, v: Any) -> Any:
+    """``v.attr``, NULL for NULL (EXTRACT of a nullable operand)."""
+    return None if v is None else getattr(v, attr)
+
+
+def date_of(v: Any) -> Any:
+    """A TIMESTAMP's DATE (CAST), NULL for NULL."""
+    return None if v is None else v.date()
+
+
+def days_between(x: Any, y: Any) -> Any:
+    """``x - y`` of two DATEs or TIMESTAMPs in whole days, NULL if either is."""
+    return None if x is None or y is None else (x - y).days
 
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
@@ -374,25 +397,45 @@ def like_test(pattern: str, ignore_case: bool = False) -> Callable[[str], bool]:
     """A test for ``s LIKE pattern`` (``%`` any run, ``_`` one character; no escape)."""
     body = pattern.lower() if ignore_case else pattern
     inner = body.strip("%")
+    test: Callable[[str], bool]
     if "_" not in body and "%" not in inner:
         starts, ends = body.startswith("%"), body.endswith("%")
-        if starts and ends:
-            test: Callable[[str], bool] = lambda s: inner in s  # noqa: E731
-        elif ends:
-            test = lambda s: s.startswith(inner)  # noqa: E731
-        elif starts:
-            test = lambda s: s.endswith(inner)  # noqa: E731
-        else:
-            test = lambda s: s == inner  # noqa: E731
+        how = _like_contains if starts and ends else _like_starts if ends else \
+            _like_ends if starts else _like_equals
+        test = partial(how, inner)
     else:
         regex = "".join(
             ".*" if c == "%" else "." if c == "_" else re.escape(c) for c in body
         )
-        match = re.compile(regex, re.DOTALL).fullmatch
-        test = lambda s: match(s) is not None  # noqa: E731
+        test = partial(_like_matches, re.compile(regex, re.DOTALL).fullmatch)
     if ignore_case:
-        return lambda s: test(s.lower())
+        return partial(_like_lowered, test)
     return test
+
+
+# (a LIKE test is a functools.partial of one of these: a compiled plan pickles)
+def _like_contains(inner: str, s: str) -> bool:
+    return inner in s
+
+
+def _like_starts(inner: str, s: str) -> bool:
+    return s.startswith(inner)
+
+
+def _like_ends(inner: str, s: str) -> bool:
+    return s.endswith(inner)
+
+
+def _like_equals(inner: str, s: str) -> bool:
+    return s == inner
+
+
+def _like_matches(match: Callable[[str], Any], s: str) -> bool:
+    return match(s) is not None
+
+
+def _like_lowered(test: Callable[[str], bool], s: str) -> bool:
+    return test(s.lower())
 
 
 def round_half_away(x: Any, digits: int = 0) -> Any:

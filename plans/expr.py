@@ -28,13 +28,14 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from sqlglot import exp
 
 from core.errors import EvaluationError
 from core.schema import INT_BITS, INT_RANGES, Column
-from core.sqlfuncs import HELPERS, caster, float_compare
+from core.sqlfuncs import HELPERS, caster, date_of, days_between, float_compare, or_null
 from plans import exprfuncs
 from plans.exprtypes import (
     BIGINT,
@@ -388,11 +389,11 @@ class ExprCompiler:
         if kind == "TEXT":
             from core.records import format_value
 
-            fn: Any = lambda v: None if v is None else format_value(v)  # noqa: E731
+            fn: Any = partial(or_null, format_value)
         elif kind == "TIMESTAMP" and a.type.name == "DATE":
             fn = HELPERS["_f_to_timestamp"]
         elif kind == "DATE" and a.type.name == "TIMESTAMP":
-            fn = lambda v: None if v is None else v.date()  # noqa: E731
+            fn = date_of
         elif kind == "FLOAT" and a.type.numeric:
             fn = HELPERS["_f_to_float"]
         elif kind == "INT" and a.type.name == "INT" and a.type.bits <= target.bits:
@@ -469,7 +470,7 @@ class ExprCompiler:
             k = self._bind(node.sql("duckdb"))
             return Code(f"_f_add_days({a.src}, {days.src}, {k})", DATE, True)
         if a.type.name in ("DATE", "TIMESTAMP") and a.type == b.type and op == "-":
-            self.env["_f_days"] = lambda x, y: None if x is None or y is None else (x - y).days
+            self.env["_f_days"] = days_between
             return Code(f"_f_days({a.src}, {b.src})", BIGINT, True)
         self._need_numeric(node, a, b)
         t, check = numeric_type(self.env, node, op, a, b)
@@ -614,7 +615,7 @@ class ExprCompiler:
             return code
         from core.records import format_value
 
-        fn = self._bind(lambda v: None if v is None else format_value(v))
+        fn = self._bind(partial(or_null, format_value))
         return Code(f"{fn}({code.src})", TEXT, code.nullable)
 
     def _text(self, code: Code, node: exp.Expr | None = None) -> Code:

@@ -14,11 +14,12 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from core.sqlfuncs import like_test
+from core.sqlfuncs import attr_or_null, like_test, or_null
 from plans.exprtypes import (
     BOOL,
     INT,
@@ -81,8 +82,7 @@ def like(comp: ExprCompiler, node: exp.Expr) -> Code:
     comp.env[name] = like_test(str(pattern.this), isinstance(node, exp.ILike))
     code = comp._wrap1(a, name + "({})", BOOL, "_f_like_" + name)
     if code.src.startswith("_f_like_"):
-        fn = comp.env[name]
-        comp.env["_f_like_" + name] = lambda s: None if s is None else fn(s)
+        comp.env["_f_like_" + name] = partial(or_null, comp.env[name])
     if node.args.get("negate"):
         code = comp._wrap1(code, "not {}", BOOL, "_f_not3")
     return code
@@ -104,5 +104,5 @@ def extract(comp: ExprCompiler, node: exp.Extract) -> Code:
 
 def extract_helper(comp: ExprCompiler, a: Code, attr: str) -> Code:
     name = fresh_name()
-    comp.env[name] = lambda v: None if v is None else getattr(v, attr)
+    comp.env[name] = partial(attr_or_null, attr)
     return Code(f"{name}({a.src})", INT, True)
