@@ -83,6 +83,13 @@ from dataflow.api import compile_query
 from dataflow.cli import main as ivmflow
 
 FETCH = 5000  # records per poll, as ChangeStreamSource and KafkaUpdateSource fetch
+MAX_FRAME = 2_000_000_000
+"""The largest fetch response the runs' consumers accept (``receive.message.max.bytes``;
+kafka-python's default is 100 MB, a frame's length is an int32). The tests' broker,
+noida-db 0.2.3, ignores the fetch's ``fetch.max.bytes`` and ``max.partition.fetch.bytes``
+and answers with every unread record of the fetched partitions: past 100 MB kafka-python
+drops the response as an invalid frame and fetches again, getting nothing, forever (a
+real Kafka answers in chunks of at most those limits)."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +107,13 @@ class Variant:
                       else [])
 
     def url(self, bootstrap: str, prefix: str) -> str:
+        frame = f"receive.message.max.bytes={MAX_FRAME}"
         if self.fmt == "json":
-            return f"kafka://{bootstrap}/{prefix}"
+            return f"kafka://{bootstrap}/{prefix}?{frame}"
         if self.fmt == "upsert-json":
-            return f"kafka://{bootstrap}/{prefix}?format=upsert-json"
+            return f"kafka://{bootstrap}/{prefix}?format=upsert-json&{frame}"
         return (f"kafka://{bootstrap}/{prefix}?format=debezium-json"
-                f"&transactions={prefix}.transaction")
+                f"&transactions={prefix}.transaction&{frame}")
 
     def run_args(self) -> list[str]:
         return ["--epoch-ms", "1"] if self.fmt == "upsert-json" else []
@@ -344,11 +352,59 @@ def _run_once(runner: str, argv: list[str], tmp: Path, parallelism: int) -> Time
                    "--checkpoint", str(ckpt)])
 
 
+class CountError(RuntimeError):
+    """Fewer records or updates than were written: the benchmark stops (exit code 1)."""
+
+
+def read_back(bootstrap: str, prefix: str, stall_s: float = 60.0) -> dict[str, int]:
+    """The records (not offsets: transaction markers take some) in every topic named
+    ``prefix`` or ``prefix.*``, read from the beginning, read_committed, as the runs'
+    consumers read them (same frame limit)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed", check_crcs=False,
+                             receive_message_max_bytes=MAX_FRAME)
+    try:
+        names = sorted(t for t in consumer.topics() if t == prefix or
+                       t.startswith(f"{prefix}."))
+        tps = [TopicPartition(t, p) for t in names
+               for p in sorted(consumer.partitions_for_topic(t) or ())]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        counts = dict.fromkeys(names, 0)
+        last = time.monotonic()
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            got = consumer.poll(timeout_ms=500, max_records=FETCH)
+            for tp, recs in got.items():
+                counts[tp.topic] += len(recs)
+            if got:
+                last = time.monotonic()
+            elif time.monotonic() - last > stall_s:
+                behind = {f"{tp.topic}:{tp.partition}": (consumer.position(tp), ends[tp])
+                          for tp in tps if consumer.position(tp) < ends[tp]}
+                msg = f"reading back {prefix!r}: nothing for {stall_s:.0f} s, at {behind}"
+                raise CountError(msg)
+        return counts
+    finally:
+        consumer.close()
+
+
+def final_count(deltas: Path) -> tuple[int, int]:
+    """(data lines, the COUNT(*) after the last epoch) of a delta CSV of the count
+    query (``epoch,mult,n``)."""
+    lines = deltas.read_text().splitlines()[1:]
+    return len(lines), sum(int(m) * int(n) for _e, m, n in (x.split(",") for x in lines))
+
+
 def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
-             events: dict[str, int], tmp: Path,
+             events: dict[str, int], tmp: Path, records: dict[str, int],
              done: Callable[[dict[str, Any]], None] = lambda rows: None) -> dict[str, Any]:
-    """Each variant's topics produced once, then run on each runner for each query
-    (``done`` is called with the rows after every run)."""
+    """Each variant's topics produced once and read back (every record written is
+    served, else :class:`CountError`), then run on each runner for each query (``done``
+    is called with the rows after every run). A count run whose final COUNT(*) is not
+    lineitem's rows after the stream (``args.expect``) raises :class:`CountError`."""
     empty = tmp / "empty.csv"
     empty.write_text("")
     rows: dict[str, Any] = {}
@@ -364,6 +420,13 @@ def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
                   str(qfile), "-q", *v.produce_args()])
         topics[v.name] = prefix, none, produce
         print(f"produced {v.name} in {produce[1]:.0f} s", flush=True)
+        back = read_back(bootstrap, prefix)
+        if sum(back.values()) != records[v.name]:
+            msg = (f"{v.name}: wrote {records[v.name]} records to the topics of {prefix!r}, "
+                   f"read back {sum(back.values())} ({back}): the broker lost or does not "
+                   f"serve some; no benchmark over a short stream")
+            raise CountError(msg)
+        print(f"read back {sum(back.values())} records of {v.name}: all", flush=True)
     for runner in args.runners:
         for v in variants:
             prefix, none, produce = topics[v.name]
@@ -379,6 +442,12 @@ def part_run(stream: Stream, args: argparse.Namespace, bootstrap: str,
                     continue
                 n = events[v.name]
                 row = rows[name]
+                if q == "count" and row["final_count"] != args.expect:
+                    rows[name]["error"] = msg = (
+                        f"run {name}: COUNT(*) after the stream is {row['final_count']}, "
+                        f"expected {args.expect} (lineitem's rows): updates were lost")
+                    done(rows)
+                    raise CountError(msg)
                 row.update(query=q, events=n, events_per_cpu_s=n / row["cpu_s"],
                            events_per_wall_s=n / row["wall_s"], produce_cpu_s=produce[0],
                            produce_wall_s=produce[1])
@@ -409,7 +478,7 @@ def _run_cell(runner: str, v: Variant, qfile: Path, prefix: str, none: str, boot
             "parallelism": 1 if runner == "local" else args.parallelism, "repeat": repeat,
             "cpu_s": cpu, "wall_s": wall, "run_cpu_s": full[0], "run_wall_s": full[1],
             "startup_cpu_s": start[0], "startup_wall_s": start[1], **_upsert_state(full[2]),
-            "delta_lines": len(out.read_text().splitlines()) - 1}
+            **dict(zip(("delta_lines", "final_count"), final_count(out)))}
 
 
 def _relative(rows: dict[str, Any]) -> None:
@@ -457,6 +526,12 @@ def format_table(res: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def lineitem_rows(manifest: dict[str, Any]) -> int:
+    """lineitem's rows after the whole stream (what the count query ends at)."""
+    return sum(e["inserts"].get("lineitem", 0) - e["deletes"].get("lineitem", 0)
+               for e in manifest["epochs"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sf", type=float, default=0.01)
@@ -488,8 +563,10 @@ def main(argv: list[str] | None = None) -> int:
         "updates": sum(sum(e["inserts"].values()) + sum(e["deletes"].values())
                        for e in manifest["epochs"]),
         "epochs": len(manifest["epochs"]), "repeat": args.repeat,
+        "lineitem_rows_after": lineitem_rows(manifest),
         "native": "interpreted (IVMFLOW_NATIVE=0, --no-native)",
     }
+    args.expect = res["lineitem_rows_after"]
     decode_rows, state = part_decode(stream, args.repeat)
     parts: dict[str, dict[str, dict[str, Any]]] = {}
     if "decode" in args.parts:
@@ -511,9 +588,19 @@ def main(argv: list[str] | None = None) -> int:
                 parts["run"] = rows
                 record(quiet=True)
 
-            part_run(stream, args, bootstrap,
-                     {k: r["events"] for k, r in decode_rows.items()}, tmp, done)
+            try:
+                part_run(stream, args, bootstrap,
+                         {k: r["events"] for k, r in decode_rows.items()}, tmp,
+                         {k: r["records"] for k, r in decode_rows.items()}, done)
+            except CountError as err:
+                record(quiet=False)
+                print(f"change_stream_bench: FAILED: {err}", file=sys.stderr)
+                return 1
     record(quiet=False)
+    failed = [n for n, r in parts.get("run", {}).items() if "error" in r]
+    if failed:
+        print(f"change_stream_bench: FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

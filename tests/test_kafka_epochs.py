@@ -105,6 +105,7 @@ def test_an_epoch_slower_to_fetch_than_the_timeout_is_read_not_retried_forever()
     # Records that never arrive (a broker gone) end the read with an error, not a hang:
     # after fetches of 1, 2, 4 and 8 s that got nothing.
     stuck = _SlowReader([epoch], per_second=0)
-    with pytest.raises(TimeoutError, match="expected the records up to offsets"):
+    with pytest.raises(TimeoutError, match="kafka topic 'u' partition 0: expected the records "
+                       "from offset 0 up to 41, fetched none in 8 s"):
         stuck.read(ReadPosition({"u:0": 0}, None, EpochCursor(), False), timeout_s=1.0)
     assert stuck.timeouts == [1.0, 2.0, 4.0, 8.0]

@@ -7,7 +7,10 @@ records from the position's offsets, in stream order, and what it releases is nu
 (its epoch ends are the markers). The position after a read is the cutter's
 :meth:`~connectors.kafka.changes.ChangeCutter.positions`, each stream's oldest record
 not released, so the events a transaction still waits for (the cutter's held-back
-events) are simply read again next time: nothing of them is kept. Besides the offsets
+events) are simply read again next time: nothing of them is kept. Within a read, a
+transaction longer than the read's limit is not decoded again as the limit doubles
+(:class:`~connectors.kafka.epochs.EpochReader` fetches only the records it lacks and the
+cutter of the attempt, which released nothing, is fed them). Besides the offsets
 the position keeps, in its ``cut`` (plain data, in the runner's checkpoint):
 
 * ``windows``: with ``--epoch-ms``, each stream's window of its last event released (a
@@ -101,6 +104,11 @@ class ChangeReader(EpochReader):
         """END records' first fetch (``time.monotonic()``) by (stream, offset)."""
         self._summary_due = 0.0
         self._summary_cost = 0.0
+        self._partial: tuple[ReadPosition, ChangeCutter, list[int]] | None = None
+        """Within one :meth:`read`: the cutter of an attempt that released nothing (a
+        transaction longer than the read's limit), its position and the records fed
+        per stream: the next attempt, with the limit doubled, feeds it the records
+        fetched since instead of decoding them all again."""
 
     def _fresh_applier(self) -> ChangeApplier:
         applier = ChangeApplier(self.schema, upsert=self.endpoint.format == "upsert-json")
@@ -157,7 +165,11 @@ class ChangeReader(EpochReader):
         """The next whole epochs after ``pos`` (``epoch_size`` is ignored: ``--epoch N``
         is a cut option, N events per stream) and the position after them."""
         del epoch_size
-        numbered, end = super().read(pos, max_records, None, timeout_s)
+        self._partial = None
+        try:
+            numbered, end = super().read(pos, max_records, None, timeout_s)
+        finally:
+            self._partial = None
         if not pos.done:
             self._saved(end)
         return numbered, end
@@ -173,21 +185,26 @@ class ChangeReader(EpochReader):
     def _cut(self, pos: ReadPosition, fetched: Sequence[_Fetched], *, final: bool,
              idle: bool, replay: ReadPosition | None = None
              ) -> tuple[list[Record], list[int], dict[str, Any] | None]:
-        self._restore(pos)
-        self._state_seq = None  # (the release below changes the state)
         streams = self.streams()
         keys = list(pos.offsets)
         index = {stream_key(t, p): i for i, (t, p, _r) in enumerate(streams)}
-        cutter = ChangeCutter(self.endpoint, self.schema, streams, applier=self.applier,
-                              **self.cut_options)
-        windows = (pos.cut or {}).get("windows", {})
-        for k in keys:
-            cutter.start(index[k], pos.offsets[k], windows.get(k))
+        partial, self._partial = self._partial, None
+        if replay is None and partial is not None and partial[0] is pos:
+            _pos, cutter, fed = partial  # (the state is untouched: it released nothing)
+        else:
+            self._restore(pos)
+            self._state_seq = None  # (the release below changes the state)
+            cutter = ChangeCutter(self.endpoint, self.schema, streams, applier=self.applier,
+                                  **self.cut_options)
+            windows = (pos.cut or {}).get("windows", {})
+            for k in keys:
+                cutter.start(index[k], pos.offsets[k], windows.get(k))
+            fed = [0] * len(keys)
         now = time.monotonic()
-        for k, f in zip(keys, fetched):
+        for j, (k, f) in enumerate(zip(keys, fetched)):
             i = index[k]
             ends = streams[i][2] is None  # the transaction topic
-            for offset, (key, value, timestamp) in f.records:
+            for offset, (key, value, timestamp) in f.records[fed[j]:]:
                 arrived = self._arrived.setdefault((i, offset), now) if ends else None
                 cutter.feed(i, offset, key, value, timestamp, arrived)
         if replay is not None:
@@ -200,6 +217,8 @@ class ChangeReader(EpochReader):
             out.append(rec)
         released = cutter.positions()
         nxt = [released.get(index[k], pos.offsets[k]) for k in keys]
+        if not out and not final and nxt == list(pos.offsets.values()):
+            self._partial = (pos, cutter, [len(f.records) for f in fetched])
         for (i, offset) in list(self._arrived):
             if offset < released.get(i, 0):
                 del self._arrived[i, offset]

@@ -47,6 +47,7 @@ from connectors.kafka import (
     parse_kafka_url,
     record_source,
 )
+from connectors.kafka.source import STALL_S, missing_records
 from core.epochs import EpochCursor, NumberedRecord
 from core.records import EpochEnd, Record
 from core.schema import Schema
@@ -58,11 +59,8 @@ POLL_MS = 200
 
 MAX_FETCH_S = 120.0
 """The longest :meth:`EpochReader.read` waits for records the end offsets say exist
-before it fails."""
-
-STALL_S = 8.0
-"""A fetch this long that gets no record at all of those that exist fails the read (a
-broker gone): a failing broker ends the run within seconds, not minutes."""
+before it fails (a fetch of :data:`STALL_S` that gets none at all fails at once: a
+failing broker ends the run within seconds, not minutes)."""
 
 
 def stream_key(topic: str, partition: int) -> str:
@@ -292,7 +290,9 @@ class EpochReader:
 
         ``timeout_s`` bounds the wait when there is nothing to read. When the streams
         hold records (below their end offsets) but fetching them took longer, the fetch
-        is repeated with twice the time until a whole epoch arrives: returning nothing
+        goes on with twice the time until a whole epoch arrives (an epoch longer than
+        ``max_records`` doubles the limit; each retry fetches and decodes only the
+        records the earlier attempts of the read did not get): returning nothing
         would start the next call over from the same position, forever, on a machine
         slow enough to never fetch one epoch within ``timeout_s``. Past
         :data:`MAX_FETCH_S`, or when a fetch of :data:`STALL_S` got nothing, it raises
@@ -306,10 +306,15 @@ class EpochReader:
             raise KafkaConfigError(msg)
         ends = pos.stop if pos.stop is not None else self.end_offsets()
         limit = max_records
+        keys = list(pos.offsets)
+        fetched: list[_Fetched] = [_Fetched([], pos.offsets[k]) for k in keys]
         while True:
             targets = {k: min(ends.get(k, o), o + limit) for k, o in pos.offsets.items()}
-            fetched = self._fetch(pos.offsets, targets, timeout_s)
-            keys = list(pos.offsets)
+            # A retry (a longer epoch, a slow fetch) fetches only what the previous
+            # attempts did not: the records in hand stay, decoded once.
+            before = {k: f.end for k, f in zip(keys, fetched)}
+            more = self._fetch(before, targets, timeout_s)
+            fetched = [_Fetched(f.records + m.records, m.end) for f, m in zip(fetched, more)]
             at_stop = pos.stop is not None and all(
                 f.end >= pos.stop[k] for k, f in zip(keys, fetched)
             )
@@ -323,13 +328,12 @@ class EpochReader:
             if capped:
                 limit *= 2  # an epoch longer than the limit: fetch more of it
             if short:  # timed out before the records that exist arrived
-                stalled = all(f.end == pos.offsets[k] for k, f in zip(keys, fetched))
+                stalled = all(m.end == before[k] for k, m in zip(keys, more))
                 if timeout_s >= MAX_FETCH_S or (stalled and timeout_s >= STALL_S):
-                    got = {k: f.end for k, f in zip(keys, fetched)}
-                    msg = (f"reading {self.endpoint.topic!r} on {self.endpoint.bootstrap}: "
-                           f"expected the records up to offsets {targets} within "
-                           f"{timeout_s:.0f} s, got up to {got}")
-                    raise TimeoutError(msg)
+                    behind = {k: (f.end, targets[k]) for k, f in zip(keys, fetched)
+                              if f.end < targets[k]}
+                    raise TimeoutError(missing_records(self.endpoint.bootstrap, behind,
+                                                       timeout_s))
                 timeout_s = min(2 * timeout_s, MAX_FETCH_S)
         cursor = EpochCursor(**vars(pos.cursor))
         numbered = list(cursor.number(recs, epoch_size, final=at_stop))

@@ -37,6 +37,37 @@ class KafkaHistoryError(IvmflowError):
     """The update topic no longer holds records the run needs (exit code 1)."""
 
 
+class KafkaStallError(IvmflowError):
+    """A bounded read (``--stop-at-end``) got no record for :data:`STALL_S` seconds
+    though the partitions' end offsets say more exist (exit code 1)."""
+
+
+STALL_S = 8.0
+"""How long a ``--stop-at-end`` read may fetch nothing while records it knows of are
+still unread before it fails (a broker gone, or one that cannot serve them)."""
+
+
+def missing_records(bootstrap: str, behind: Mapping[str, tuple[int, int]],
+                    seconds: float) -> str:
+    """The message of a read that fetched nothing for ``seconds`` while ``behind``
+    (``"topic:partition"`` -> (the next offset to read, the end offset)) says records
+    exist.
+
+    >>> print(missing_records("h:1", {"u:0": (380000, 879334)}, 8))  # doctest: +ELLIPSIS
+    kafka topic 'u' partition 0: expected the records from offset 380000 up to 879334, ...
+    """
+    where = "; ".join(
+        f"kafka topic {k.rsplit(':', 1)[0]!r} partition {k.rsplit(':', 1)[1]}: expected the "
+        f"records from offset {nxt} up to {end}" for k, (nxt, end) in behind.items())
+    return (f"{where}, fetched none in {seconds:.0f} s from {bootstrap}; the broker holds "
+            f"them (its end offsets say so) but did not serve them: check that it runs, "
+            f"and if the consumer logged 'Invalid frame length', a fetch response was "
+            f"larger than the client accepts (a broker that ignores fetch.max.bytes, such "
+            f"as noida-db, sends every unread record of the fetched partitions at once): "
+            f"raise receive.message.max.bytes (a URL option, kafka-python's default is "
+            f"100000000) above the unread bytes")
+
+
 @dataclass
 class _Item:
     stream: int
