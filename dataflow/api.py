@@ -20,8 +20,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeAlias
 
 from core.errors import UnsupportedQueryError, UsageError
 from core.graph import Dataflow
@@ -45,19 +45,27 @@ from dataflow.kinds import (
     estimate_rates,
 )
 from dataflow.view import View, _check_eps, make_finalizer
+from operators.keyedview import CompiledKeyedView
+from operators.threshold import CompiledThreshold
 from plans.cq import ConjunctiveQuery
 from plans.ghd import build_ghd
 from plans.hierarchical import HierarchicalPlan, plan_hierarchical
+from plans.logical import (
+    JoinBlock,
+    KeyedViewNode,
+    LogicalPlan,
+    ThresholdNode,
+    ViewNode,
+    logical_plan,
+)
 from plans.plan import Plan, build_plan, classify
-from plans.sql import build_query
-from plans.sqlcheck import check_supported
-from plans.sqlparse import ParsedQuery, parse_file
+from plans.sqlparse import parse_file
 from plans.triangle import recognise_triangle
-from plans.views import split_views
 
-__all__ = ["CompiledQuery", "View", "compile_query", "make_finalizer"]
+__all__ = ["Compiled", "CompiledQuery", "View", "compile_plan", "compile_query", "make_finalizer"]
 
-
+if TYPE_CHECKING:
+    from dataflow.views import CompiledDag
 
 @dataclass
 class CompiledQuery:
@@ -66,7 +74,9 @@ class CompiledQuery:
 
     cq: ConjunctiveQuery
     kind: QueryKind
-    source_name: str = "<query>"
+    source_name: str
+    logical: LogicalPlan
+    """The plan it was compiled from (what the distributed runners ship)."""
 
     @property
     def plan(self) -> Plan:
@@ -95,7 +105,7 @@ class CompiledQuery:
     def replanned(self, prefix: Iterable[Record]) -> CompiledQuery:
         """The same query planned with update rates estimated from a stream prefix."""
         kind = self.kind.replanned(prefix)
-        return self if kind is self.kind else CompiledQuery(self.cq, kind, self.source_name)
+        return self if kind is self.kind else replace(self, kind=kind)
 
     def maintain(self, parallelism: int = 1, eps: float | None = None,
                  native: bool | None = None,
@@ -158,8 +168,10 @@ def compile_query(
     eps: float = 0.5,
     triangle_partitioning: str = "single",
     view_trees: bool = False,
-) -> CompiledQuery:
-    """Parse, classify, plan and compile a query file's text.
+) -> Compiled:
+    """Parse, plan and compile a query file's text: its logical plan
+    (:func:`plans.logical.logical_plan`, from the file's one parse), then
+    :func:`compile_plan`.
 
     ``rates`` (one per FROM item) or a ``prefix`` of the update stream steer the join
     tree choice (sum of depth * update rate); without them rates are uniform. Triangle
@@ -169,25 +181,53 @@ def compile_query(
     hierarchical query that is not q-hierarchical with view trees and the knob ``eps``
     (:mod:`plans.hierarchical`) instead of CROWN."""
     _check_eps(eps)
-    return _compile(parse_file(sql, source_name), rates, prefix, eps,
-                    triangle_partitioning, view_trees)
+    return compile_plan(logical_plan(parse_file(sql, source_name)), rates=rates,
+                        prefix=prefix, eps=eps, triangle_partitioning=triangle_partitioning,
+                        view_trees=view_trees)
 
 
-def _compile(query: ParsedQuery, rates: list[float] | None, prefix: Iterable[Record] | None,
-             eps: float, triangle_partitioning: str, view_trees: bool) -> CompiledQuery:
-    """:func:`compile_query` of a parsed SELECT tree (the file's, or a view's): checked,
-    split into views or built into one conjunctive query, then classified and planned."""
-    check_supported(query.select, query.text, query.source)
-    split = split_views(query)
-    if split is not None:
-        # A DAG of views (subqueries, views over views): each compiled on its own.
-        from dataflow.views import compile_dag
+def compile_plan(
+    plan: LogicalPlan,
+    *,
+    rates: list[float] | None = None,
+    prefix: Iterable[Record] | None = None,
+    eps: float = 0.5,
+    triangle_partitioning: str = "single",
+    view_trees: bool = False,
+) -> Compiled:
+    """The engines of a logical plan (options as :func:`compile_query`'s): one join
+    block is classified and planned as one of the kinds (:mod:`dataflow.kinds`); a
+    DAG of views compiles each view, then the query over them
+    (:class:`~dataflow.views.CompiledDag`). What the distributed runners' workers do
+    with the plan they are shipped (:mod:`dataflow.distributed`): no SQL is parsed."""
+    if not plan.views:
+        return _compile_block(plan, plan.query, rates, prefix, eps, triangle_partitioning,
+                              view_trees)
+    from dataflow.views import CompiledDag
 
-        def one(view: ParsedQuery) -> CompiledQuery:
-            return _compile(view, None, None, eps, "single", view_trees)
+    inner = [(node.name, _compile_view(plan, node, eps, view_trees)) for node in plan.views]
+    outer = _compile_block(plan, plan.query, None, None, eps, "single", view_trees)
+    return CompiledDag(inner, outer, plan.base, plan.source, plan)
 
-        return cast(CompiledQuery, compile_dag(split, one))
-    cq = build_query(query)
+
+def _compile_view(plan: LogicalPlan, node: ViewNode, eps: float, view_trees: bool
+                  ) -> CompiledQuery | CompiledKeyedView | CompiledThreshold:
+    """One inner view of a DAG (a join block planned as usual, with uniform rates)."""
+    if isinstance(node, KeyedViewNode):
+        return CompiledKeyedView(node.spec, node.own, node.other, set(node.base))
+    if isinstance(node, ThresholdNode):
+        return CompiledThreshold(node.spec, node.rows, node.scalar)
+    source = f"{plan.source} (view {node.name})"
+    alone = LogicalPlan(source, node.cq.schema, (), node, ())
+    return _compile_block(alone, node, None, None, eps, "single", view_trees)
+
+
+def _compile_block(plan: LogicalPlan, block: JoinBlock, rates: list[float] | None,
+                   prefix: Iterable[Record] | None, eps: float, triangle_partitioning: str,
+                   view_trees: bool) -> CompiledQuery:
+    """A join block classified and planned: a triangle, another cyclic query (GHD),
+    with ``view_trees`` a hierarchical one, else CROWN."""
+    cq = block.cq
     tri = recognise_triangle(cq, triangle_partitioning)  # type: ignore[arg-type]
     if tri is None and triangle_partitioning != "single":
         msg = (f"triangle_partitioning={triangle_partitioning!r} (--partitioning): only "
@@ -204,7 +244,11 @@ def _compile(query: ParsedQuery, rates: list[float] | None, prefix: Iterable[Rec
         if rates is None and prefix is not None:
             rates = estimate_rates(cq, prefix)
         kind = CrownKind.of(build_plan(cq, rates))
-    return CompiledQuery(cq, kind, query.source)
+    return CompiledQuery(cq, kind, plan.source, plan)
+
+
+Compiled: TypeAlias = "CompiledQuery | CompiledDag"
+"""A compiled query: one join block, or a DAG of views (:mod:`dataflow.views`)."""
 
 
 def _view_tree_plan(cq: ConjunctiveQuery) -> HierarchicalPlan | None:

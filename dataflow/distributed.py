@@ -36,7 +36,7 @@ import hashlib
 import os
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,6 +52,7 @@ from operators.input import RelationInput
 from operators.state import DictState, State
 from operators.writeback import WriteBackState
 from plans.dag import finalize_mode
+from plans.logical import LogicalPlan
 
 _SEQ = itemgetter(1)  # TaggedRow.seq, also of a plain tuple
 
@@ -128,25 +129,26 @@ _COMPILED: dict[tuple[Any, ...], tuple[Any, PartitionLayout]] = {}
 
 
 def compiled_for_workers(
-    sql: str,
+    plan: LogicalPlan,
     rates: tuple[float, ...],
     parallelism: int,
     eps: float = 0.5,
     partitioning: str = "single",
 ) -> tuple[Any, PartitionLayout]:
     """The compiled query and its layout, once per worker process (Spark reuses Python
-    workers, Flink keeps one interpreter): runners ship the SQL text and rates, not
-    the compiled objects, so every worker plans exactly the same tree."""
-    key = (sql, rates, parallelism, eps, partitioning)
+    workers, Flink keeps one interpreter): runners ship the logical plan and the rates
+    (picklable data, no SQL text), and every worker compiles exactly the same engines
+    from them (:func:`dataflow.api.compile_plan`)."""
+    key = (plan.digest, rates, parallelism, eps, partitioning)
     hit = _COMPILED.get(key)
     if hit is None:
-        from dataflow.api import compile_query
+        from dataflow.api import compile_plan
 
         if partitioning == VIEW_TREES:
-            q = compile_query(sql, rates=list(rates), eps=eps, view_trees=True)
+            q = compile_plan(plan, rates=list(rates), eps=eps, view_trees=True)
         else:
-            q = compile_query(sql, rates=list(rates), eps=eps,
-                              triangle_partitioning=partitioning)
+            q = compile_plan(plan, rates=list(rates), eps=eps,
+                             triangle_partitioning=partitioning)
         hit = (q, PartitionLayout(q, parallelism))
         _COMPILED[key] = hit
     return hit
@@ -162,11 +164,15 @@ def needs_stages(query: Any) -> bool:
 
 @dataclass(frozen=True)
 class WorkerPlan:
-    """What a runner ships to its workers: the SQL text, the planner's rates and the
-    parallelism (plain data), from which :func:`compiled_for_workers` rebuilds the
-    same query and layout in every worker."""
+    """What a runner ships to its workers: the query's logical plan
+    (:class:`~plans.logical.LogicalPlan`, frozen dataclasses that pickle), the
+    planner's rates and the parallelism, from which :func:`compiled_for_workers`
+    builds the same engines and layout in every worker. No SQL text: a worker parses
+    nothing. Plans compare (and hash) by their digest."""
 
-    sql: str
+    plan: LogicalPlan = field(compare=False, repr=False)
+    digest: str
+    """The plan's :attr:`~plans.logical.LogicalPlan.digest`."""
     rates: tuple[float, ...]
     parallelism: int
     eps: float = 0.5
@@ -181,10 +187,10 @@ class WorkerPlan:
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> WorkerPlan:
-        # (a DAG of views ships its whole text: the workers compile every view)
-        sql = getattr(query, "sql", None) or query.cq.sql
+        plan: LogicalPlan = query.logical
         eps, partitioning = query.kind.worker_options()
-        return cls(sql, tuple(query.plan.rates), parallelism, eps, partitioning)
+        return cls(plan, plan.digest, tuple(query.plan.rates), parallelism, eps,
+                   partitioning)
 
     @property
     def staged(self) -> bool:
@@ -193,21 +199,27 @@ class WorkerPlan:
 
     def compiled(self) -> tuple[Any, PartitionLayout]:
         return compiled_for_workers(
-            self.sql, self.rates, self.parallelism, self.eps, self.partitioning
+            self.plan, self.rates, self.parallelism, self.eps, self.partitioning
         )
 
     def layout_stamp(self) -> str:
         """What a checkpoint's keyed state must have been written under to be resumed:
-        the engines' layout version and a digest of this plan (query, rates,
-        parallelism, eps, partitioning).
+        the engines' layout version and a digest of the plan's stable rendering
+        (:meth:`~plans.logical.LogicalPlan.render`), the rates, parallelism, eps and
+        partitioning.
 
-        >>> a = WorkerPlan("SELECT 1", (1.0,), 2)
-        >>> a.layout_stamp() == WorkerPlan("SELECT 1", (1.0,), 2).layout_stamp()
+        >>> from dataflow.api import compile_query
+        >>> q = compile_query("CREATE TABLE R(a INT); SELECT a FROM R")
+        >>> a = WorkerPlan.of(q, 2)
+        >>> a.layout_stamp() == WorkerPlan.of(q, 2).layout_stamp()
         True
-        >>> a.layout_stamp() == WorkerPlan("SELECT 1", (1.0,), 4).layout_stamp()
+        >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
+        >>> a.layout_stamp()[:9]
+        'layout12-'
         """
-        fields = repr((self.sql, self.rates, self.parallelism, self.eps, self.partitioning))
+        fields = repr((self.digest, self.rates, self.parallelism, self.eps,
+                       self.partitioning))
         digest = hashlib.sha256(fields.encode()).hexdigest()[:16]
         return f"layout{STATE_LAYOUT}-{digest}"
 
@@ -224,7 +236,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 11
+STATE_LAYOUT = 12
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -237,8 +249,9 @@ multiplicities in its ``proj`` groups, tuple -> multiplicity dicts, and no ``bas
 the per-element tags pickle from :mod:`operators.writeback`; 10: an entry whose key's
 text reads back stores only its value, :func:`~operators.writeback.encode_entry`; 11: a
 keyed view's delete check keeps row digests per base table, ``keyed.base.<table>``, not
-whole rows in ``keyed.base``: :mod:`operators.deletecheck`), so that a checkpoint of
-another layout fails loud instead of being read wrongly."""
+whole rows in ``keyed.base``: :mod:`operators.deletecheck`; 12: the stamp digests the
+query's logical plan, :meth:`~plans.logical.LogicalPlan.render`, not its SQL text), so
+that a checkpoint of another layout fails loud instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):

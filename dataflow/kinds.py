@@ -102,8 +102,8 @@ class QueryKind(Protocol):
         ...
 
     def worker_options(self) -> tuple[float, str]:
-        """``(eps, partitioning)``: what workers need besides the SQL and the rates to
-        plan the same engine."""
+        """``(eps, partitioning)``: what workers need besides the logical plan and the
+        rates to plan the same engine."""
         ...
 
 

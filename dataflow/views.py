@@ -31,22 +31,19 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from core.errors import QueryError
 from core.native import native_mode
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
 from dataflow.drive import run_view
 from operators.deletecheck import CheckMode, DeleteCheck, digest_maps
-from operators.keyedview import CompiledKeyedView, KeyedViewState
-from operators.threshold import CompiledThreshold, ThresholdState
-from plans.expr import SqlType
-from plans.outerjoin import KeyedView
-from plans.sqlparse import ParsedQuery, ddl_type, view_relation
-from plans.threshold import ThresholdFilter
-from plans.views import ViewSplit
+from operators.keyedview import KeyedViewState
+from operators.threshold import ThresholdState
+
+if TYPE_CHECKING:
+    from plans.logical import LogicalPlan
 
 
 class CompiledDag:
@@ -55,13 +52,14 @@ class CompiledDag:
     :class:`~dataflow.api.CompiledQuery` offers to the local runner and the API."""
 
     def __init__(self, inner: list[tuple[str, Any]], outer: Any, base: Schema,
-                 source_name: str, sql: str) -> None:
+                 source_name: str, logical: LogicalPlan) -> None:
         self.inner = inner
         self.outer = outer
         self.base_schema = base
         self.source_name = source_name
-        self.sql = sql
-        """The query file's text (what the distributed runners ship to their workers:
+        self.logical = logical
+        """The plan it was compiled from, each view in ``inner`` from its node (what
+        the distributed runners ship to their workers:
         :meth:`dataflow.distributed.WorkerPlan.of`)."""
 
     # What callers read of a compiled query: the query's own (outer) plan and output.
@@ -230,45 +228,3 @@ class DagView:
 
 def _update(view: str, row: Row, mult: int) -> Update:
     return Update("+" if mult > 0 else "-", view, row, abs(mult), f"view {view}")
-
-
-def compile_dag(split: ViewSplit, compile_one: Callable[[ParsedQuery], Any]
-                ) -> CompiledDag:
-    """Compile each view of ``split`` (in order) and the query over them;
-    ``compile_one`` compiles one view's SELECT tree over the tables before it (a
-    :class:`~plans.sqlparse.ParsedQuery`: the file's text and its base tables, then one
-    table per view, typed by that view's output)."""
-    file = split.file
-    relations = dict(file.schema.relations)
-    inner: list[tuple[str, Any]] = []
-    for name, body in split.views:
-        known = Schema(dict(relations))
-        if isinstance(body, (KeyedView, ThresholdFilter)):
-            node: CompiledKeyedView | CompiledThreshold
-            if isinstance(body, KeyedView):
-                own = known.lookup(body.own.source)
-                other = known.lookup(body.pad.source) if body.pad else None
-                assert own is not None and (other is not None or body.pad is None)
-                node = CompiledKeyedView(body, own, other, set(file.schema.relations))
-            else:
-                rows, scalar = known.lookup(body.source), known.lookup(body.scalar)
-                assert rows is not None and scalar is not None
-                node = CompiledThreshold(body, rows, scalar)
-            inner.append((name, node))
-            cols = [(c.name, ddl_type(SqlType.of_column(c))) for c in node.columns]
-        else:
-            q = compile_one(ParsedQuery(file.text, f"{file.source} (view {name})", known,
-                                        body.copy()))
-            inner.append((name, q))
-            cols = list(zip(q.cq.output_names, q.cq.output_types))
-        if name.lower() in {r.lower() for r in relations}:
-            msg = (f"{file.source}: the view {name} has the name of a table declared "
-                   "before it; rename the WITH or CREATE VIEW")
-            raise QueryError(msg)
-        relations[name] = view_relation(name, cols)
-    outer = compile_one(ParsedQuery(file.text, file.source, Schema(relations),
-                                    split.query.copy()))
-    view_names = {n.lower() for n, _ in inner}
-    base = Schema({k: v for k, v in outer.cq.schema.relations.items()
-                   if k.lower() not in view_names})
-    return CompiledDag(inner, outer, base, file.source, file.text)

@@ -201,7 +201,8 @@ class ConjunctiveQuery:
     aggregates: tuple[Aggregate, ...]
     group_by: tuple[str, ...] | None
     distinct: bool
-    sql: str
+    source: str
+    """The query file's name (messages); its text stays with the parse."""
     post: PostMap | None = None
     reagg: Reaggregate | None = None
     order_by: tuple[tuple[int, bool, bool], ...] = ()

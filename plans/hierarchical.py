@@ -217,7 +217,7 @@ def _render(cq: ConjunctiveQuery, root: str, children: dict[str, tuple[str, ...]
 
 def _unsupported(cq: ConjunctiveQuery, what: str) -> UnsupportedQueryError:
     return UnsupportedQueryError(
-        f"{cq.sql.strip()[:80]!r}: the hierarchical view-tree engine does not support "
+        f"{cq.source}: the hierarchical view-tree engine does not support "
         f"{what}; drop --eps to maintain it with CROWN (acyclic) or the GHD engine (cyclic)"
     )
 

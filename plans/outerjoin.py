@@ -29,11 +29,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sqlglot import exp
 
-from plans.expr import ExprError, column_refs
+from core.schema import Relation
+from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
 
 PRESERVED_TAG = 1
 """Hidden tag of a row of the left (first) side that can match nothing."""
@@ -42,17 +44,55 @@ RIGHT_TAG = 2
 
 
 @dataclass(frozen=True)
+class Condition:
+    """The ON conjuncts over one side's row, compiled: ``src`` is Python over ``row``
+    (names bound in ``env``), true exactly when the SQL condition is TRUE; ``sql`` is
+    what the user wrote (explain)."""
+
+    src: str
+    sql: str
+    env: dict[str, Any] = field(default_factory=dict, compare=False, hash=False,
+                                repr=False)
+
+    def __str__(self) -> str:
+        return self.sql
+
+
+@dataclass(frozen=True)
 class JoinSide:
     """One side of an outer join's ON: rows of ``source`` (a base table or an earlier
     view) under ``alias``; ``columns`` are equated, in order, with the other side's;
-    ``condition`` is the ON conjuncts over this side alone (DuckDB SQL over ``alias``),
-    which a row must pass to match; ``tag`` marks its rows that can match nothing."""
+    ``condition`` is the ON conjuncts over this side alone, which a row must pass to
+    match; ``tag`` marks its rows that can match nothing. The split leaves the
+    conjuncts' tree in ``on`` (the source's columns are typed only once the views
+    before it are built); :func:`compile_condition` makes it ``condition``."""
 
     source: str
     alias: str
     columns: tuple[str, ...]
-    condition: str | None
+    condition: Condition | None
     tag: int
+    on: exp.Expr | None = field(default=None, compare=False, repr=False)
+
+
+def compile_condition(side: JoinSide, rel: Relation) -> JoinSide:
+    """``side`` with its ON conjuncts (``on``) compiled over the rows of ``rel``, its
+    source; raises :class:`~plans.expr.ExprError` at a column of another table."""
+    if side.on is None:
+        return side
+    names = [c.name.lower() for c in rel.columns]
+
+    def resolve(node: exp.Expr) -> Code | None:
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            if node.table and node.table.lower() != side.alias.lower():
+                raise ExprError(node, f"column {node.sql()!r} is not of {side.alias}")
+            i = names.index(node.name.lower())
+            return Code(f"row[{i}]", SqlType.of_column(rel.columns[i]), True, simple=True)
+        return None
+
+    env: dict[str, Any] = {}
+    src = ExprCompiler(env, resolve).predicate(side.on)
+    return replace(side, condition=Condition(src, side.on.sql("duckdb"), env), on=None)
 
 
 @dataclass(frozen=True)
@@ -117,10 +157,10 @@ def rewrite_outer_joins(select: exp.Select, names: Iterator[int]) -> list[KeyedV
                                    "supported (its left side must be one table or view)")
         w = wrapper.get(l_alias) if side == "LEFT" else None
         l_source = out[w].own.source if w is not None else current[l_alias]
-        left = JoinSide(l_source, l_alias, tuple(a.name for a, _ in pairs),
-                        _sql(conds[l_alias]), PRESERVED_TAG)
+        left = JoinSide(l_source, l_alias, tuple(a.name for a, _ in pairs), None,
+                        PRESERVED_TAG, _and(conds[l_alias]))
         right_side = JoinSide(current[r_alias], r_alias, tuple(b.name for _, b in pairs),
-                              _sql(conds[r_alias]), RIGHT_TAG)
+                              None, RIGHT_TAG, _and(conds[r_alias]))
         keep_left, keep_right = side in ("LEFT", "FULL"), side in ("RIGHT", "FULL")
         if w is not None:
             kv_left = replace(out[w], keys=(*out[w].keys, left))
@@ -167,10 +207,10 @@ def _retarget(select: exp.Select, alias: str, name: str) -> None:
             return
 
 
-def _sql(conds: list[exp.Expr]) -> str | None:
+def _and(conds: list[exp.Expr]) -> exp.Expr | None:
     if not conds:
         return None
-    return (exp.and_(*conds) if len(conds) > 1 else conds[0]).sql("duckdb")
+    return exp.and_(*conds) if len(conds) > 1 else conds[0].copy()
 
 
 def _split_on(join: exp.Join, left_aliases: list[str], r_alias: str,

@@ -513,7 +513,7 @@ class Builder:
             aggregates=tuple(aggregates),
             group_by=group_by,
             distinct=distinct,
-            sql=self.sql,
+            source=self.reject.source,
             post=post,
             reagg=reagg,
             order_by=order_by,

@@ -1,0 +1,390 @@
+"""The logical plan: what a query file is, as frozen data, produced once from its one
+parse (:func:`logical_plan`) and never written back out as SQL text.
+
+A plan is the query's own join block over a DAG of inner views, each a node:
+
+- :class:`JoinBlock`: a conjunctive query (:class:`~plans.cq.ConjunctiveQuery`: atoms,
+  variables, filters, aggregates, the maps after them), with its top-k window
+  (:class:`TopKWindow`) when it has ``ORDER BY ... LIMIT``;
+- :class:`KeyedViewNode`: one side of an outer join with its hidden join keys
+  (:mod:`plans.outerjoin`), its ON condition compiled;
+- :class:`ThresholdNode`: the rows of a view that compare true with a scalar view
+  (:mod:`plans.threshold`);
+
+and :class:`Edge` says which view's deltas feed which reader. Everything a worker
+needs to build the query's engines is here, so the distributed runners ship the plan
+(it pickles: no closures, no sqlglot trees), and its :meth:`LogicalPlan.render`, a
+stable text of all of it, is what a checkpoint's layout stamp digests.
+
+Example:
+    >>> from plans.sqlparse import parse_file
+    >>> plan = logical_plan(parse_file('''CREATE TABLE R(a INT, b INT);
+    ...     SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)''', "q.sql"))
+    >>> [(v.name, type(v).__name__) for v in plan.views]
+    [('_u_0', 'JoinBlock'), ('_tv_0', 'JoinBlock'), ('_tf_0', 'ThresholdNode')]
+    >>> [(e.source, e.reader) for e in plan.edges]
+    [('_tv_0', '_tf_0'), ('_u_0', '_tf_0'), ('_tf_0', '')]
+    >>> print(plan.render().splitlines()[-2])
+    edges: _tv_0 -> _tf_0, _u_0 -> _tf_0, _tf_0 -> the query
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Any
+
+from core.errors import QueryError
+from core.schema import Column, Relation, Schema
+from core.sqlfuncs import HELPERS
+from plans.cq import Atom, ConjunctiveQuery
+from plans.expr import ExprError, SqlType
+from plans.outerjoin import Condition, JoinSide, KeyedView, compile_condition
+from plans.sql import build_query
+from plans.sqlcheck import check_supported, describe
+from plans.sqlparse import ParsedQuery, ddl_type, offset_of, view_relation
+from plans.threshold import ThresholdFilter
+from plans.views import split_views
+
+__all__ = ["Edge", "JoinBlock", "KeyedViewNode", "LogicalPlan", "ThresholdNode",
+           "TopKWindow", "ViewNode", "logical_plan"]
+
+QUERY = ""
+"""The name of the query's own block (an edge into it reads ``reader == QUERY``)."""
+
+
+@dataclass(frozen=True)
+class TopKWindow:
+    """``ORDER BY ... LIMIT k OFFSET m`` of a block: its result is the window of rows
+    ``m + 1 .. m + k`` in that order, maintained (``order_by``: output column,
+    descending, nulls first)."""
+
+    order_by: tuple[tuple[int, bool, bool], ...]
+    limit: int | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class JoinBlock:
+    """A view (or the query, ``name == ""``) that is one conjunctive query."""
+
+    name: str
+    cq: ConjunctiveQuery
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The relations (base tables and views) its FROM items read, in order."""
+        return tuple(dict.fromkeys(a.relation.name for a in self.cq.atoms))
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """Its output columns (name, the SQL type a reader's table declares)."""
+        return list(zip(self.cq.output_names, self.cq.output_types))
+
+    @property
+    def window(self) -> TopKWindow | None:
+        """Its top-k window, if it has one."""
+        cq = self.cq
+        if cq.limit is None and not cq.offset:
+            return None
+        return TopKWindow(cq.order_by, cq.limit, cq.offset)
+
+
+@dataclass(frozen=True)
+class KeyedViewNode:
+    """A keyed view (:class:`~plans.outerjoin.KeyedView`, its sides' conditions
+    compiled) over ``own``, its rows' relation, and ``other``, the padded-from side's;
+    ``base`` names the base tables (whose deletes it checks when it reads them)."""
+
+    spec: KeyedView
+    own: Relation
+    other: Relation | None
+    base: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        pad = (self.spec.pad.source,) if self.spec.pad else ()
+        return tuple(dict.fromkeys((self.spec.own.source, *pad)))
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        cols = (*(Column(name, "KEY") for name in self.spec.hidden), *self.own.columns)
+        return [(c.name, ddl_type(SqlType.of_column(c))) for c in cols]
+
+
+@dataclass(frozen=True)
+class ThresholdNode:
+    """A threshold filter (:class:`~plans.threshold.ThresholdFilter`) over ``rows``, the
+    rows view's relation, and ``scalar``, the scalar view's."""
+
+    spec: ThresholdFilter
+    rows: Relation
+    scalar: Relation
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.spec.source, self.spec.scalar)
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        return [(c.name, ddl_type(SqlType.of_column(c))) for c in self.rows.columns]
+
+
+ViewNode = JoinBlock | KeyedViewNode | ThresholdNode
+"""An inner view of a plan."""
+
+
+@dataclass(frozen=True)
+class Edge:
+    """The view ``source``'s epoch deltas are updates of ``reader`` (a view, or the
+    query: :data:`QUERY`), in the same epoch."""
+
+    source: str
+    reader: str
+
+
+@dataclass(frozen=True)
+class LogicalPlan:
+    """A query file's plan: ``views`` in an order where each reads only base tables
+    and the views before it, then ``query`` over them; ``base`` holds the base tables
+    (what an update may name), ``source`` names the file (errors, explain)."""
+
+    source: str
+    base: Schema
+    views: tuple[ViewNode, ...]
+    query: JoinBlock
+    edges: tuple[Edge, ...]
+
+    @property
+    def nodes(self) -> tuple[ViewNode, ...]:
+        """The views, then the query."""
+        return (*self.views, self.query)
+
+    def render(self) -> str:
+        """The whole plan as stable text: the same plan renders the same in any
+        process (generated names renumbered, the values bound to them shown, sets
+        sorted), another plan differently."""
+        lines = [f"plan of {len(self.views)} views and the query"]
+        for node in self.nodes:
+            lines += _render_node(node)
+        lines.append("edges: " + (", ".join(
+            f"{e.source} -> {e.reader or 'the query'}" for e in self.edges) or "(none)"))
+        lines.append("base tables: " + ", ".join(
+            _relation(r) for r in self.base.relations.values()))
+        return "\n".join(lines)
+
+    @cached_property
+    def digest(self) -> str:
+        """A digest of :meth:`render` (what a checkpoint's layout stamp is made of)."""
+        return hashlib.sha256(self.render().encode()).hexdigest()[:16]
+
+
+def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
+    """The plan of a parsed query file: checked, split into views
+    (:func:`~plans.views.split_views`), each view built over the base tables and the
+    views before it (typed by their outputs), then the query over them."""
+    check_supported(parsed.select, parsed.text, parsed.source)
+    split = split_views(parsed)
+    if split is None:
+        query = JoinBlock(QUERY, build_query(parsed))
+        return LogicalPlan(parsed.source, parsed.schema, (), query, ())
+    relations = dict(parsed.schema.relations)
+    base = frozenset(parsed.schema.relations)
+    views: list[ViewNode] = []
+    for name, body in split.views:
+        known = Schema(dict(relations))
+        node: ViewNode
+        if isinstance(body, KeyedView):
+            node = _keyed_view(body, known, base, parsed)
+        elif isinstance(body, ThresholdFilter):
+            rows, scalar = known.lookup(body.source), known.lookup(body.scalar)
+            assert rows is not None and scalar is not None
+            node = ThresholdNode(body, rows, scalar)
+        else:
+            view = ParsedQuery(parsed.text, f"{parsed.source} (view {name})", known,
+                               body.copy())
+            check_supported(view.select, view.text, view.source)
+            assert split_views(view) is None  # (the split leaves no view to split)
+            node = JoinBlock(name, build_query(view))
+        if name.lower() in {r.lower() for r in relations}:
+            msg = (f"{parsed.source}: the view {name} has the name of a table declared "
+                   "before it; rename the WITH or CREATE VIEW")
+            raise QueryError(msg)
+        relations[name] = view_relation(name, node.columns)
+        views.append(node)
+    outer = ParsedQuery(parsed.text, parsed.source, Schema(relations), split.query.copy())
+    check_supported(outer.select, outer.text, outer.source)
+    assert split_views(outer) is None
+    query = JoinBlock(QUERY, build_query(outer))
+    names = {v.name.lower() for v in views}
+    base_schema = Schema({k: v for k, v in query.cq.schema.relations.items()
+                          if k.lower() not in names})
+    edges = tuple(Edge(view, node.name) for node in (*views, query)
+                  for view in node.reads if view.lower() in names)
+    return LogicalPlan(parsed.source, base_schema, tuple(views), query, edges)
+
+
+def _keyed_view(spec: KeyedView, known: Schema, base: frozenset[str],
+                parsed: ParsedQuery) -> KeyedViewNode:
+    """The keyed view ``spec`` of the split with its sides' ON conditions compiled
+    over their sources' rows."""
+    own = known.lookup(spec.own.source)
+    other = known.lookup(spec.pad.source) if spec.pad else None
+    assert own is not None and (other is not None or spec.pad is None)
+
+    def compiled(side: JoinSide) -> JoinSide:
+        rel = known.lookup(side.source)
+        assert rel is not None
+        try:
+            return compile_condition(side, rel)
+        except ExprError as err:
+            raise QueryError(describe([(offset_of(err.node), "expression", str(err))],
+                                      parsed.text, parsed.source)) from None
+
+    keys = tuple(compiled(k) for k in spec.keys)
+    pad = compiled(spec.pad) if spec.pad else None
+    return KeyedViewNode(KeyedView(spec.name, keys, spec.preserve, pad), own, other, base)
+
+
+# -- the stable rendering ------------------------------------------------------------
+
+_BOUND = re.compile(r"_k\d+")
+"""A generated name (:func:`plans.exprtypes.fresh_name`): its number differs from one
+process (and compile) to the next, so a rendering renumbers it."""
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+class _Canon:
+    """Generated source with its bound names renumbered in order of first appearance
+    (``$0``, ``$1``, ...), and what each name it reads is bound to."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def src(self, src: str, env: Mapping[str, Any]) -> str:
+        bound = sorted({n for n in _NAME.findall(src)
+                        if n in env and env[n] is not HELPERS.get(n)})
+        text = self._renamed(src)
+        if bound:
+            text += " {" + ", ".join(f"{self._renamed(n)}={_stable(env[n])}"
+                                     for n in bound) + "}"
+        return text
+
+    def _renamed(self, text: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            return self.names.setdefault(m.group(0), f"${len(self.names)}")
+
+        return _BOUND.sub(one, text)
+
+
+def _stable(v: Any) -> str:
+    """A value bound in generated code's namespace, as text that does not depend on
+    the process (no addresses, sets sorted)."""
+    if isinstance(v, (frozenset, set)):
+        return "{" + ", ".join(sorted(_stable(x) for x in v)) + "}"
+    if isinstance(v, (tuple, list)):
+        return "(" + ", ".join(_stable(x) for x in v) + ")"
+    if isinstance(v, partial):
+        return f"{_stable(v.func)}({', '.join(_stable(a) for a in v.args)})"
+    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+        owner = getattr(v, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return f"{_stable(owner)}.{v.__name__}"
+        return f"{v.__module__}.{v.__qualname__}"
+    text = repr(v)
+    if " at 0x" in text:
+        msg = (f"{text}: a value in a compiled expression's namespace with no stable "
+               "text (a closure?): bind a module function or a functools.partial")
+        raise TypeError(msg)
+    return text
+
+
+def _relation(rel: Relation) -> str:
+    cols = ", ".join(f"{c.name} {ddl_type(SqlType.of_column(c))}" for c in rel.columns)
+    key = f" key {rel.key}" if rel.key else ""
+    return f"{rel.name}({cols}){key}"
+
+
+def _render_node(node: ViewNode) -> list[str]:
+    if isinstance(node, KeyedViewNode):
+        s = node.spec
+        lines = [f"view {s.name}: keyed view of {_relation(node.own)}, "
+                 f"{'preserved' if s.preserve else 'matched rows only'}"]
+        canon = _Canon()
+        for side in s.keys:
+            lines.append(f"  key {_side(side, canon)}")
+        if s.pad is not None:
+            assert node.other is not None
+            lines.append(f"  padded from {_relation(node.other)}: {_side(s.pad, canon)}")
+        return lines
+    if isinstance(node, ThresholdNode):
+        t = node.spec
+        keys = f" per key ({', '.join(t.keys)})" if t.keys else ""
+        return [f"view {t.name}: threshold, rows of {_relation(node.rows)} whose last "
+                f"column {t.op} {t.scalar}.{t.value}{keys}, {_relation(node.scalar)}"]
+    return _render_block(node)
+
+
+def _side(side: JoinSide, canon: _Canon) -> str:
+    cond = side.condition
+    where = f" where {canon.src(cond.src, cond.env)} ({cond.sql})" \
+        if isinstance(cond, Condition) else ""
+    return (f"{side.source} AS {side.alias} ({', '.join(side.columns)}) tag {side.tag}"
+            f"{where}")
+
+
+def _render_block(block: JoinBlock) -> list[str]:
+    cq, canon = block.cq, _Canon()
+    lines = [f"{'view ' + block.name if block.name else 'the query'}: join block"]
+    lines += [f"  {line}" for a in cq.atoms for line in _atom(a, canon)]
+    lines.append(f"  variables {cq.var_order}, joined {sorted(cq.join_vars)}, "
+                 f"free {cq.free_vars}")
+    lines.append(f"  columns {[(c.name, c.var, c.aggregate, c.expr) for c in cq.columns]}")
+    lines.append(f"  output {cq.output_names} {cq.output_types}")
+    if cq.aggregates:
+        aggs = [(g.func, g.var, g.result_type, g.scale) for g in cq.aggregates]
+        lines.append(f"  aggregates {aggs}")
+    lines.append(f"  group by {cq.group_by}, distinct {cq.distinct}")
+    if cq.post is not None:
+        p = cq.post
+        lines.append(f"  post {[canon.src(e, p.env) for e in p.exprs]} names {p.names} "
+                     f"types {p.types}")
+        if p.having is not None:
+            lines.append(f"  having {canon.src(p.having, p.env)}")
+    if cq.reagg is not None:
+        r = cq.reagg
+        lines.append(f"  reaggregate keys {r.n_keys}, grouped {r.grouped}, carried "
+                     f"{r.carried}")
+        if r.condition is not None:
+            lines.append(f"    condition {canon.src(r.condition, r.env)}")
+        for f in r.aggregates:
+            glue = canon.src(f.glue, r.env) if f.glue is not None else None
+            lines.append(f"    {f.func}({f.var}, {glue}) {f.result_type} {f.scale}")
+    window = block.window
+    if window is not None:
+        lines.append(f"  top-k window: order {window.order_by}, limit {window.limit}, "
+                     f"offset {window.offset}")
+    elif cq.order_by:
+        lines.append(f"  order {cq.order_by}")
+    return lines
+
+
+def _atom(a: Atom, canon: _Canon) -> list[str]:
+    lines = [f"{a.alias}: {_relation(a.relation)} columns {a.column_vars} vars {a.vars}"]
+    lines += [f"  filter {f.render(a.alias)}" for f in a.filters]
+    lines += [f"  where {canon.src(p.src, a.env)} ({p.sql})" for p in a.predicates]
+    lines += [f"  {d.var} := {canon.src(d.src, a.env)} ({d.sql}) {d.column}"
+              for d in a.derived]
+    return lines
