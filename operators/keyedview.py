@@ -28,15 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from core.codegen import define
 from core.records import EpochDelta, Update
 from core.schema import Column, Relation, Row
 from operators.deletecheck import DeleteCheck
 from operators.state import DictState, State
-from plans.expr import Code, ExprCompiler, ExprError, SqlType
 from plans.outerjoin import JoinSide, KeyedView
 
 KeyOf = Callable[[Row], tuple[Any, ...]]
@@ -187,17 +183,9 @@ def _key_function(side: JoinSide, rel: Relation) -> KeyOf:
     idx = [_index(rel, c) for c in side.columns]
     env: dict[str, Any] = {"_tagged": (side.tag,)}
     test = "True"
-    if side.condition is not None:
-        def resolve(node: exp.Expr) -> Code | None:
-            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-                if node.table and node.table.lower() != side.alias.lower():
-                    raise ExprError(node, f"column {node.sql()!r} is not of {side.alias}")
-                i = _index(rel, node.name)
-                return Code(f"row[{i}]", SqlType.of_column(rel.columns[i]), True, simple=True)
-            return None
-
-        test = ExprCompiler(env, resolve).predicate(sqlglot.parse_one(side.condition,
-                                                                      read="duckdb"))
+    if side.condition is not None:  # (compiled by the plan: plans.outerjoin)
+        env.update(side.condition.env)
+        test = side.condition.src
     values = ", ".join(f"row[{i}]" for i in idx)
     nulls = " or ".join(f"row[{i}] is None" for i in idx)
     source = (f"def key_of(row):\n"
