@@ -45,10 +45,12 @@ from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import InputError, IvmflowError
 from dataflow.engines import AtomPort, PartitionEngine
+from dataflow.engines.finalizer import make_finalizer
 from dataflow.hypercube import Partitioner
 from dataflow.kinds import VIEW_TREES
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
+from operators.node import Change, Node, TaggedTuple, drive_rows
 from operators.state import DictState, State
 from operators.writeback import WriteBackState
 from plans.dag import finalize_mode
@@ -371,18 +373,18 @@ def bundle_by_partition(tagged: Iterable[tuple[Any, ...]]
     yield from per.items()
 
 
-class PartitionTask:
-    """One partition: its engine and output finalizer, processing its rows in stream
-    order. Its state is either restored from and dumped to a blob (``blob``), or, with
-    ``state`` (a :class:`~operators.writeback.WriteBackState` the runner fills from its
-    keyed store), kept entirely in that State - the finalizer's rows in the map
+class PartitionTask(Node[TaggedTuple]):
+    """One partition of a compiled query: its engine and output finalizer, processing
+    its rows in stream order, as a node (:mod:`operators.node`). Its state is either
+    restored from and dumped to a blob (``blob``), or, with ``state`` (a
+    :class:`~operators.writeback.WriteBackState` the runner fills from its keyed
+    store), kept entirely in that State - the finalizer's rows in the map
     ``finalize.output`` and its flags in ``finalize.meta`` - so that a runner can write
-    back per epoch only the entries that changed."""
+    back per epoch only the entries that changed; its :meth:`checkpoint` is the open
+    epoch's row payload changes."""
 
     def __init__(self, query: Any, layout: PartitionLayout, blob: bytes | None = None,
                  state: State | None = None) -> None:
-        from dataflow.view import make_finalizer
-
         plan = query.plan
         if state is not None:
             self.state: State = state
@@ -413,69 +415,76 @@ class PartitionTask:
             self._meta = None
         self.atom_nodes: Mapping[int, AtomPort] = self.engine.atom_nodes
 
-    def process(self, rows: Sequence[Sequence[Any]]) -> list[OutputRow]:
+    def process(self, rows: Sequence[TaggedTuple]) -> list[OutputRow]:
         """Apply ``rows`` (:class:`TaggedRow`, or plain tuples of its fields as the
         runners ship them) in stream order; the changes of the epochs they close."""
         return [OutputRow(kind, n, mult, row)
                 for (kind, n), part in self.process_bundles(rows).items()
                 for mult, row in part]
 
-    def process_bundles(self, rows: Sequence[Sequence[Any]]
+    def process_bundles(self, rows: Sequence[TaggedTuple]
                         ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
         """:meth:`process`, its changes grouped per (kind, number) as the finalizer
         gives them (consolidated, sorted ``(mult, row)`` lists; what
         :func:`bundle_outputs` makes of :meth:`process`'s rows), with no object built
-        per change: what a runner that writes or ships bundles wants."""
-        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        nodes = self.atom_nodes
-        # The epoch's tuples are netted per FROM item before a node sees them (as the
-        # local view does): an update of columns the query does not read cancels
-        # here, and neither runs through the joins nor touches the keyed state.
-        net: dict[tuple[int, Any], int] = {}
-        for _p, seq, epoch, kind, atom, t, dm, snapshot in sorted(rows, key=_SEQ):
-            if kind == UPDATE:
-                key = (atom, t)
-                pending = net.get(key, 0)
-                if dm < 0:
-                    have = nodes[atom].base.get(t, 0) + pending
-                    if have + dm < 0:
-                        where = f"update #{seq + 1}"
-                        raise InputError(
-                            where, repr(t),
-                            f"a delete of at most {have} copies present",
-                            f"a delete of {-dm}", "fix the update stream",
-                        )
-                if pending + dm:
-                    net[key] = pending + dm
-                else:
-                    del net[key]
-                continue
-            self._apply_net(net)
-            self.close_epoch(epoch, snapshot, out)
-        self._apply_net(net)
-        return out
+        per change: what a runner that writes or ships bundles wants. The rows are
+        put in stream order first (a runner's shuffle may not keep it)."""
+        return drive_rows(self, sorted(rows, key=_SEQ))
 
-    def _apply_net(self, net: dict[tuple[int, Any], int]) -> None:
-        """Apply the netted tuples to their nodes and empty ``net``."""
+    # -- the node protocol (operators.node) --
+    def open_epoch(self, epoch: int) -> None:
+        pass
+
+    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
+        """Apply tagged updates in stream order. The epoch's tuples are netted per FROM
+        item before a node sees them (as the local view does): an update of columns
+        the query does not read cancels here, and neither runs through the joins nor
+        touches the keyed state. A delete of copies not there raises
+        :class:`~core.errors.InputError`, naming the update."""
         nodes = self.atom_nodes
+        net: dict[tuple[int, Any], int] = {}
+        for _p, seq, _epoch, _kind, atom, t, dm, _snapshot in sorted(batch, key=_SEQ):
+            key = (atom, t)
+            pending = net.get(key, 0)
+            if dm < 0:
+                have = nodes[atom].base.get(t, 0) + pending
+                if have + dm < 0:
+                    where = f"update #{seq + 1}"
+                    raise InputError(
+                        where, repr(t),
+                        f"a delete of at most {have} copies present",
+                        f"a delete of {-dm}", "fix the update stream",
+                    )
+            if pending + dm:
+                net[key] = pending + dm
+            else:
+                del net[key]
         for (atom, t), dm in net.items():
             nodes[atom].apply(t, dm)
-        net.clear()
 
-    def close_epoch(self, epoch: int, snapshot: int,
-                    out: dict[tuple[str, int], list[tuple[int, Any]]]) -> None:
-        """Close ``epoch`` into ``out``: its delta, and the snapshot its marker asked for
-        (a stage of :mod:`dataflow.stages` may emit its engine's payloads instead)."""
-        raw = self.engine.take_delta()
-        delta = self.finalizer.epoch(raw)
-        if delta:
-            out[("delta", epoch)] = delta
+    def close_epoch(self) -> list[Change]:
+        """The epoch's delta (a stage of :mod:`dataflow.stages` may emit its engine's
+        payloads instead)."""
+        delta = self.finalizer.epoch(self.engine.take_delta())
         if self._meta is not None and self._meta.get("emitted_once") is not True:
             self._meta["emitted_once"] = self.finalizer.emitted_once
-        if snapshot:
-            full = self.finalizer.full(self.engine.full)
-            if full:
-                out[("snapshot", snapshot)] = full
+        return delta
+
+    def snapshot(self) -> list[Change]:
+        return self.finalizer.full(self.engine.full)
+
+    def state_maps(self) -> list[str]:
+        return self.state.names()
+
+    def state_entries(self) -> int:
+        return self.state.entries()
+
+    def checkpoint(self) -> dict[Any, Any]:
+        """The open epoch's row payload changes, not taken yet (outside the maps)."""
+        return self.engine.acc
+
+    def restore_checkpoint(self, blob: dict[Any, Any] | None) -> None:
+        self.engine.acc = blob or {}
 
     def dump(self) -> bytes:
         maps = {name: self.state.map(name) for name in self.state.names()}

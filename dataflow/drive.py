@@ -39,8 +39,10 @@ from core.errors import InputError, IvmflowError
 from core.faults import fault_point, faults_armed
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Row
+from operators.node import Node
 
-__all__ = ["DriveStats", "InputChangedError", "MaintainedView", "drive", "input_changed"]
+__all__ = ["DriveStats", "InputChangedError", "LiveView", "MaintainedView", "drive",
+           "input_changed"]
 
 _INVALID_HINT = "fix the record or run with --on-error skip to send it to the dead-letter file"
 
@@ -56,6 +58,22 @@ class MaintainedView(Protocol):
     def pending_updates(self) -> int: ...
 
     def snapshot(self) -> list[tuple[int, Row]]: ...
+
+
+class LiveView(MaintainedView, Node[Update], Protocol):
+    """A query's live view hosted in this process (:class:`dataflow.view.View`, or a
+    DAG's :class:`dataflow.views.DagView`): what :func:`drive` needs, the node protocol
+    (:mod:`operators.node`), and the notes of a run's summary."""
+
+    @property
+    def native_note(self) -> str:
+        """Which hot path runs and why (``compiled``, ``interpreted: <why>``)."""
+        ...
+
+    @property
+    def delete_check(self) -> str:
+        """Which delete check runs, in a few words."""
+        ...
 
 
 @dataclass

@@ -40,7 +40,7 @@ from core.memory import StateLimit
 from core.native import NativeFallbackWarning
 from core.records import Record
 from dataflow import runners
-from dataflow.drive import DriveStats
+from dataflow.drive import DriveStats, LiveView
 
 __all__ = [
     "PROG", "Outputs", "Progress", "RunContext", "RunOptions", "compile_file", "maintain_view",
@@ -486,17 +486,15 @@ def compile_file(path: str, eps: float | None = None, partitioning: str = "singl
     return compile_query(text, source_name=path, **kwargs)
 
 
-def state_limit(ctx: RunContext, view: Any, resume: str) -> Callable[[int], None] | None:
+def state_limit(ctx: RunContext, view: LiveView, resume: str) -> Callable[[int], None] | None:
     """``--max-state``'s check after each epoch (None without it): the run stops there
     with :class:`core.memory.StateLimitError`; ``resume`` says how it goes on."""
     if ctx.options.max_state is None:
         return None
-    entries = getattr(view, "state_entries", None)
-    return StateLimit(ctx.options.max_state, entries if callable(entries) else None,
-                      resume).check
+    return StateLimit(ctx.options.max_state, view.state_entries, resume).check
 
 
-def maintain_view(ctx: RunContext, query: Any = None) -> Any:
+def maintain_view(ctx: RunContext, query: Any = None) -> LiveView:
     """``query.maintain`` (default ``ctx.query``) with the run's options, for a runner
     that hosts the view in this process: a first-use compile of the hot path shows on
     the progress line, a failed build's fallback warning is one line there, and the
@@ -506,8 +504,8 @@ def maintain_view(ctx: RunContext, query: Any = None) -> Any:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NativeFallbackWarning)
         try:
-            view = query.maintain(**ctx.options.maintain_kwargs(),
-                                  on_compile=progress.compiling)
+            view: LiveView = query.maintain(**ctx.options.maintain_kwargs(),
+                                            on_compile=progress.compiling)
         finally:
             progress.compiled()
     for w in caught:
@@ -515,8 +513,8 @@ def maintain_view(ctx: RunContext, query: Any = None) -> Any:
             progress.warn(str(w.message))
         else:  # (someone else's: shown as it would have been)
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    progress.native_note = getattr(view, "native_note", None) or None
-    progress.check_note = getattr(view, "delete_check", None) or None
+    progress.native_note = view.native_note or None
+    progress.check_note = view.delete_check or None
     if progress.enabled:
         progress.draw(progress.clock())
     return view

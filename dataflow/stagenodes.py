@@ -2,8 +2,8 @@
 (:mod:`operators.keyedview`, the sides of outer joins and anti-joins) and a threshold
 view (:mod:`operators.threshold`). Each gets a stage layout (its inputs, whole rows,
 partitioned by its key, so that a key's rows of both inputs meet in one partition) and
-a task per partition (tagged rows in, ``{("delta", epoch): rows}`` out at each close,
-its state per key in the partition's maps: O(changes) per epoch), which
+a task per partition (a node of tagged rows, :mod:`operators.node`: its delta at each
+close, its state per key in the partition's maps: O(changes) per epoch), which
 :mod:`dataflow.stages` hosts as it hosts a compiled query.
 
 Example:
@@ -23,16 +23,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.epochs import UPDATE
 from core.schema import Row
 from operators.keyedview import CompiledKeyedView, KeyedViewState
+from operators.node import Change, Node, TaggedTuple
 from operators.state import State
 from operators.threshold import CompiledThreshold, ThresholdState
 
 __all__ = ["InputLayout", "KeyRouter", "KeyedViewTask", "ThresholdTask", "WholeRow",
            "partition_of", "stage_layout", "stage_task"]
 
-_EPOCH, _KIND, _ATOM, _T, _DM = 2, 3, 4, 5, 6  # (TaggedRow's fields)
+_EPOCH, _ATOM, _T, _DM = 2, 4, 5, 6  # (TaggedRow's fields)
 OWN, OTHER = 0, 1
 """The atoms of a keyed view's two inputs (the same relation may be both)."""
 ROWS, SCALAR = 0, 1
@@ -105,26 +105,41 @@ def _threshold_layout(compiled: CompiledThreshold, parallelism: int) -> InputLay
     return InputLayout(partitions, KeyRouter(keys, partitions), inputs)
 
 
-class _ViewTask:
-    """One partition of a view's stage: each update row to :meth:`add`, each close to the
-    view's ``end_epoch``."""
+class _ViewTask(Node[TaggedTuple]):
+    """One partition of a view's stage, as a node (:mod:`operators.node`): each update
+    row to :meth:`add`, the lifecycle to the live view it hosts."""
 
-    view: Any
+    view: KeyedViewState | ThresholdState
 
     def add(self, atom: int, row: Row, dm: int, epoch: int) -> None:
         raise NotImplementedError
 
-    def process_bundles(self, rows: Sequence[Sequence[Any]]
-                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
-        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        for r in rows:
-            if r[_KIND] == UPDATE:
-                self.add(r[_ATOM], r[_T], r[_DM], r[_EPOCH])
-                continue
-            delta = self.view.end_epoch()
-            if delta.rows:
-                out[("delta", r[_EPOCH])] = list(delta.rows)
-        return out
+    def open_epoch(self, epoch: int) -> None:
+        self.view.open_epoch(epoch)
+
+    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
+        add = self.add
+        for r in batch:
+            add(r[_ATOM], r[_T], r[_DM], r[_EPOCH])
+
+    def close_epoch(self) -> list[Change]:
+        return self.view.close_epoch()
+
+    def snapshot(self) -> list[Change]:
+        return self.view.snapshot()
+
+    def state_maps(self) -> list[str]:
+        return self.view.state_maps()
+
+    def state_entries(self) -> int:
+        return self.view.state_entries()
+
+    def checkpoint(self) -> Any:
+        """The open epoch's changes (the view's)."""
+        return self.view.checkpoint()
+
+    def restore_checkpoint(self, blob: Any) -> None:
+        self.view.restore_checkpoint(blob)
 
 
 class KeyedViewTask(_ViewTask):
@@ -132,7 +147,7 @@ class KeyedViewTask(_ViewTask):
     check of the base tables it reads (row digests, ``keyed.base.<table>``)."""
 
     def __init__(self, compiled: CompiledKeyedView, state: State) -> None:
-        self.view = KeyedViewState(compiled, state)
+        self.view: KeyedViewState = KeyedViewState(compiled, state)
         self.state = state
         # (a base relation read twice is checked once, on its own side)
         own = compiled.spec.own.source.lower()
@@ -152,19 +167,13 @@ class KeyedViewTask(_ViewTask):
         else:
             self.view.apply_other(row, dm)
 
-    def open_epoch(self) -> Any:
-        return (self.view.pending, self.view.touched)
-
-    def restore_open_epoch(self, blob: Any) -> None:
-        self.view.pending, self.view.touched = blob or ({}, {})
-
 
 class ThresholdTask(_ViewTask):
     """A threshold view's partition: rows and scalar one entry each in ``state``'s maps,
     the ordered index rebuilt from them when the task is made."""
 
     def __init__(self, compiled: CompiledThreshold, state: State) -> None:
-        self.view = ThresholdState(compiled, state)
+        self.view: ThresholdState = ThresholdState(compiled, state)
         self.state = state
 
     def add(self, atom: int, row: Row, dm: int, epoch: int) -> None:
@@ -173,26 +182,17 @@ class ThresholdTask(_ViewTask):
         else:
             self.view.add_scalar(row, dm)
 
-    def open_epoch(self) -> Any:
-        return (self.view.pending, self.view.pending_scalar)
 
-    def restore_open_epoch(self, blob: Any) -> None:
-        self.view.pending, self.view.pending_scalar = blob or ({}, {})
-
-
-def stage_layout(node: Any, parallelism: int) -> InputLayout | None:
-    """The stage layout of a keyed or threshold view (None for another node)."""
+def stage_layout(node: CompiledKeyedView | CompiledThreshold, parallelism: int
+                 ) -> InputLayout:
+    """The stage layout of a keyed or threshold view."""
     if isinstance(node, CompiledKeyedView):
         return _keyed_view_layout(node, parallelism)
-    if isinstance(node, CompiledThreshold):
-        return _threshold_layout(node, parallelism)
-    return None
+    return _threshold_layout(node, parallelism)
 
 
-def stage_task(node: Any, state: State) -> _ViewTask | None:
-    """One partition of a keyed or threshold view's stage (None for another node)."""
+def stage_task(node: CompiledKeyedView | CompiledThreshold, state: State) -> _ViewTask:
+    """One partition of a keyed or threshold view's stage."""
     if isinstance(node, CompiledKeyedView):
         return KeyedViewTask(node, state)
-    if isinstance(node, CompiledThreshold):
-        return ThresholdTask(node, state)
-    return None
+    return ThresholdTask(node, state)

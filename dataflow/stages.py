@@ -21,11 +21,14 @@ stage's delta of epoch ``e`` is applied to its readers within epoch ``e``, and t
 of the query's deltas 1..k is Q(D_k), as on the local runner. Each stage's work per
 epoch is O(its input changes): nothing is ever re-read or re-sent whole.
 
-A stage hosts a compiled query, the top-k window, or any :class:`StageNode` (a node
-that names its layout, keyed by some columns of each input, and a task that applies
-updates and closes an epoch into a consolidated delta, its state per key): a new kind
-of DAG node plugs in by implementing it; one that does not is refused before the job
-starts.
+The stages come from the query's circuit (:mod:`dataflow.circuit`): one per vertex,
+two for an aggregate finalized globally (its partitions' payloads, then one
+finalizer), their channels from the circuit's edges. Every stage partition's task is a
+node (:class:`operators.node.Node` of tagged rows: a compiled query's partition, a
+keyed or threshold view's, the window, a partial or global finalizer, or a
+:class:`~dataflow.circuit.CustomNode`'s), driven by :func:`operators.node.drive_rows`;
+a vertex of no known kind, or a custom one whose task is no node, is refused before
+the job starts.
 
 Example (two partitions per stage, the runner's shuffles done by hand):
     >>> from dataflow.api import compile_query
@@ -50,13 +53,14 @@ import pickle
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from sortedcontainers import SortedKeyList
 
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import UnsupportedQueryError
 from core.records import Update
+from dataflow.circuit import RESULT, CustomNode, Vertex
 from dataflow.distributed import (
     FINALIZE_META,
     FINALIZE_OUTPUT,
@@ -66,17 +70,18 @@ from dataflow.distributed import (
     needs_stages,
     tag_rows,
 )
+from dataflow.engines.finalizer import make_finalizer
 from dataflow.stagenodes import stage_layout, stage_task
+from dataflow.views import circuit_of
+from operators.node import Change, Node, PartitionNode, TaggedTuple, drive_rows
 from operators.state import State
 from operators.topk import TAG, TopK
 from operators.writeback import WriteBackState
+from plans.cq import ConjunctiveQuery
 from plans.dag import finalize_mode
 
-__all__ = ["RESULT", "UPSTREAM", "Stage", "StageNode", "StagePlan", "StageTask", "TopKTask",
+__all__ = ["RESULT", "UPSTREAM", "CustomNode", "Stage", "StagePlan", "StageTask", "TopKTask",
            "needs_stages", "plan_tags", "run_stages", "stage_plan"]
-
-RESULT = "\x00result"
-"""The relation the top-k stage reads: the query's result before its window."""
 
 PARTIAL, FULL = "\x00partial:", "\x00full:"
 """Prefixes of the relations a global finalizer reads from its partial stage: each
@@ -126,13 +131,13 @@ class FinalizeLayout:
 
 @dataclass
 class Stage:
-    """One node of the plan: ``name`` (its output relation; ``""`` for the query),
-    its compiled query (None for the top-k stage), its layout, its first slot, the
-    stages reading it and its channels (the reader + every partition it reads)."""
+    """One stage: ``name`` (its output relation; ``""`` for the query's), the circuit
+    vertex it runs, its layout, its first slot, the stages reading it and its channels
+    (the reader + every partition it reads)."""
 
     index: int
     name: str
-    query: Any
+    vertex: Vertex
     layout: Any
     first: int = 0
     readers: list[int] = field(default_factory=list)
@@ -147,66 +152,54 @@ class Stage:
     enumerates: bool = False
     """Whether its closes carry the snapshot number (the final stage, and a partial
     stage feeding a final finalizer)."""
-    window_query: Any = None
-    """The top-k stage's query (its ORDER BY, LIMIT and OFFSET); None elsewhere."""
 
     @property
     def slots(self) -> range:
         return range(self.first, self.first + self.layout.partitions)
 
-    def task(self, state: State) -> Any:
-        """The node's task for one partition, all its state in ``state``."""
-        if self.query is None:
-            return TopKTask(self.window_query, state)
-        if not hasattr(self.query, "plan"):  # a view's stage, or another StageNode
-            view = stage_task(self.query, state)
-            return view if view is not None else self.query.stage_task(state, self.layout)
+    def task(self, state: State) -> PartitionNode:
+        """The node of one partition of this stage, all its state in ``state``."""
+        v = self.vertex
+        if v.kind == "window":
+            assert v.window is not None
+            return TopKTask(v.window, state)
+        if v.kind in ("keyed", "threshold"):
+            return stage_task(v.node, state)
+        if v.kind == "custom":
+            task = v.node.stage_task(state, self.layout)
+            if not isinstance(task, Node):
+                msg = (f"view {v.name}: {type(v.node).__name__}.stage_task() made a "
+                       f"{type(task).__name__}, not a node (operators.node.Node): it "
+                       "cannot run as a stage")
+                raise UnsupportedQueryError(msg)
+            return task
         if self.part == "finalize":
-            return FinalizeTask(self.query, state, self.feeds_window)
+            return FinalizeTask(v.node, state, self.feeds_window)
         if self.part == "partial":
-            return PartialTask(self.query, self.layout, state=state)
-        task = PartitionTask(self.query, self.layout, state=state)
+            return PartialTask(v.node, self.layout, state=state)
+        part = PartitionTask(v.node, self.layout, state=state)
         if self.feeds_window:
             # The window is the top-k stage's: this one emits the whole result's change.
-            task.finalizer.topk = None
-        return task
+            part.finalizer.topk = None
+        return part
 
 
-class StageNode(Protocol):
-    """A DAG node that is not a compiled query, as the runners host it: what a new kind
-    of node implements to run on Spark and Flink (the keyed and threshold views get
-    theirs from :mod:`dataflow.stagenodes`). ``stage_layout(P)`` partitions its inputs by its key
-    columns (``partitions``; ``inputs``: relation -> [(atom, projector with
-    ``project(row)`` -> tuple or None)]; ``partitioner.route(atom, tuple)`` -> its
-    partitions); ``stage_task(state, layout)`` is one partition: ``process_bundles(rows)``
-    applies :class:`~dataflow.distributed.TaggedRow` tuples in stream order and returns
-    ``{("delta", e): [(mult, row)]}`` at each close, all its state per key in
-    ``state.map(...)``; ``open_epoch()`` / ``restore_open_epoch(blob)`` carry what it
-    holds outside the maps between Spark batches."""
-
-    def stage_layout(self, parallelism: int) -> Any: ...
-
-    def stage_task(self, state: State, layout: Any) -> Any: ...
-
-
-def _layout(name: str, node: Any, parallelism: int) -> Any:
-    if hasattr(node, "plan"):
-        return PartitionLayout(node, parallelism, keyed=True)
-    view = stage_layout(node, parallelism)  # (a keyed or threshold view)
-    if view is not None:
-        return view
-    if hasattr(node, "stage_layout") and hasattr(node, "stage_task"):
-        return node.stage_layout(parallelism)
-    msg = (f"view {name} ({type(node).__name__}: outer join or anti-join) runs on the "
-           "local runner for now; drop --runner")
-    raise UnsupportedQueryError(msg)
+def _layout(vertex: Vertex, parallelism: int) -> Any:
+    if vertex.kind == "query":
+        return PartitionLayout(vertex.node, parallelism, keyed=True)
+    if vertex.kind == "window":
+        return TopKLayout()
+    if vertex.kind == "custom":
+        return vertex.node.stage_layout(parallelism)
+    return stage_layout(vertex.node, parallelism)  # (a keyed or threshold view)
 
 
 class StagePlan:
-    """The stages of a query in closing order: the inner views, the query, and the
-    top-k window when it has one."""
+    """The stages of a query in closing order, from its circuit: the inner views, the
+    query, and the top-k window when it has one; each stage's readers are its vertex's
+    readers (a globally finalized aggregate: its partial stage feeds its finalizer)."""
 
-    def __init__(self, stages: list[Stage]) -> None:
+    def __init__(self, stages: list[Stage], edges: Iterable[tuple[int, int]]) -> None:
         self.stages = stages
         self.by_name = {s.name.lower(): s for s in stages if s.name}
         first = 0
@@ -214,41 +207,50 @@ class StagePlan:
             s.first = first
             first += s.layout.partitions
         self.slots = first
-        for s in stages:
-            for rel in s.layout.inputs:
-                up = self.by_name.get(rel.lower())
-                if up is not None:
-                    up.readers.append(s.index)
-                    s.channels += up.layout.partitions
+        for up, down in sorted(set(edges), key=lambda e: (e[1], e[0])):
+            stages[up].readers.append(down)
+            stages[down].channels += stages[up].layout.partitions
         self.stage_of = [s.index for s in stages for _ in s.slots]
 
     @classmethod
     def of(cls, query: Any, parallelism: int) -> StagePlan:
-        nodes = [*getattr(query, "inner", ()), ("", getattr(query, "outer", query))]
+        """The stage plan of a compiled query: its circuit's vertices as stages, their
+        edges as channels. A vertex of no known kind, or a custom one whose task is no
+        node, is refused here (:class:`~core.errors.UnsupportedQueryError`)."""
+        circuit = circuit_of(query)
         stages: list[Stage] = []
-        for name, node in nodes:
-            layout = _layout(name, node, parallelism)
+        into: dict[int, int] = {}  # vertex -> the stage its inputs go to
+        out: dict[int, int] = {}   # vertex -> the stage writing its output
+        edges: list[tuple[int, int]] = []
+        for v in circuit.vertices:
+            layout = _layout(v, parallelism)
+            name = v.name
             whole = None
-            if layout.partitions == 1 < parallelism and hasattr(node, "plan") and \
-                    finalize_mode(node.plan) == "aggregate":
+            if layout.partitions == 1 < parallelism and v.kind == "query" and \
+                    finalize_mode(v.node.plan) == "aggregate":
                 # An aggregate whose output keys cannot be hashed (no GROUP BY, or only
                 # carried ones) would hold its whole join in one partition: its join
                 # runs partitioned and one global finalizer sums the payloads.
-                whole = PartitionLayout(node, parallelism, keyed=True, global_finalizer=True)
+                whole = PartitionLayout(v.node, parallelism, keyed=True,
+                                        global_finalizer=True)
+            into[v.index] = len(stages)
             if whole is not None and whole.partitions > 1:
-                stages.append(Stage(len(stages), PARTIAL + name, node, whole, part="partial"))
-                stages.append(Stage(len(stages), name, node, FinalizeLayout(name),
+                stages.append(Stage(len(stages), PARTIAL + name, v, whole, part="partial"))
+                edges.append((len(stages) - 1, len(stages)))
+                stages.append(Stage(len(stages), name, v, FinalizeLayout(name),
                                     part="finalize"))
             else:
-                stages.append(Stage(len(stages), name, node, layout))
-        cq = stages[-1].query.cq
-        if cq.limit is not None or cq.offset:
-            stages[-1].name, stages[-1].feeds_window = RESULT, True
-            stages.append(Stage(len(stages), "", None, TopKLayout(), window_query=cq))
+                stages.append(Stage(len(stages), name, v, layout))
+            out[v.index] = len(stages) - 1
+            if v.kind == "custom":
+                stages[-1].task(WriteBackState())  # (refused here if it is no node)
+        edges += [(out[v.index], into[r]) for v in circuit.vertices for r in v.readers]
+        if circuit.window is not None:
+            stages[out[circuit.query.index]].feeds_window = True
         stages[-1].final = stages[-1].enumerates = True
         if stages[-1].part == "finalize":
             stages[-2].enumerates = True
-        return cls(stages)
+        return cls(stages, edges)
 
     def tag_base(self, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
         """Base updates tagged for the slots of every stage reading their table; every
@@ -279,7 +281,7 @@ class StagePlan:
 
     def map_names(self, index: int) -> list[str]:
         """The named maps of a stage's State (what a runner binds to keyed map states)."""
-        return self.stages[index].task(WriteBackState()).state.names()
+        return self.stages[index].task(WriteBackState()).state_maps()
 
 
 def _shifted(rows: list[tuple[Any, ...]], first: int) -> list[tuple[Any, ...]]:
@@ -288,14 +290,14 @@ def _shifted(rows: list[tuple[Any, ...]], first: int) -> list[tuple[Any, ...]]:
     return [(r[0] + first, *r[1:]) for r in rows]
 
 
-class TopKTask:
+class TopKTask(Node[TaggedTuple]):
     """The global window of ``ORDER BY ... LIMIT k OFFSET m``: the result's rows with
     their multiplicities one entry each in the map ``topk.rows``, the window's rows in
     ``topk.window``; the ordered index (:class:`~operators.topk.TopK`) is derived, built
     from ``topk.rows`` when the task is made (after a restore). An epoch costs
     O(changes log n + m + k), and writes back only the entries it changed."""
 
-    def __init__(self, cq: Any, state: State) -> None:
+    def __init__(self, cq: ConjunctiveQuery, state: State) -> None:
         self.state = state
         rows, window = state.map("topk.rows"), state.map("topk.window")
         self.topk = TopK(cq.order_by, cq.limit, cq.offset, {})
@@ -304,30 +306,34 @@ class TopKTask:
         self.topk.state[TAG] = (index, rows, window)
         self.acc: dict[Any, int] = {}
 
-    def process_bundles(self, rows: Sequence[Sequence[Any]]
-                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
-        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        acc = self.acc
-        for r in rows:
-            if r[_KIND] == UPDATE:
-                t = r[5]
-                acc[t] = acc.get(t, 0) + r[6]
-                continue
-            changes = [(m, row) for row, m in acc.items() if m]
-            acc.clear()
-            delta = self.topk.apply(changes)
-            if delta:
-                out[("delta", r[_EPOCH])] = delta
-            if r[_SNAPSHOT]:
-                chosen = self.topk.select(self.topk.state[TAG][0])
-                if chosen:
-                    out[("snapshot", r[_SNAPSHOT])] = [(c, row) for row, c in chosen.items()]
-        return out
+    def open_epoch(self, epoch: int) -> None:
+        pass
 
-    def open_epoch(self) -> Any:
+    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
+        acc = self.acc
+        for r in batch:
+            t = r[5]
+            acc[t] = acc.get(t, 0) + r[6]
+
+    def close_epoch(self) -> list[Change]:
+        changes = [(m, row) for row, m in self.acc.items() if m]
+        self.acc.clear()
+        return self.topk.apply(changes)
+
+    def snapshot(self) -> list[Change]:
+        chosen = self.topk.select(self.topk.state[TAG][0])
+        return [(c, row) for row, c in chosen.items()]
+
+    def state_maps(self) -> list[str]:
+        return self.state.names()
+
+    def state_entries(self) -> int:
+        return self.state.entries()
+
+    def checkpoint(self) -> dict[Any, int]:
         return dict(self.acc)
 
-    def restore_open_epoch(self, blob: Any) -> None:
+    def restore_checkpoint(self, blob: Any) -> None:
         self.acc = dict(blob or {})
 
 
@@ -336,24 +342,20 @@ class PartialTask(PartitionTask):
     engine's payload changes ``(1, (group, payload))`` as its delta, and at a snapshot
     all its payloads, for :class:`FinalizeTask` to sum. Its own finalizer is unused."""
 
-    def close_epoch(self, epoch: int, snapshot: int,
-                    out: dict[tuple[str, int], list[tuple[int, Any]]]) -> None:
-        raw = self.engine.take_delta()
-        if raw:
-            out[("delta", epoch)] = [(1, item) for item in raw.items()]
-        if snapshot:
-            out[("snapshot", snapshot)] = [(1, item) for item in self.engine.full().items()]
+    def close_epoch(self) -> list[Change]:
+        return [(1, item) for item in self.engine.take_delta().items()]
+
+    def snapshot(self) -> list[Change]:
+        return [(1, item) for item in self.engine.full().items()]
 
 
-class FinalizeTask:
+class FinalizeTask(Node[TaggedTuple]):
     """The one finalizer of an aggregate whose partitions are :class:`PartialTask`:
     sums their payload changes per group (the ring's addition) and finalizes them as
     the local runner's finalizer does, keeping each group's payload one entry in the
     map ``finalize.output`` (O(changed groups) per epoch)."""
 
     def __init__(self, query: Any, state: State, window: bool) -> None:
-        from dataflow.view import make_finalizer
-
         self.state = state
         self.finalizer = make_finalizer(query.plan, query.kind.engine_emits_bags,
                                         lambda: state.map(FINALIZE_OUTPUT))
@@ -364,47 +366,40 @@ class FinalizeTask:
         self.acc: dict[Any, Any] = {}
         self.full: dict[Any, Any] = {}
 
-    def process_bundles(self, rows: Sequence[Sequence[Any]]
-                        ) -> dict[tuple[str, int], list[tuple[int, Any]]]:
-        out: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        add = self.finalizer.ring.add
-        for r in rows:
-            if r[_KIND] == UPDATE:
-                into = self.acc if r[_ATOM] == 0 else self.full
-                key, payload = r[5]
-                into[key] = payload if key not in into else add(into[key], payload)
-                continue
-            delta = self.finalizer.epoch(self.acc)
-            self.acc = {}
-            if delta:
-                out[("delta", r[_EPOCH])] = delta
-            if self.meta.get("emitted_once") is not self.finalizer.emitted_once:
-                self.meta["emitted_once"] = self.finalizer.emitted_once
-            if r[_SNAPSHOT]:
-                full = self.finalizer.snapshot(self.full)
-                self.full = {}
-                if full:
-                    out[("snapshot", r[_SNAPSHOT])] = full
-        return out
+    def open_epoch(self, epoch: int) -> None:
+        pass
 
-    def open_epoch(self) -> Any:
+    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
+        add = self.finalizer.ring.add
+        for r in batch:
+            into = self.acc if r[_ATOM] == 0 else self.full
+            key, payload = r[5]
+            into[key] = payload if key not in into else add(into[key], payload)
+
+    def close_epoch(self) -> list[Change]:
+        delta = self.finalizer.epoch(self.acc)
+        self.acc = {}
+        if self.meta.get("emitted_once") is not self.finalizer.emitted_once:
+            self.meta["emitted_once"] = self.finalizer.emitted_once
+        return delta
+
+    def snapshot(self) -> list[Change]:
+        """The result from every partition's payloads (sent at a snapshot's close)."""
+        full = self.finalizer.snapshot(self.full)
+        self.full = {}
+        return full
+
+    def state_maps(self) -> list[str]:
+        return self.state.names()
+
+    def state_entries(self) -> int:
+        return self.state.entries()
+
+    def checkpoint(self) -> tuple[dict[Any, Any], dict[Any, Any]]:
         return (self.acc, self.full)
 
-    def restore_open_epoch(self, blob: Any) -> None:
+    def restore_checkpoint(self, blob: Any) -> None:
         self.acc, self.full = blob or ({}, {})
-
-
-def _open_epoch(task: Any) -> Any:
-    if isinstance(task, PartitionTask):
-        return task.engine.acc
-    return task.open_epoch()
-
-
-def _restore_open_epoch(task: Any, blob: Any) -> None:
-    if isinstance(task, PartitionTask):
-        task.engine.acc = blob or {}
-    else:
-        task.restore_open_epoch(blob)
 
 
 class StageTask:
@@ -420,6 +415,7 @@ class StageTask:
         self.slot = slot
         self.stage = plan.stages[plan.stage_of[slot]]
         self.task = self.stage.task(state)
+        self.task.open_epoch(closed + 1)
         self.closed = closed
         self.closes = 0
         self.reader_close: tuple[Any, ...] | None = None
@@ -460,7 +456,7 @@ class StageTask:
             if not stage.enumerates:
                 close = (*close[:_SNAPSHOT], 0)  # (only the final stage enumerates)
             applying.append(close)
-            out = self.task.process_bundles(applying)
+            out = drive_rows(self.task, applying)
             applying = []
             epoch = r[_EPOCH]
             if stage.final:
@@ -476,23 +472,24 @@ class StageTask:
             held, self.held = self.held, []
             queue.extendleft(reversed(held))
         if applying:
-            self.task.process_bundles(applying)  # updates of the open epoch: no output
+            self.task.apply_batch(applying)  # updates of the open epoch: no output
         return downstream, final
 
-    def open_epoch(self) -> bytes:
-        """What this slot holds outside its maps (the open epoch's accumulated changes,
-        the channels' closes, the rows that wait), for a runner that stores it between
-        batches: O(the open epoch's changes)."""
-        return pickle.dumps((_open_epoch(self.task), self.closed, self.closes,
+    def checkpoint(self) -> bytes:
+        """What this slot holds outside its maps (its node's checkpoint: the open
+        epoch's accumulated changes; the channels' closes, the rows that wait), for a
+        runner that stores it between batches: O(the open epoch's changes)."""
+        return pickle.dumps((self.task.checkpoint(), self.closed, self.closes,
                              self.reader_close, self.held), pickle.HIGHEST_PROTOCOL)
 
-    def restore_open_epoch(self, blob: bytes | None) -> None:
+    def restore_checkpoint(self, blob: bytes | None) -> None:
         if not blob:
-            _restore_open_epoch(self.task, None)
+            self.task.restore_checkpoint(None)
             return
         acc, self.closed, self.closes, self.reader_close, held = pickle.loads(blob)
         self.held = list(held)
-        _restore_open_epoch(self.task, acc)
+        self.task.restore_checkpoint(acc)
+        self.task.open_epoch(self.closed + 1)
 
 
 def run_stages(plan: StagePlan, numbered: Sequence[NumberedRecord],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +42,17 @@ from core.native import (
 from core.records import EpochDelta, Update, format_update
 from core.schema import Row
 from dataflow.engines import PartitionEngine
-from dataflow.engines.crown import aggregate_layout, make_ring
+from dataflow.engines.finalizer import make_finalizer
 from dataflow.hypercube import Partitioner
 from operators.deletecheck import CheckMode, DeleteCheck, RowDigest, digest_maps
-from operators.finalize import OutputFinalizer
 from operators.input import RelationInput, RelationRoute
-from plans.dag import finalize_mode
-from plans.plan import Plan
+from operators.joinnode import JoinNode
+from operators.node import UpdateNode
 
 if TYPE_CHECKING:
     from dataflow.api import CompiledQuery
 
 __all__ = ["View", "make_finalizer"]
-
 
 
 def _check_eps(eps: float) -> None:
@@ -63,55 +61,12 @@ def _check_eps(eps: float) -> None:
         raise ValueError(msg)
 
 
-def make_finalizer(plan: Plan, count_supports: bool,
-                   output_state: MutableMapping[Any, Any]
-                   | Callable[[], MutableMapping[Any, Any]] | None = None,
-                   engine: Any = None) -> OutputFinalizer:
-    """The output finalizer of a plan (DISTINCT supports, aggregate groups, bag), keeping
-    its per-row state in ``output_state`` (a fresh dict by default; a function making
-    the map is called only if the finalizer keeps state), or reading an aggregate's
-    group payloads from ``engine`` (the one engine whose output it finalizes) where that
-    engine maintains them (``group_payload``)."""
-    # Not every engine has group_payload (triangles, view trees, GHD): None there.
-    reader = getattr(engine, "group_payload", None)
-    cq = plan.cq
-    columns: list[tuple[str, int]] = []
-    group = cq.group_by or ()
-    for c in cq.columns if cq.is_aggregate else ():
-        if c.var is not None:
-            columns.append(("key", group.index(c.var)))
-        elif c.aggregate is not None:
-            columns.append(("agg", c.aggregate))
-        # (else a column computed after the aggregate: cq.post builds the row)
-    finalizer = OutputFinalizer(
-        finalize_mode(plan),
-        make_ring(plan),
-        aggregate_layout(plan),
-        columns,
-        {},
-        count_supports=count_supports,
-        grouped=cq.group_by is not None,
-        current=reader() if callable(reader) else None,
-        post=cq.post,
-        order_by=cq.order_by,
-        reagg=cq.reagg,
-        limit=cq.limit,
-        offset=cq.offset,
-    )
-    if callable(output_state):
-        if finalizer.keeps_state:
-            finalizer.state = output_state()
-    elif output_state is not None:
-        finalizer.state = output_state
-    return finalizer
-
-
 def _bound_hash(digest: RowDigest, _build: Any) -> Callable[[tuple[Any, ...]], int]:
     """The hash ``digest`` has bound (a compiled build's, once it bound it)."""
     return digest.hash
 
 
-class View:
+class View(UpdateNode):
     """A live, incrementally maintained query result (one or more partitions)."""
 
     def __init__(
@@ -239,7 +194,7 @@ class View:
         nodes = self.engines[0].atom_nodes
         for route in self.routes.values():
             for n, (atom, ri) in enumerate(route.atoms):
-                base = getattr(nodes[atom], "base", None)
+                base = nodes[atom].base
                 if ri.takes_whole_rows and isinstance(base, Mapping):
                     self.validator.hold(route.relation.name, base, ri.project)
                     held[route.relation.name] = n
@@ -293,9 +248,8 @@ class View:
                 # The holding node's multiplicity, read before any node changes; only a
                 # delete can go below zero.
                 node = nodes[route.atoms[held][0]]
-                count_expr = getattr(node, "count_expr", None)
-                if count_expr is not None:
-                    have = count_expr("row", env, "HELD")
+                if isinstance(node, JoinNode):
+                    have = node.count_expr("row", env, "HELD")
                 else:
                     env["HELD"] = node.base.get
                     have = "HELD(row, 0)"
@@ -410,9 +364,7 @@ class View:
                 bindings.global_(f"fast {name} digest", fast.__globals__, "HASH_dg",
                                  partial(_bound_hash, digest))
         for n, engine in enumerate(self.engines):
-            register = getattr(engine, "register_native", None)
-            if register is not None:
-                register(bindings, f"engine {n}")
+            engine.register_native(bindings, f"engine {n}")
         finalizer = self.finalizer
         bindings.value("finalizer sort", partial(setattr, finalizer, "sorted_changes"),
                        lambda build: native_sorted_changes(build.module))
@@ -498,9 +450,7 @@ class View:
         env: dict[str, Any] = {"counters": self._counters, "pending": self._pending,
                                "new_delta": EpochDelta, "finalizer": finalizer,
                                "flush": self._flush}
-        share = getattr(engines[0], "share_acc", None)
-        if len(engines) == 1 and share is not None:
-            share(env)
+        if len(engines) == 1 and engines[0].share_acc(env):
             take, clear = ["    raw = acc"], ["        raw.clear()"]
         else:
             env["take"] = self._take_changes
@@ -685,3 +635,18 @@ class View:
         total = sum(e.state_entries() for e in self.engines)
         total += self.validator.entries() + len(self.finalizer.state)
         return total
+
+    # -- the node protocol (operators.node): a View is the local compiled-query node;
+    # its epochs open, take batches and close as UpdateNode's --
+    def state_maps(self) -> list[str]:
+        return self.engines[0].state.names()
+
+    def checkpoint(self) -> tuple[int, list[tuple[str, Row, int]]]:
+        """The maps of a live view live in this process only, so its checkpoint is its
+        database: the closed epochs and the base tuples (``keep_rows=True``)."""
+        return (self.epoch, self.base_tuples())
+
+    def restore_checkpoint(self, blob: tuple[int, Iterable[tuple[str, Row, int]]] | None
+                           ) -> None:
+        if blob is not None:
+            self.restore(blob[1], blob[0])

@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Any
 from core.native import native_mode
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
+from dataflow.circuit import Circuit, build_circuit
 from dataflow.drive import run_view
 from operators.deletecheck import CheckMode, DeleteCheck, digest_maps
-from operators.keyedview import KeyedViewState
-from operators.threshold import ThresholdState
+from operators.node import LocalNode, UpdateNode
 
 if TYPE_CHECKING:
+    from dataflow.view import View
     from plans.logical import LogicalPlan
 
 
@@ -88,6 +89,11 @@ class CompiledDag:
     def output_columns(self) -> tuple[str, ...]:
         return tuple(self.outer.output_columns)
 
+    @property
+    def circuit(self) -> Circuit:
+        """Its circuit: the views, the query and its window (:mod:`dataflow.circuit`)."""
+        return build_circuit(self.inner, self.outer)
+
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:
         parts = [f"a DAG of {len(self.inner) + 1} maintained views (each view's epoch delta "
                  "is the update stream of the views reading it)", ""]
@@ -120,32 +126,38 @@ class CompiledDag:
         yield from run_view(self.maintain(parallelism), records, epoch_size)
 
 
-class DagView:
-    """The live views of a :class:`CompiledDag`, closed together per epoch. The delete
-    check is the DAG's, once per base table any view reads (``validate``,
-    ``keep_rows``: as :class:`~dataflow.api.View`'s); the views check none (a view's
-    delta is consistent by construction, and every reader of a base table is fed the
-    same checked updates)."""
+class DagView(UpdateNode):
+    """The live nodes of a :class:`CompiledDag`'s circuit, closed together per epoch: a
+    base update goes to the nodes that read its table, and at an epoch's end each
+    inner node's delta goes to the nodes that read it (the circuit's edges) before they
+    close. The delete check is the DAG's, once per base table any view reads
+    (``validate``, ``keep_rows``: as :class:`~dataflow.api.View`'s); the nodes check
+    none (a view's delta is consistent by construction, and every reader of a base
+    table is fed the same checked updates). Itself a node (:mod:`operators.node`)."""
 
     def __init__(self, dag: CompiledDag, parallelism: int, eps: float | None,
                  native: bool | None, on_compile: Any, validate: bool = True,
                  keep_rows: bool = False) -> None:
         self.dag = dag
-        self.views: list[tuple[str, Any]] = [
-            (name, q.maintain(parallelism, eps, native, on_compile, validate=False))
-            for name, q in dag.inner]
-        self.outer = dag.outer.maintain(parallelism, eps, native, on_compile,
-                                        validate=False)
-        everyone = [*self.views, ("", self.outer)]
-        self.readers: dict[str, list[Any]] = {}
-        for _name, view in everyone:
-            reads = view.compiled.reads if isinstance(view, (KeyedViewState, ThresholdState)) \
-                else {
-                a.relation.name.lower() for a in view.query.cq.atoms}
-            for rel in reads:
-                self.readers.setdefault(rel, []).append(view)
-        self.pending = 0
+        circuit = dag.circuit
+        self.nodes: dict[int, LocalNode] = {}
+        for v in circuit.vertices[:circuit.query.index]:
+            self.nodes[v.index] = v.live(parallelism, eps, native, on_compile)
+        self.views: list[tuple[str, LocalNode]] = [
+            (circuit.vertices[i].name, node) for i, node in self.nodes.items()]
+        # (the window, if any, is fused: the query's finalizer applies it)
+        self.outer: View = dag.outer.maintain(parallelism, eps, native, on_compile,
+                                              validate=False)
+        self.nodes[circuit.query.index] = self.outer
+        self.closing = [(v.name, node, [self.nodes[r] for r in v.readers if r in self.nodes])
+                        for v, node in ((circuit.vertices[i], n) for i, n in self.nodes.items())
+                        if node is not self.outer]
+        """(name, node, its readers) of every inner node, in closing order"""
         self._base = {name.lower(): rel for name, rel in dag.base_schema.relations.items()}
+        self.readers: dict[str, list[LocalNode]] = {
+            rel: [self.nodes[v.index] for v in circuit.readers_of(rel)] for rel in self._base}
+        self.readers = {rel: nodes for rel, nodes in self.readers.items() if nodes}
+        self.pending = 0
         read = {rel.name: rel for name, rel in self._base.items() if name in self.readers}
         mode: CheckMode = "rows" if keep_rows else "digests" if validate else "off"
         self.validator = DeleteCheck(
@@ -158,18 +170,23 @@ class DagView:
         return self.validator.describe()
 
     @property
+    def native_note(self) -> str:
+        """Which hot path the query's node runs, and why (:attr:`View.native_note`)."""
+        return self.outer.native_note
+
+    @property
     def pending_updates(self) -> int:
         return self.pending
 
-    def __getattr__(self, name: str) -> Any:  # (native_note, epoch, ...: the query's)
+    def __getattr__(self, name: str) -> Any:  # (native, epoch, ...: the query's)
         return getattr(self.outer, name)
 
     def apply(self, update: Update) -> None:
-        """Apply a base update to every view reading its table, once its shape, types
+        """Apply a base update to every node reading its table, once its shape, types
         and delete are checked: a refused one changes nothing."""
         rel = update.relation.lower()
-        views = self.readers.get(rel)
-        if views is None or rel not in self._base:
+        nodes = self.readers.get(rel)
+        if nodes is None or rel not in self._base:
             # (its error names the relation; a table no view reads: shape and type only)
             self.outer.apply(update)
             return
@@ -177,20 +194,21 @@ class DagView:
         self.validator.update(name, row, update.signed_mult, update.source)
         if row is not update.row or name != update.relation:
             update = Update(update.op, name, row, update.mult, update.source)
-        for view in views:
-            view.apply(update)
+        batch = (update,)
+        for node in nodes:
+            node.apply_batch(batch)
         self.pending += 1
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
-        for name, view in self.views:
-            delta = view.end_epoch(closed_by_marker=closed_by_marker)
-            readers = self.readers.get(name.lower(), [])
-            for mult, row in delta.rows:
-                u = _update(name, row, mult)
+        for name, node, readers in self.closing:
+            delta = node.close_epoch()
+            if delta and readers:
+                batch = [_update(name, row, mult) for mult, row in delta]
                 for reader in readers:
-                    reader.apply(u)
+                    reader.apply_batch(batch)
         self.pending = 0
         out: EpochDelta = self.outer.end_epoch(closed_by_marker=closed_by_marker)
+        self.open_epoch(out.epoch + 1)
         return out
 
     def snapshot(self, enumerate_join: bool = False) -> list[tuple[int, Row]]:
@@ -199,15 +217,9 @@ class DagView:
         return rows
 
     def state_entries(self) -> int:
-        """Stored state entries over every view (a keyed view's: its counts per key) and
+        """Stored state entries over every node (a keyed view's: its counts per key) and
         the delete check's."""
-        total = self.validator.entries()
-        for _name, view in [*self.views, ("", self.outer)]:
-            if isinstance(view, KeyedViewState):
-                total += sum(len(view.state.map(n)) for n in view.state.names())
-            else:
-                total += view.state_entries()
-        return total
+        return self.validator.entries() + sum(n.state_entries() for n in self.nodes.values())
 
     def base_tuples(self) -> list[tuple[str, Row, int]]:
         """The tuples of the base tables the views read (what a local checkpoint
@@ -221,9 +233,31 @@ class DagView:
         for rel, row, mult in base:
             self.apply(Update("+", rel, row, mult, "checkpoint"))
         self.end_epoch()
-        for _name, view in self.views:
-            view.epoch = epoch
-        self.outer.epoch = epoch
+        self.open_epoch(epoch + 1)
+
+    # -- the node protocol (operators.node): the DAG as one node --
+    def open_epoch(self, epoch: int) -> None:
+        for node in self.nodes.values():
+            node.open_epoch(epoch)
+
+    def state_maps(self) -> list[str]:
+        """Every node's maps, each named ``<view>/<map>`` (``(query)/...``)."""
+        return [f"{self.dag.circuit.vertices[i].name or '(query)'}/{m}"
+                for i, node in self.nodes.items() for m in node.state_maps()]
+
+    def checkpoint(self) -> tuple[int, list[tuple[str, Row, int]]]:
+        """As :meth:`View.checkpoint`: the closed epochs and the base tuples."""
+        return (self.outer.epoch, self.base_tuples())
+
+    def restore_checkpoint(self, blob: tuple[int, Iterable[tuple[str, Row, int]]] | None
+                           ) -> None:
+        if blob is not None:
+            self.restore(blob[1], blob[0])
+
+
+def circuit_of(query: Any) -> Circuit:
+    """The circuit of a compiled query: a DAG's views, the query, its window."""
+    return query.circuit if isinstance(query, CompiledDag) else build_circuit((), query)
 
 
 def _update(view: str, row: Row, mult: int) -> Update:

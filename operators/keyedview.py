@@ -32,6 +32,7 @@ from core.codegen import define
 from core.records import EpochDelta, Update
 from core.schema import Column, Relation, Row
 from operators.deletecheck import DeleteCheck
+from operators.node import Change, UpdateNode
 from operators.state import DictState, State
 from plans.outerjoin import JoinSide, KeyedView
 
@@ -80,7 +81,7 @@ class CompiledKeyedView:
         return KeyedViewState(self, validate=validate)
 
 
-class KeyedViewState:
+class KeyedViewState(UpdateNode):
     """A live keyed view: ``apply`` base or view updates, ``end_epoch`` for the delta.
     Its state per key lives in ``state``'s maps (``keyed.own``, ``keyed.other``, and
     ``keyed.base.<relation>``, the row digests of the base tables it checks deletes
@@ -171,6 +172,24 @@ class KeyedViewState:
                            closed_by_marker)
         self.updates = 0
         return delta
+
+    # -- the node protocol (operators.node) --
+    def snapshot(self) -> list[Change]:
+        msg = "a keyed view keeps counts per key, not its rows: no snapshot of it"
+        raise NotImplementedError(msg)
+
+    def state_maps(self) -> list[str]:
+        return self.state.names()
+
+    def state_entries(self) -> int:
+        return self.state.entries()
+
+    def checkpoint(self) -> tuple[dict[tuple[Any, ...], int], dict[tuple[Any, ...], bool]]:
+        """The open epoch's rows and the keys it touched (with their padding before)."""
+        return (self.pending, self.touched)
+
+    def restore_checkpoint(self, blob: Any) -> None:
+        self.pending, self.touched = blob or ({}, {})
 
 
 def _index(rel: Relation, column: str) -> int:

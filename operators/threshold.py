@@ -47,6 +47,7 @@ from sortedcontainers import SortedKeyList
 from core.errors import QueryError
 from core.records import EpochDelta, Update
 from core.schema import Relation, Row
+from operators.node import Change, UpdateNode
 from operators.state import DictState, State
 from plans.expr import SqlType
 from plans.threshold import ThresholdFilter
@@ -117,7 +118,7 @@ def _identity(v: Any) -> Any:
     return v
 
 
-class ThresholdState:
+class ThresholdState(UpdateNode):
     """A live threshold view: ``apply`` its inputs' updates, ``end_epoch`` for the
     delta. Everything is per key (the empty key for an uncorrelated scalar)."""
 
@@ -268,5 +269,27 @@ class ThresholdState:
         self.updates = 0
         return delta
 
+    # -- the node protocol (operators.node) --
+    def snapshot(self) -> list[Change]:
+        """The rows whose value passes the test against their key's scalar."""
+        k, test, values = self.compiled.n_keys, self.compiled.test, self.values
+        out: list[Change] = []
+        for row, m in self.rows.items():
+            s = values.get(row[:k])
+            if row[-1] is not None and None not in row[:k] and s is not None \
+                    and test(self.key(row), s):
+                out.append((m, row))
+        return out
+
+    def state_maps(self) -> list[str]:
+        return self.state.names()
+
     def state_entries(self) -> int:
         return len(self.rows) + len(self.scalar)
+
+    def checkpoint(self) -> tuple[dict[Row, int], dict[Row, int]]:
+        """The open epoch's changes of the rows and of the scalar."""
+        return (self.pending, self.pending_scalar)
+
+    def restore_checkpoint(self, blob: Any) -> None:
+        self.pending, self.pending_scalar = blob or ({}, {})

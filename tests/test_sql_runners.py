@@ -186,7 +186,6 @@ def test_stages_in_process_equal_local(tpch_sf001: Path, name: str) -> None:
     from core.epochs import EpochCursor
     from dataflow.api import compile_query
     from dataflow.stages import StagePlan, run_stages
-    from operators.threshold import CompiledThreshold
 
     q = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text())
     records = list(read_updates(str(tpch_sf001 / "updates.csv"), q.schema))
@@ -196,8 +195,7 @@ def test_stages_in_process_equal_local(tpch_sf001: Path, name: str) -> None:
     # without GROUP BY: Q17's query, Q11's and Q15's scalar views; the threshold
     # view comparing Q11's and Q15's rows with that scalar) are one partition.
     assert all(s.layout.partitions == 2 for s in plan.stages
-               if s.query is not None and s.part != "finalize"
-               and not isinstance(s.query, CompiledThreshold)), name
+               if s.vertex.kind in ("query", "keyed") and s.part != "finalize"), name
     got = run_stages(plan, list(EpochCursor().number(records)), late_upstream=True)
     assert {k: sorted(v) for k, v in got.items() if k[0] == "delta"} == want, name
 
@@ -253,8 +251,8 @@ def test_keyed_views_as_stages_equal_local(tpch_sf001: Path, case: str) -> None:
 
 
 def test_stage_plan_refuses_a_node_it_cannot_host() -> None:
-    """A DAG node that is not a compiled query (until it brings a layout and a task)
-    fails loud before any job starts, naming the view."""
+    """A DAG node of no known kind (and no CustomNode) fails loud before any job
+    starts, naming the view."""
     from core.errors import UnsupportedQueryError
     from dataflow.api import compile_query
     from dataflow.stages import StagePlan
@@ -262,28 +260,41 @@ def test_stage_plan_refuses_a_node_it_cannot_host() -> None:
     q = compile_query("CREATE TABLE R(a INT, b INT);\n"
                       "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
     q.inner[0] = (q.inner[0][0], object())
-    with pytest.raises(UnsupportedQueryError, match="runs on the local runner"):
+    with pytest.raises(UnsupportedQueryError, match="view _u_0: a object is no node kind"):
         StagePlan.of(q, 2)
 
 
 def test_a_stage_node_plugs_in() -> None:
-    """A DAG node that is not a compiled query runs as a stage through the StageNode
-    interface (its layout and its task): here the view's own engine behind it."""
+    """A DAG node of a kind from outside runs as a stage through the CustomNode
+    interface (what it reads, its layout and its task, a node): here the view's own
+    engine behind it."""
     from core.epochs import EpochCursor
     from core.records import EPOCH_END, Update
     from dataflow.api import compile_query
+    from dataflow.circuit import CustomNode
     from dataflow.distributed import PartitionLayout, PartitionTask
     from dataflow.stages import StagePlan, run_stages
+    from operators.node import LocalNode
+    from operators.state import State
 
-    class Wrapped:  # a StageNode
-        def __init__(self, q: object) -> None:
+    class Wrapped(CustomNode):
+        def __init__(self, q: Any) -> None:
             self.q = q
+
+        @property
+        def reads(self) -> tuple[str, ...]:
+            return tuple(a.relation.name for a in self.q.cq.atoms)
+
+        def maintain(self, parallelism: int = 1, eps: float | None = None,
+                     native: bool | None = None, on_compile: Any = None,
+                     validate: bool = True) -> LocalNode:
+            return self.q.maintain(parallelism, eps, native, on_compile, validate=validate)
 
         def stage_layout(self, parallelism: int) -> PartitionLayout:
             return PartitionLayout(self.q, parallelism, keyed=True)
 
-        def stage_task(self, state: object, layout: PartitionLayout) -> PartitionTask:
-            return PartitionTask(self.q, layout, state=state)  # type: ignore[arg-type]
+        def stage_task(self, state: State, layout: Any) -> PartitionTask:
+            return PartitionTask(self.q, layout, state=state)
 
     q = compile_query("CREATE TABLE R(a INT, b INT);\n"
                       "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
@@ -293,3 +304,5 @@ def test_a_stage_node_plugs_in() -> None:
     q.inner[0] = (q.inner[0][0], Wrapped(q.inner[0][1]))
     got = run_stages(StagePlan.of(q, 2), list(EpochCursor().number(records)))
     assert {k: sorted(v) for k, v in got.items() if k[0] == "delta"} == want
+    # (and on the local runner, live through its maintain())
+    assert {("delta", d.epoch): sorted(d.rows) for d in q.run(records) if d.rows} == want

@@ -23,12 +23,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from core.codegen import Bindings
 from operators.state import State
 
-__all__ = ["AtomPort", "PartitionEngine"]
+__all__ = ["AtomPort", "InterpretedEngine", "PartitionEngine"]
 
 
 class AtomPort(Protocol):
@@ -81,3 +82,35 @@ class PartitionEngine(Protocol):
     def state_entries(self) -> int:
         """Stored state entries (for benchmarks)."""
         ...
+
+    def group_payload(self) -> Callable[[tuple[Any, ...]], Any] | None:
+        """Group key -> its current payload, where the engine maintains an aggregate's
+        groups itself (the finalizer then keeps no copy of them); else None."""
+        ...
+
+    def share_acc(self, env: dict[str, Any]) -> bool:
+        """Bind :attr:`acc` as ``acc`` in ``env`` (the globals of generated code that
+        takes an epoch's changes itself) and keep it bound there; False, binding
+        nothing, where the engine's changes are not one shared map."""
+        ...
+
+    def register_native(self, bindings: Bindings, prefix: str) -> None:
+        """Register what a native build rebinds in this engine (nothing for most)."""
+        ...
+
+
+class InterpretedEngine:
+    """What an engine without generated code of its own offers for the optional parts of
+    :class:`PartitionEngine`: no group payloads, no shared change map, nothing for a
+    native build to rebind (triangles, GHD, view trees)."""
+
+    def group_payload(self) -> Callable[[tuple[Any, ...]], Any] | None:
+        """None: the finalizer keeps the groups (:meth:`PartitionEngine.group_payload`)."""
+        return None
+
+    def share_acc(self, env: dict[str, Any]) -> bool:
+        """False: the changes are taken with :meth:`take_delta`."""
+        return False
+
+    def register_native(self, bindings: Bindings, prefix: str) -> None:
+        """Nothing to rebind: this engine runs interpreted."""

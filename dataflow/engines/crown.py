@@ -197,12 +197,13 @@ class Engine:
             bindings.value(f"{prefix} acc {i}", partial(self._acc_envs.__setitem__, i),
                            partial(_compiled_namespace, env))
 
-    def share_acc(self, env: dict[str, Any]) -> None:
+    def share_acc(self, env: dict[str, Any]) -> bool:
         """Bind :attr:`acc` as ``acc`` in ``env``, the globals of generated code that
         takes an epoch's changes itself (a view's epoch close), and rebind it there too
         whenever :attr:`acc` is replaced (call before :meth:`register_native`)."""
         env["acc"] = self._acc
         self._acc_envs.append(env)
+        return True
 
     @property
     def acc(self) -> dict[Any, Any]:

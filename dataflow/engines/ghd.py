@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.graph import Dataflow, Edge, Op
+from dataflow.engines import InterpretedEngine
 from dataflow.engines.crown import Engine
 from dataflow.engines.triangle import TriangleEngine
 from operators.deltajoin import DeltaJoin
@@ -128,7 +129,7 @@ class _JoinPort:
         self.feed.rows(self.join.update(self.k, t, dm))
 
 
-class GhdEngine:
+class GhdEngine(InterpretedEngine):
     """One partition: the bag operators and CROWN over the bags."""
 
     def __init__(self, gp: GhdPlan, eps: float, state: State | None = None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataflow.engines import InterpretedEngine
 from operators.ring import IntRing
 from operators.state import DictState, State
 from operators.viewtrees import HierarchicalViews
@@ -42,7 +43,7 @@ class _AtomPort:
         self.views.update(self.atom, self._key(t), dm)
 
 
-class HierarchicalEngine:
+class HierarchicalEngine(InterpretedEngine):
     """One partition of a hierarchical query (with P > 1 partitions the root variable,
     which occurs in every atom, is hashed: every output row comes from one partition)."""
 

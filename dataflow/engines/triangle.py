@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataflow.engines import InterpretedEngine
 from operators.ring import IntRing
 from operators.state import DictState, State
 from operators.triangle import TriangleCount, TriangleListing
@@ -49,7 +50,7 @@ class _AtomPort:
         self.op.update(self.role, (t[1], t[0]) if self.swapped else (t[0], t[1]), dm)
 
 
-class TriangleEngine:
+class TriangleEngine(InterpretedEngine):
     """One partition of a triangle query (with P > 1 partitions, HyperCube shares over
     A, B, C put every triangle in exactly one partition)."""
 
@@ -83,12 +84,14 @@ class TriangleEngine:
     def acc(self) -> dict[Any, int]:
         """Result changes not yet taken (kept with the state by the partitioned
         runners; the counts keep theirs in the state already)."""
-        return getattr(self.op, "acc", {})
+        op = self.op
+        return {} if isinstance(op, TriangleCount) else op.acc
 
     @acc.setter
     def acc(self, value: dict[Any, int]) -> None:
-        if hasattr(self.op, "acc"):
-            self.op.acc = value
+        op = self.op
+        if not isinstance(op, TriangleCount):
+            op.acc = value
 
     def apply_atom(self, atom: int, t: tuple[Any, ...], dm: int) -> None:
         """Apply a (filtered, projected) update of one FROM item's copy."""

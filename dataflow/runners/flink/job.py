@@ -70,6 +70,7 @@ from dataflow.runners.flink.reader import PhaseLog, Profiling
 from dataflow.runners.flink.sinks import EpochSinks
 from dataflow.runners.jvm import require_java
 from dataflow.stages import StagePlan, StageTask, stage_plan
+from operators.node import PartitionNode
 from operators.writeback import WriteBackState, decode_entry, encode_entry, encode_key
 
 _EPOCH, _KIND, _SNAPSHOT = (TaggedRow._fields.index(f) for f in ("epoch", "kind", "snapshot"))
@@ -152,7 +153,8 @@ class PartitionFunction(KeyedProcessFunction):
         self.sinks = sinks
         """The run's sinks when this is its only partition: it writes each epoch itself
         (its output is the merged output), with no merger behind it."""
-        self.tasks: dict[int, tuple[PartitionTask, WriteBackState]] = {}
+        self.tasks: dict[int, tuple[PartitionNode, WriteBackState]] = {}
+        """Per partition (a stage's: per slot) its node and its state."""
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.profiling = Profiling("partition")
@@ -194,6 +196,7 @@ class PartitionFunction(KeyedProcessFunction):
     def _task(self, partition: int) -> PartitionTask:
         hit = self.tasks.get(partition)
         if hit is not None:
+            assert isinstance(hit[0], PartitionTask)
             return hit[0]
         q, layout = self.plan.compiled()
         state = self._restored(partition)

@@ -56,8 +56,8 @@ from dataflow.runners.local.checkpoint import (
 )
 
 if TYPE_CHECKING:
+    from dataflow.drive import LiveView
     from dataflow.run import Progress, RunContext
-    from dataflow.view import View
 
 __all__ = ["run_local_kafka"]
 
@@ -185,7 +185,7 @@ class _Checkpointer:
         self.restored = restored
         self.interval = ctx.options.checkpoint_interval
         self.written = 0
-        self._view: View | None = None
+        self._view: LiveView | None = None
         self._source: KafkaUpdateSource | None = None
         self._last = time.monotonic()
         self._read = 0  # records yielded by the source
@@ -213,13 +213,13 @@ class _Checkpointer:
             raise CheckpointError(msg)
         return cls(ctx, opts.checkpoint, fp, restored)
 
-    def start(self, view: View, source: KafkaUpdateSource) -> None:
+    def start(self, view: LiveView, source: KafkaUpdateSource) -> None:
         """Load the restored state (if any) into the fresh ``view``."""
         self._view, self._source = view, source
         ck = self.restored
         if ck is None:
             return
-        view.restore(ck.base, ck.epoch)
+        view.restore_checkpoint((ck.epoch, ck.base))
         if isinstance(source, ChangeStreamSource):  # the upsert state is the base's rows
             source.applier.load((rel, row) for rel, row, _mult in ck.base)
         stats = self.ctx.progress.stats
@@ -256,7 +256,7 @@ class _Checkpointer:
             self.fingerprint, epoch=stats.epochs, snapshots=stats.snapshots,
             updates=stats.updates, last_rows_epoch=self._last_rows_epoch,
             positions=self._source.positions(),
-            base=self._view.base_tuples(),
+            base=self._view.checkpoint()[1],  # (a live view's: its base tuples)
             windows=self._source.windows() if isinstance(self._source, ChangeStreamSource)
             else {},
         ))

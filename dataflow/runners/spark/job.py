@@ -83,7 +83,7 @@ of that partition's consolidated ``(mult, row)`` changes, or null when the parti
 wrote them to Kafka itself (the only partition of a run with a Kafka sink)."""
 
 def _restore_open_epoch(task: PartitionTask, extra: bytes | None) -> None:
-    task.engine.acc = pickle.loads(extra) if extra else {}
+    task.restore_checkpoint(pickle.loads(extra) if extra else None)
 
 
 class PartitionProcessor(StatefulProcessor):
@@ -123,7 +123,7 @@ class PartitionProcessor(StatefulProcessor):
         t3 = clock()
         # The open epoch's accumulated delta lives outside the maps; an epoch may span
         # batches, so it travels with the stamp (O(the open epoch's changes)).
-        acc = task.engine.acc
+        acc = task.checkpoint()
         self.store.commit(part, self.plan, hit,
                           pickle.dumps(acc, pickle.HIGHEST_PROTOCOL) if acc else None)
         t4 = clock()

@@ -73,7 +73,7 @@ class StageProcessor(StatefulProcessor):
         t0 = clock()
         hit = self.store.cache(slot, self.plan,
                                lambda state: StageTask(stages, slot, state),
-                               lambda task, extra: task.restore_open_epoch(extra))
+                               lambda task, extra: task.restore_checkpoint(extra))
         task: StageTask = hit.payload
         t1 = clock()
         loads = pickle.loads
@@ -88,7 +88,7 @@ class StageProcessor(StatefulProcessor):
         t2 = clock()
         downstream, final = task.feed(tagged)
         t3 = clock()
-        self.store.commit(slot, self.plan, hit, task.open_epoch())
+        self.store.commit(slot, self.plan, hit, task.checkpoint())
         t4 = clock()
         if _TRACE:
             end = time.time()
