@@ -353,3 +353,79 @@ def test_flink_stopped_names_the_last_epoch_of_its_debezium_output(
     got = _debezium_epochs(kafka_bootstrap, parse_kafka_url(out).topic, columns)
     assert got == {e: rows for e, rows in expected.items() if e <= last}
     assert f"epochs 1-{last} are whole" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fmt", ["json", "debezium-json"])
+def test_a_bounded_read_the_broker_stops_serving_fails_within_seconds(
+        tmp_path: Path, fmt: str) -> None:
+    """Before: at TPC-H SF 0.1 the broker (noida-db 0.2.3) stopped serving a topic's
+    records (it answered each fetch with all the partition's unread records, more than
+    kafka-python accepts in one response, which it drops and asks again) and the local
+    runner's --stop-at-end read, its end offsets known, polled for them without end and
+    said nothing. Now polls that fetch nothing for STALL_S seconds while records are
+    known to be unread stop it, naming each such topic, partition and offset. Here the
+    broker is frozen right after the read took its end offsets: nothing more arrives."""
+    import os
+    import signal
+    import threading
+
+    import kafka_broker as kb
+
+    from connectors.kafka import KafkaStallError, KafkaUpdateSource
+    from connectors.kafka.changes import ChangeStreamSource
+
+    if kb.noida_version() is None:
+        pytest.skip("noida-db is not installed (pip install -e .[dev])")
+    broker, stop = kb._start_process()  # its own broker: this test freezes it
+    assert broker.pid is not None
+    source: KafkaUpdateSource | None = None
+    try:
+        if fmt == "json":
+            q, u = tmp_path / "q.sql", tmp_path / "u.csv"
+            q.write_text(MIXED)
+            u.write_text(_stream(7))
+            topic = _name("updates")
+            url = f"kafka://{broker.bootstrap}/{topic}"
+            assert main(["produce", str(u), url, "--query", str(q), "--quiet"]) == 0
+        else:
+            q, u, url = _produce(broker.bootstrap, tmp_path, fmt, seed=7)
+        ep, schema = parse_kafka_url(url), compile_query(q.read_text()).schema
+        source = (KafkaUpdateSource(ep, schema, group_id=_name("g"), stop_at_end=True)
+                  if fmt == "json" else
+                  ChangeStreamSource(ep, schema, group_id=_name("g"), stop_at_end=True))
+        ends = source._end_offsets
+        pid = broker.pid
+
+        def ends_then_freeze() -> dict[tuple[str, int], int]:
+            got = ends()
+            os.kill(pid, signal.SIGSTOP)
+            return got
+
+        source._end_offsets = ends_then_freeze  # type: ignore[method-assign]
+        outcome: list[BaseException | int] = []
+
+        def read() -> None:
+            try:
+                outcome.append(sum(1 for _ in source))
+            except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+                outcome.append(err)
+
+        t0 = time.monotonic()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=60)
+        took = time.monotonic() - t0
+        assert outcome, "the bounded read still waits after 60 s (it hangs)"
+        err = outcome[0]
+        assert isinstance(err, KafkaStallError), err
+        assert took < 30, took
+        said = str(err)
+        assert "expected the records from offset 0 up to" in said, said
+        assert "fetched none in 8 s" in said and "receive.message.max.bytes" in said, said
+        first = url.split("/")[3].split("?")[0]
+        assert f"kafka topic '{first}" in said, said
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+        if source is not None:
+            source.close()
+        stop()

@@ -5,13 +5,15 @@ of everything releases, which is connectors.kafka.EpochAligner's order."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from connectors.kafka import EpochAligner
 from connectors.kafka.epochs import EpochReader, ReadPosition, _Fetched, align, parse_kafka_url
-from core.epochs import EpochCursor
+from core.epochs import EpochCursor, NumberedRecord
 from core.records import EPOCH_END, EpochEnd, Record, Update
 from core.schema import Schema
 
@@ -83,7 +85,7 @@ class _SlowReader(EpochReader):
         return {k: len(log) for k, log in self.logs.items()}
 
     def _fetch(self, starts: dict[str, int], targets: dict[str, int],
-               timeout_s: float) -> list[_Fetched]:
+               timeout_s: float, keep_from: dict[str, int] | None = None) -> list[_Fetched]:
         self.timeouts.append(timeout_s)
         out = []
         for k, log in self.logs.items():
@@ -109,3 +111,59 @@ def test_an_epoch_slower_to_fetch_than_the_timeout_is_read_not_retried_forever()
                        "from offset 0 up to 41, fetched none in 8 s"):
         stuck.read(ReadPosition({"u:0": 0}, None, EpochCursor(), False), timeout_s=1.0)
     assert stuck.timeouts == [1.0, 2.0, 4.0, 8.0]
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_reads_from_a_broker_in_small_pieces_equal_one_read_and_replay(
+        kafka_bootstrap: str, tmp_path: Path, partitions: int) -> None:
+    """A reader keeps the messages it fetched past what a read needed (a seek drops the
+    consumer's fetched-ahead records; the tests' broker answers every fetch of a large
+    partition with all of it): reads in pieces of a few records, going on from there
+    without a seek, give what one read of everything gives, and every piece read again
+    from its start (a replayed Spark batch, after other reads moved the consumer on)
+    gives the same records."""
+    from dataflow.api import compile_query
+    from dataflow.cli import main
+
+    q, u = tmp_path / "q.sql", tmp_path / "u.csv"
+    q.write_text("CREATE TABLE G(src INT, dst INT);\nSELECT COUNT(*) AS n FROM G;\n")
+    lines = [f"+,G,{i},{i * 7 % 13}" for i in range(60)]
+    u.write_text("\n".join(line if i % 9 else f"*\n{line}" for i, line in enumerate(lines))
+                 + "\n")
+    topic = f"pieces-{partitions}-{tmp_path.name}"
+    url = f"kafka://{kafka_bootstrap}/{topic}"
+    assert main(["produce", str(u), url, "--query", str(q), "--partitions", str(partitions),
+                 "--quiet"]) == 0
+    schema = compile_query(q.read_text()).schema
+
+    def numbered_shown(numbered: list[NumberedRecord]) -> list[object]:
+        return [n.update.row[0] if n.update is not None else "*" for n in numbered]
+
+    def shown_all(reader: EpochReader, step: int) -> tuple[list[object], list[tuple[
+            ReadPosition, ReadPosition, list[object]]]]:
+        pos, out, pieces = reader.initial(stop_at_end=True), [], []
+        while not pos.done:
+            numbered, end = reader.read(pos, max_records=step)
+            got = numbered_shown(numbered)
+            pieces.append((pos, end, got))
+            out.extend(got)
+            pos = end
+        return out, pieces
+
+    one = EpochReader(parse_kafka_url(url), schema)
+    whole, _ = shown_all(one, 10_000)
+    one.close()
+    assert whole.count("*") >= 6 and sum(1 for v in whole if v != "*") == 60
+    reader = EpochReader(parse_kafka_url(url), schema)
+    consumer = reader.consumer()
+    seeks: list[object] = []
+    seek = consumer.seek
+    consumer.seek = lambda tp, offset: (seeks.append((tp, offset)), seek(tp, offset))[1]
+    try:
+        small, pieces = shown_all(reader, 2)
+        assert small == whole and len(pieces) > 5
+        assert len(seeks) == partitions, seeks  # once each, then on from where it is
+        for start, end, got in reversed(pieces):
+            assert numbered_shown(reader.read_between(start, end)) == got
+    finally:
+        reader.close()

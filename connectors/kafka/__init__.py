@@ -112,6 +112,7 @@ from connectors.kafka.sink import (
 )
 from connectors.kafka.source import (
     KafkaHistoryError,
+    KafkaStallError,
     KafkaUpdateSource,
     OnError,
     StopRequested,
@@ -143,6 +144,7 @@ __all__ = [
     "KafkaUpdateSource",
     "StopRequested",
     "KafkaHistoryError",
+    "KafkaStallError",
     "decode_delta",
     "decode_update",
     "default_id",

@@ -442,7 +442,9 @@ class ChangeStreamSource(KafkaUpdateSource):
         ends = self._end_offsets() if self.stop_at_end else None
         skip = self.on_error == "skip"
         while True:
+            polled = time.monotonic()
             fetched = self._fetch()
+            idle_s = time.monotonic() - polled
             final = not fetched and ends is not None and self._reached(ends)
             for out in self.cutter.release(idle=not fetched, final=final, skip=skip,
                                            stop=self.stop_requested):
@@ -454,8 +456,12 @@ class ChangeStreamSource(KafkaUpdateSource):
                     yield out
             if final:
                 break
-            if not fetched and self.stop_requested():
-                raise StopRequested
+            if fetched:
+                self._idle_s = 0.0
+            else:
+                self._idle(ends, idle_s)
+                if self.stop_requested():
+                    raise StopRequested
 
     def _fetch(self) -> int:
         got = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=5000)

@@ -47,7 +47,7 @@ from connectors.kafka import (
     parse_kafka_url,
     record_source,
 )
-from connectors.kafka.source import STALL_S, missing_records
+from connectors.kafka.source import missing_records, stall_limit
 from core.epochs import EpochCursor, NumberedRecord
 from core.records import EpochEnd, Record
 from core.schema import Schema
@@ -59,8 +59,9 @@ POLL_MS = 200
 
 MAX_FETCH_S = 120.0
 """The longest :meth:`EpochReader.read` waits for records the end offsets say exist
-before it fails (a fetch of :data:`STALL_S` that gets none at all fails at once: a
-failing broker ends the run within seconds, not minutes)."""
+before it fails (a fetch as long as :func:`~connectors.kafka.source.stall_limit` that
+gets none at all fails at once: a failing broker ends the run within seconds, not
+minutes)."""
 
 
 def stream_key(topic: str, partition: int) -> str:
@@ -173,6 +174,10 @@ class EpochReader:
         self.schema = schema
         self._consumer: Any = None
         self._streams: list[tuple[str, int, str | None]] | None = None
+        self._ahead: dict[str, tuple[int, list[Any], int]] = {}
+        """Per stream: (the first offset, the messages from there, the consumer's
+        position after them) of the last fetch (:meth:`_fetch`)."""
+        self.stall_s = stall_limit(endpoint)
 
     # -- connection -----------------------------------------------------------------
 
@@ -190,6 +195,7 @@ class EpochReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._ahead = {}
 
     def _input_topics(self) -> list[tuple[str, str | None]]:
         """``(topic, relation)`` in stream order."""
@@ -252,9 +258,17 @@ class EpochReader:
         return end.offsets
 
     def _fetch(self, starts: dict[str, int], targets: dict[str, int],
-               timeout_s: float) -> list[_Fetched]:
+               timeout_s: float, keep_from: dict[str, int] | None = None) -> list[_Fetched]:
         """Records of every stream in ``[starts[s], targets[s])``, fewer when the timeout
-        passes first."""
+        passes first.
+
+        The messages fetched from ``keep_from`` (default ``starts``: a read's retry
+        passes the read's start) on stay at hand (``_ahead``) with the consumer's
+        position after them: a stream whose next fetch starts among them takes them
+        from there and the consumer goes on where it is, without a seek. A seek drops what the
+        consumer has fetched ahead, and the tests' broker answers each fetch of a large
+        partition with all its unread records (``receive.message.max.bytes``): every
+        read (and every retry of one) fetched the rest of the topic again."""
         consumer = self.consumer()
         tps = self._tps()
         consumer.assign(tps)
@@ -262,13 +276,31 @@ class EpochReader:
         relation = {k: r for k, (_t, _p, r) in zip(keys, self.streams())}
         got: dict[str, list[tuple[int, Record]]] = {k: [] for k in keys}
         pos = {k: starts[k] for k in keys}
+        kept: dict[str, list[Any]] = {k: [] for k in keys}
+        keep = keep_from if keep_from is not None else starts
+        first = dict(pos)
+        ahead = self._ahead
         for tp, k in zip(tps, keys):
-            consumer.seek(tp, pos[k])
+            entry = ahead.get(k)
+            if entry is None or not entry[0] <= pos[k] <= entry[2] or \
+                    consumer.position(tp) != entry[2]:
+                consumer.seek(tp, pos[k])
+                continue
+            was, msgs, at = entry
+            first[k] = max(was, min(keep[k], pos[k]))
+            for m in msgs:
+                if m.offset >= first[k]:
+                    kept[k].append(m)
+                if pos[k] <= m.offset < targets[k]:
+                    got[k].append((m.offset, self._decode(tp.topic, tp.partition, m,
+                                                          relation[k])))
+            pos[k] = max(pos[k], min(at, targets[k]))
         deadline = time.monotonic() + timeout_s
         while any(pos[k] < targets[k] for k in keys):
             batch = consumer.poll(timeout_ms=POLL_MS)
             for tp, msgs in batch.items():
                 k = stream_key(tp.topic, tp.partition)
+                kept[k].extend(msgs)
                 for m in msgs:
                     if m.offset < pos[k] or m.offset >= targets[k]:
                         continue
@@ -280,6 +312,8 @@ class EpochReader:
                 pos[k] = max(pos[k], min(consumer.position(tp), targets[k]))
             if time.monotonic() > deadline:
                 break
+        self._ahead = {k: (first[k], kept[k], consumer.position(tp))
+                       for tp, k in zip(tps, keys)}
         return [_Fetched(got[k], pos[k]) for k in keys]
 
     def read(self, pos: ReadPosition, max_records: int = 10_000, epoch_size: int | None = None,
@@ -295,7 +329,7 @@ class EpochReader:
         records the earlier attempts of the read did not get): returning nothing
         would start the next call over from the same position, forever, on a machine
         slow enough to never fetch one epoch within ``timeout_s``. Past
-        :data:`MAX_FETCH_S`, or when a fetch of :data:`STALL_S` got nothing, it raises
+        :data:`MAX_FETCH_S`, or when a fetch of ``stall_s`` got nothing, it raises
         :class:`TimeoutError`."""
         if pos.done:
             return [], pos
@@ -313,7 +347,7 @@ class EpochReader:
             # A retry (a longer epoch, a slow fetch) fetches only what the previous
             # attempts did not: the records in hand stay, decoded once.
             before = {k: f.end for k, f in zip(keys, fetched)}
-            more = self._fetch(before, targets, timeout_s)
+            more = self._fetch(before, targets, timeout_s, keep_from=pos.offsets)
             fetched = [_Fetched(f.records + m.records, m.end) for f, m in zip(fetched, more)]
             at_stop = pos.stop is not None and all(
                 f.end >= pos.stop[k] for k, f in zip(keys, fetched)
@@ -329,7 +363,7 @@ class EpochReader:
                 limit *= 2  # an epoch longer than the limit: fetch more of it
             if short:  # timed out before the records that exist arrived
                 stalled = all(m.end == before[k] for k, m in zip(keys, more))
-                if timeout_s >= MAX_FETCH_S or (stalled and timeout_s >= STALL_S):
+                if timeout_s >= MAX_FETCH_S or (stalled and timeout_s >= self.stall_s):
                     behind = {k: (f.end, targets[k]) for k, f in zip(keys, fetched)
                               if f.end < targets[k]}
                     raise TimeoutError(missing_records(self.endpoint.bootstrap, behind,

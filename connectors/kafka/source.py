@@ -4,6 +4,7 @@ releasing whole epochs in the order of :class:`EpochAligner`.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -38,13 +39,34 @@ class KafkaHistoryError(IvmflowError):
 
 
 class KafkaStallError(IvmflowError):
-    """A bounded read (``--stop-at-end``) got no record for :data:`STALL_S` seconds
+    """A bounded read (``--stop-at-end``) got no record for :func:`stall_limit` seconds
     though the partitions' end offsets say more exist (exit code 1)."""
 
 
 STALL_S = 8.0
 """How long a ``--stop-at-end`` read may fetch nothing while records it knows of are
 still unread before it fails (a broker gone, or one that cannot serve them)."""
+
+
+RECEIVE_RATE = 20e6
+"""Bytes per second a loaded machine is sure to receive a fetch response at (the stall
+limit grows with the largest response the client accepts)."""
+
+
+def stall_limit(endpoint: KafkaEndpoint) -> float:
+    """How long polls may fetch nothing while records are known to be unread: at least
+    :data:`STALL_S`, or the time to receive the largest response the client accepts
+    (``receive.message.max.bytes``) at :data:`RECEIVE_RATE` (such a response arrives
+    over many polls that return nothing).
+
+    >>> from connectors.kafka.config import parse_kafka_url
+    >>> stall_limit(parse_kafka_url("kafka://h:1/t"))
+    8.0
+    >>> stall_limit(parse_kafka_url("kafka://h:1/t?receive.message.max.bytes=2000000000"))
+    100.0
+    """
+    frame = endpoint.client_config("consumer").get("receive_message_max_bytes", 100_000_000)
+    return max(STALL_S, int(frame) / RECEIVE_RATE)
 
 
 def missing_records(bootstrap: str, behind: Mapping[str, tuple[int, int]],
@@ -146,6 +168,9 @@ class KafkaUpdateSource:
             raise
         self._raw: OrderedDict[str, bytes | None] = OrderedDict()
         self.records_read = 0
+        self.stall_s = stall_limit(endpoint)
+        self._idle_s = 0.0
+        self._idle_at: dict[TopicPartitionKey, int] | None = None
 
     def _seek(self, start: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Position every stream at ``start`` (default: offset 0), refusing to start
@@ -212,13 +237,16 @@ class KafkaUpdateSource:
         )
         ends = self._end_offsets() if self.stop_at_end else None
         while True:
+            polled = time.monotonic()
             batch = self._poll()
             if not batch:
                 if ends is not None and self._reached(ends):
                     break
+                self._idle(ends, time.monotonic() - polled)
                 if self.stop_requested():
                     raise StopRequested
                 continue
+            self._idle_s = 0.0
             for item in batch:
                 if aligner is None:
                     yield from self._release(item)
@@ -249,6 +277,26 @@ class KafkaUpdateSource:
 
         return all(self.consumer.position(TopicPartition(t, p)) >= end
                    for (t, p), end in ends.items())
+
+    def _idle(self, ends: Mapping[TopicPartitionKey, int] | None, seconds: float) -> None:
+        """A bounded read's poll of ``seconds`` fetched nothing though records before
+        ``ends`` are unread: after :attr:`stall_s` seconds of such polls in a row (the time
+        spent between polls, maintaining the view, does not count) with no partition's
+        position moving, raise :class:`KafkaStallError` naming what is missing, rather
+        than wait for it without end."""
+        if ends is None:
+            return
+        from kafka import TopicPartition
+
+        at = {k: self.consumer.position(TopicPartition(*k)) for k in ends}
+        if at != self._idle_at:
+            self._idle_at, self._idle_s = at, 0.0  # (past transaction markers: progress)
+        self._idle_s += seconds
+        if self._idle_s >= self.stall_s:
+            behind = {f"{t}:{p}": (at[t, p], end) for (t, p), end in ends.items()
+                      if at[t, p] < end}
+            raise KafkaStallError(missing_records(self.endpoint.bootstrap, behind,
+                                                  self._idle_s))
 
     def _poll(self) -> list[_Item]:
         got = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=5000)
