@@ -121,12 +121,11 @@ def run_local(ctx: RunContext) -> DriveStats:
         opened=opened, tracker=tracker,
     )
     query = ctx.query
-    replanned = getattr(query, "replanned", None)
-    if opts.updates != "-" and callable(replanned):
+    if opts.updates != "-":
         # Re-plan with update rates estimated from the stream's first records (CROWN's
         # sum of depth x rate). Not for stdin: buffering would hold back live input.
         prefix, records = buffer_prefix(records, PREFIX_RECORDS)
-        query = replanned(prefix)
+        query = query.replanned(prefix)
     view = maintain_view(ctx, query)
     snapshots = out.snapshots
     # Epochs a resumed sink already holds are recomputed (the state is in memory) and
