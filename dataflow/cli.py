@@ -148,8 +148,13 @@ def cmd_explain(
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """``ivmflow generate graph|social|tpch``."""
-    if args.kind == "tpch":
+    """``ivmflow generate graph|social|tpch|tpcds``."""
+    if args.kind == "tpcds":
+        report = generate.tpcds(args.out, args.sf, refresh_rounds=args.refresh_rounds,
+                                seed=args.seed, sales_per_refresh=args.sales_per_refresh,
+                                delete_days=args.delete_days,
+                                dimension_updates=args.dimension_updates)
+    elif args.kind == "tpch":
         report = generate.tpch(args.out, args.sf, refresh_pairs=args.refresh_pairs,
                                seed=args.seed, other_updates=args.other_updates)
     elif args.kind == "social":
@@ -460,6 +465,31 @@ def build_parser() -> argparse.ArgumentParser:
                            "changed per UPD epoch (default max(3, SF*300); 0: no UPD "
                            "epochs)")
     tpch.add_argument("--quiet", "-q", action="store_true")
+    tpcds = gen_sub.add_parser(
+        "tpcds", help="TPC-DS tables (DuckDB's dsdgen), data-maintenance epochs and the "
+                      "99 queries",
+        description="Write DIR/schema.sql, DIR/updates.csv (the initial load, then per "
+                    "refresh round an INS epoch inserting new tickets per sales channel "
+                    "with their returns and new customers, a DEL epoch deleting a "
+                    "window of sale dates' sales with their returns and a window of "
+                    "inventory, and an UPD epoch changing customer, item and "
+                    "customer_address rows), DIR/queries/q01.sql ... q99.sql and "
+                    "DIR/manifest.json. Needs the tpcds extra (duckdb-extension-tpcds).")
+    tpcds.add_argument("--sf", type=_scale_factor, required=True, help="scale factor")
+    tpcds.add_argument("--out", required=True, metavar="DIR")
+    tpcds.add_argument("--refresh-rounds", type=_count, default=2, metavar="K",
+                       help="INS/DEL/UPD rounds after the initial load (default 2)")
+    tpcds.add_argument("--seed", type=int, default=0)
+    tpcds.add_argument("--sales-per-refresh", type=_count, default=None, metavar="N",
+                       help="new tickets (orders) per channel per INS epoch (default "
+                            "max(2, SF*1000); 0: no INS epochs)")
+    tpcds.add_argument("--delete-days", type=_count, default=7, metavar="D",
+                       help="sale dates deleted per channel per DEL epoch (default 7; "
+                            "0: no DEL epochs)")
+    tpcds.add_argument("--dimension-updates", type=_count, default=None, metavar="N",
+                       help="customers and addresses (a third as many items) changed "
+                            "per UPD epoch (default max(3, SF*300); 0: no UPD epochs)")
+    tpcds.add_argument("--quiet", "-q", action="store_true")
     return parser
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from connectors import generators
 from core.errors import UnavailableError, UsageError
 
-__all__ = ["GraphSpec", "graph", "social", "tpch"]
+__all__ = ["GraphSpec", "graph", "social", "tpcds", "tpch"]
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,26 @@ def tpch(out_dir: str, sf: float, *, refresh_pairs: int = 2, seed: int = 0,
     from connectors import tpch as tpch_data
 
     spec = tpch_data.TpchSpec(sf, refresh_pairs, seed, other_updates)
-    manifest = tpch_data.write_tpch(spec, out_dir)
+    return _report("TPC-H", sf, out_dir, tpch_data.write_tpch(spec, out_dir), 22)
+
+
+def _report(name: str, sf: float, out_dir: str, manifest: dict[str, Any], queries: int
+            ) -> str:
     load = sum(manifest["epochs"][0]["inserts"].values())
     rest = manifest["lines"] - load - len(manifest["epochs"])
-    return (f"wrote TPC-H SF {sf} to {out_dir}: {load} rows in the initial load, "
-            f"{rest} updates in {len(manifest['epochs']) - 1} refresh epochs, 22 queries "
-            f"({manifest['seconds']['total']:.1f} s)")
+    return (f"wrote {name} SF {sf} to {out_dir}: {load} rows in the initial load, "
+            f"{rest} updates in {len(manifest['epochs']) - 1} refresh epochs, {queries} "
+            f"queries ({manifest['seconds']['total']:.1f} s)")
+
+
+def tpcds(out_dir: str, sf: float, *, refresh_rounds: int = 2, seed: int = 0,
+          sales_per_refresh: int | None = None, delete_days: int = 7,
+          dimension_updates: int | None = None) -> str:
+    """TPC-DS at scale factor ``sf`` into ``out_dir``: ``schema.sql``, ``updates.csv``
+    (the initial load, then ``refresh_rounds`` x INS, DEL and UPD epochs),
+    ``queries/q01.sql`` ... ``q99.sql``, ``manifest.json`` (:mod:`connectors.tpcds`)."""
+    from connectors import tpcds as tpcds_data
+
+    spec = tpcds_data.TpcdsSpec(sf, refresh_rounds, seed, sales_per_refresh, delete_days,
+                                dimension_updates)
+    return _report("TPC-DS", sf, out_dir, tpcds_data.write_tpcds(spec, out_dir), 99)
