@@ -19,6 +19,7 @@ import calendar
 import datetime
 import decimal
 import math
+import operator
 import re
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
@@ -170,16 +171,15 @@ def float_compare(op: str) -> Callable[[Any, Any], Any]:
     >>> lt(1.0, NAN), lt(NAN, _INF), eq(NAN, NAN), eq(NAN, None)
     (True, False, True, None)
     """
-    fn = _COMPARE[op]
+    return partial(_float_compare3, _COMPARE[op])
 
-    def test(a: Any, b: Any) -> Any:
-        if a is None or b is None:
-            return None
-        if a != a or b != b:
-            return fn(_nan_key(a), _nan_key(b))
-        return fn(a, b)
 
-    return test
+def _float_compare3(fn: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    if a != a or b != b:
+        return fn(_nan_key(a), _nan_key(b))
+    return fn(a, b)
 
 
 def cast_error(v: Any, target: str, text: str) -> EvaluationError:
@@ -352,8 +352,8 @@ def days_between(x: Any, y: Any) -> Any:
 
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
 }
 
 
