@@ -5,6 +5,15 @@ variables; its relation is the intersection of its children's projections). Tree
 searched exhaustively over a memoised recursion and chosen by height, then by
 sum over atoms of depth(e) * N(e) (N(e) = update rate of atom e).
 
+The search is bounded, so that every query compiles in seconds (TPC-DS's joins of up
+to 18 relations): a generalized node's candidates are the subsets of an atom's
+variables shared with another atom (exact: no other subset can split the atoms);
+a non-free-connex output is ruled out by GYO before any search; past
+:data:`SEARCH_BUDGET` subproblems the greedy search takes each subproblem's first tree,
+and past :data:`EXTENSION_BUDGET` candidate extensions of a non-free-connex output one
+inclusion-minimal extension is found greedily. A fallback's tree is as valid as the
+searched one (it may be higher or cost more); ``explain`` names it after the tree.
+
 Example:
     >>> edges = [frozenset("AB"), frozenset("BC"), frozenset("CD"), frozenset("DE")]
     >>> is_acyclic(edges), is_hierarchical(edges)
@@ -16,10 +25,13 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+
+from core.errors import UnsupportedQueryError
 
 Edge = frozenset[str]
 
@@ -93,6 +105,9 @@ class TreeNode:
     attrs: frozenset[str]
     atom: int | None
     children: tuple[TreeNode, ...] = ()
+    greedy: str = ""
+    """Set on a root a fallback chose (the exhaustive search went over its budget):
+    why; explain prints it."""
 
     @property
     def height(self) -> int:
@@ -187,95 +202,219 @@ def _combine(
     return out
 
 
+def _shared_vars(atoms: frozenset[int], edges: Sequence[Edge]) -> frozenset[str]:
+    """The variables of two or more of ``atoms``."""
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for a in atoms:
+        shared |= edges[a] & seen
+        seen |= edges[a]
+    return frozenset(shared)
+
+
+SEARCH_BUDGET = 20_000
+"""Subproblems (atom set, variables needed from above, flags) the exhaustive search may
+solve for one tree; past it, :func:`best_tree` searches greedily (the first tree each
+subproblem finds)."""
+GREEDY_BUDGET = 20_000
+"""Subproblems the greedy search may solve; past it the query is refused."""
+
+
+class _OverBudget(Exception):
+    """The search visited more than its budget of subproblems."""
+
+
 def search_trees(
-    edges: Sequence[Edge], free: frozenset[str], rates: Sequence[float]
+    edges: Sequence[Edge], free: frozenset[str], rates: Sequence[float], *,
+    greedy: bool = False, budget: int | None = None,
 ) -> list[_Option]:
     """Pareto-optimal (height, cost) free-connex generalized join trees, or [] if none.
 
     A subtree may introduce a bound (non-free) variable only if nothing below it
-    introduces a free one (the free-connex condition, checked locally)."""
-    all_vars = frozenset().union(*edges) if edges else frozenset()
+    introduces a free one (the free-connex condition, checked locally). ``greedy``:
+    each subproblem keeps the first tree it finds (atom roots first, the atom with the
+    most variables first; then generalized roots, the smallest first) instead of
+    comparing all. More than ``budget`` subproblems raise :class:`_OverBudget`."""
     n = len(edges)
+    visited = 0
+
+    def children(comps: list[frozenset[int]], root: Edge, generalized: bool, bound: bool
+                 ) -> tuple[list[list[_Option]], list[float]] | None:
+        """The subtrees below a root: one front per component (None: one has none).
+        Below an atom a component needs what it shares with the root; below a
+        generalized root, all of the root (and is again allowed one)."""
+        fronts: list[list[_Option]] = []
+        sums: list[float] = []
+        for comp in comps:
+            attrs_c = frozenset().union(*(edges[b] for b in comp))
+            need_c = root if generalized else attrs_c & root
+            if not need_c <= attrs_c:
+                return None
+            sub = build(comp, need_c, generalized, bound)
+            if not sub:
+                return None
+            fronts.append(list(sub))
+            sums.append(sum(rates[b] for b in comp))
+        return fronts, sums
 
     @cache
     def build(
         atoms: frozenset[int], need: frozenset[str], gen_ok: bool, bound_above: bool
     ) -> tuple[_Option, ...]:
+        nonlocal visited
+        visited += 1
+        if budget is not None and visited > budget:
+            raise _OverBudget
         attrs_s = frozenset().union(*(edges[a] for a in atoms))
         if bound_above and (attrs_s & free) - need:
             return ()
         options: list[_Option] = []
         # (a) an atom as the root of this subtree
-        for a in sorted(atoms):
+        order = sorted(atoms, key=lambda a: (-len(edges[a]), a)) if greedy else sorted(atoms)
+        for a in order:
             e = edges[a]
             if not need <= e:
                 continue
             introduces_bound = bool((e - need) - free)
-            rest = atoms - {a}
-            fronts: list[list[_Option]] = []
-            sums: list[float] = []
-            ok = True
-            for comp in _components(rest, edges, e):
-                attrs_c = frozenset().union(*(edges[b] for b in comp))
-                sub = build(comp, attrs_c & e, False, bound_above or introduces_bound)
-                if not sub:
-                    ok = False
-                    break
-                fronts.append(list(sub))
-                sums.append(sum(rates[b] for b in comp))
-            if ok:
-                options.extend(_combine(e, a, fronts, sums))
-        # (b) a generalized root (only above atoms, CROWN's condition 3)
+            below = children(_components(atoms - {a}, edges, e), e, False,
+                             bound_above or introduces_bound)
+            if below is not None:
+                options.extend(_combine(e, a, *below))
+                if greedy:
+                    return tuple(options)
+        # (b) a generalized root (only above atoms, CROWN's condition 3). It splits the
+        # atoms into two or more components and lies inside each, so each of its
+        # variables is in two atoms or more: subsets of an atom's *shared* variables
+        # only (the other subsets fail below; skipping them keeps the search
+        # polynomial in an atom's private variables).
         if gen_ok:
+            shared = _shared_vars(atoms, edges)
             candidates: set[frozenset[str]] = set()
             for a in atoms:
-                for r in range(len(edges[a]) + 1):
-                    for sub_attrs in itertools.combinations(sorted(edges[a]), r):
-                        g = frozenset(sub_attrs)
-                        if need <= g:
-                            candidates.add(g)
+                if not need <= edges[a] & shared:
+                    continue
+                optional = sorted((edges[a] & shared) - need)
+                for r in range(len(optional) + 1):
+                    for sub_attrs in itertools.combinations(optional, r):
+                        candidates.add(need | frozenset(sub_attrs))
             for g in sorted(candidates, key=lambda s: (len(s), sorted(s))):
                 comps = _components(atoms, edges, g)
                 if len(comps) < 2:
                     continue
                 introduces_bound = bool((g - need) - free)
-                fronts = []
-                sums = []
-                ok = True
-                for comp in comps:
-                    attrs_c = frozenset().union(*(edges[b] for b in comp))
-                    if not g <= attrs_c:
-                        ok = False
-                        break
-                    sub = build(comp, g, True, bound_above or introduces_bound)
-                    if not sub:
-                        ok = False
-                        break
-                    fronts.append(list(sub))
-                    sums.append(sum(rates[b] for b in comp))
-                if ok:
-                    options.extend(_combine(g, None, fronts, sums))
+                below = children(comps, g, True, bound_above or introduces_bound)
+                if below is not None:
+                    options.extend(_combine(g, None, *below))
+                    if greedy:
+                        return tuple(options)
         return tuple(_pareto(options))
 
     if n == 0:
         return []
-    del all_vars
     return list(build(frozenset(range(n)), frozenset(), True, False))
 
 
 def best_tree(
     edges: Sequence[Edge], free: frozenset[str], rates: Sequence[float]
 ) -> TreeNode | None:
-    """The chosen tree: lowest height, then lowest sum of depth * rate."""
-    options = search_trees(edges, free, rates)
+    """The chosen tree: lowest height, then lowest sum of depth * rate; None when the
+    query is not free-connex for ``free`` (decided by GYO first, in polynomial time).
+
+    Past :data:`SEARCH_BUDGET` subproblems, the first tree of the greedy search, marked
+    ``greedy`` (explain says so); past :data:`GREEDY_BUDGET` there, the query is
+    refused (:class:`UnsupportedQueryError`)."""
+    if edges and not is_free_connex(edges, free):
+        return None
+    greedy = False
+    try:
+        options = search_trees(edges, free, rates, budget=SEARCH_BUDGET)
+    except _OverBudget:
+        greedy = True
+        try:
+            options = search_trees(edges, free, rates, greedy=True, budget=GREEDY_BUDGET)
+        except _OverBudget:
+            msg = (f"a join of {len(edges)} relations over "
+                   f"{len(frozenset().union(*edges))} variables: no join tree found "
+                   f"within {SEARCH_BUDGET} search steps, nor greedily within "
+                   f"{GREEDY_BUDGET}")
+            raise UnsupportedQueryError(msg) from None
     if not options:
         return None
-    return min(options, key=lambda o: (o.height, o.cost, _render(o.node))).node
+    node = min(options, key=lambda o: (o.height, o.cost, _render(o.node))).node
+    if greedy:
+        why = f"the greedy tree: the exhaustive search went over {SEARCH_BUDGET} steps"
+        return dataclasses.replace(node, greedy=why)
+    return node
+
+
+EXTENSION_BUDGET = 2_000
+"""Sets of bound variables :func:`free_connex_tree` may try as the output's extension;
+past it, one inclusion-minimal extension, found greedily."""
+
+
+def free_connex_tree(
+    edges: Sequence[Edge], free: frozenset[str], bound: Sequence[str],
+    rates: Sequence[float], names: Sequence[str],
+) -> tuple[TreeNode, tuple[str, ...]] | None:
+    """The tree for the output ``free`` extended by the fewest ``bound`` variables that
+    make the query free-connex (CROWN's extension of a non-free-connex query), and those
+    variables: among the sets of the smallest size, the lowest (height, cost,
+    rendering). Past :data:`EXTENSION_BUDGET` sets tried, the fallback: all of
+    ``bound``, less each variable (in order) without which a tree is still found (an
+    inclusion-minimal extension), a tree marked ``greedy``. None for a cyclic query.
+
+    The search's trees are CROWN's (generalized nodes inside an atom, above atoms
+    only), so a free-connex output (by GYO) does not always have one: GYO only rules
+    sets out."""
+    tried = 0
+    for size in range(len(bound) + 1):
+        best: tuple[int, float, str, TreeNode, tuple[str, ...]] | None = None
+        for combo in itertools.combinations(bound, size):
+            tried += 1
+            if tried > EXTENSION_BUDGET:
+                return _greedy_extension(edges, free, bound, rates)
+            t = best_tree(edges, free | frozenset(combo), rates)
+            if t is None:
+                continue
+            cand = (t.height, t.cost(rates), render_tree(t, names), t, combo)
+            if best is None or cand[:3] < best[:3]:
+                best = cand
+        if best is not None:
+            return best[3], best[4]
+    return None
+
+
+def _greedy_extension(edges: Sequence[Edge], free: frozenset[str], bound: Sequence[str],
+                      rates: Sequence[float]) -> tuple[TreeNode, tuple[str, ...]] | None:
+    """All of ``bound``, less each variable (in order) without which a tree is still
+    found (GYO first; then the greedy search, within its budget)."""
+    def has_tree(out: frozenset[str]) -> bool:
+        if not is_free_connex(edges, out):
+            return False
+        try:
+            return bool(search_trees(edges, out, rates, greedy=True, budget=GREEDY_BUDGET))
+        except _OverBudget:
+            return False
+
+    extra = list(bound)
+    for v in bound:
+        rest = [x for x in extra if x != v]
+        if has_tree(free | frozenset(rest)):
+            extra = rest
+    tree = best_tree(edges, free | frozenset(extra), rates)
+    if tree is None:
+        return None
+    why = (f"the output extended greedily: more than {EXTENSION_BUDGET} sets of bound "
+           "variables to try")
+    why += f"; {tree.greedy}" if tree.greedy else ""
+    return dataclasses.replace(tree, greedy=why), tuple(extra)
 
 
 def render_tree(node: TreeNode, names: Sequence[str]) -> str:
-    """A compact one-line rendering, e.g. ``[C](G2(G1), G3(G4))``."""
+    """A compact one-line rendering, e.g. ``[C](G2(G1), G3(G4))``; a tree a fallback
+    chose says so after it."""
     head = names[node.atom] if node.atom is not None else "[" + ",".join(sorted(node.attrs)) + "]"
+    note = f" (fallback: {node.greedy})" if node.greedy else ""
     if not node.children:
-        return head
-    return head + "(" + ", ".join(render_tree(c, names) for c in node.children) + ")"
+        return head + note
+    return head + "(" + ", ".join(render_tree(c, names) for c in node.children) + ")" + note
