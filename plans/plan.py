@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -24,7 +23,7 @@ from core.errors import UnsupportedQueryError
 from plans.cq import ConjunctiveQuery
 from plans.jointree import (
     TreeNode,
-    best_tree,
+    free_connex_tree,
     is_acyclic,
     is_free_connex,
     is_hierarchical,
@@ -116,21 +115,8 @@ def build_plan(cq: ConjunctiveQuery, rates: Sequence[float] | None = None) -> Pl
         raise ValueError(msg)
     free = frozenset(cq.free_vars)
     bound = [v for v in cq.var_order if v not in free]
-    tree: TreeNode | None = None
-    extra: tuple[str, ...] = ()
-    for size in range(len(bound) + 1):
-        best: tuple[int, float, str, TreeNode, tuple[str, ...]] | None = None
-        for combo in itertools.combinations(bound, size):
-            t = best_tree(edges, free | frozenset(combo), rate)
-            if t is None:
-                continue
-            names = [a.alias for a in cq.atoms]
-            cand = (t.height, t.cost(rate), render_tree(t, names), t, combo)
-            if best is None or cand[:3] < best[:3]:
-                best = cand
-        if best is not None:
-            tree, extra = best[3], best[4]
-            break
+    found = free_connex_tree(edges, free, bound, rate, [a.alias for a in cq.atoms])
+    tree, extra = found if found is not None else (None, ())
     if tree is None:  # pragma: no cover - acyclic queries always have a tree with all vars
         msg = "internal: no join tree found for an acyclic query"
         raise AssertionError(msg)
