@@ -25,7 +25,7 @@ from typing import Any
 
 from core.schema import Row
 from operators.keyedview import CompiledKeyedView, KeyedViewState
-from operators.node import Change, Node, TaggedTuple
+from operators.node import HostedNode, TaggedTuple
 from operators.state import State
 from operators.threshold import CompiledThreshold, ThresholdState
 
@@ -105,7 +105,7 @@ def _threshold_layout(compiled: CompiledThreshold, parallelism: int) -> InputLay
     return InputLayout(partitions, KeyRouter(keys, partitions), inputs)
 
 
-class _ViewTask(Node[TaggedTuple]):
+class _ViewTask(HostedNode):
     """One partition of a view's stage, as a node (:mod:`operators.node`): each update
     row to :meth:`add`, the lifecycle to the live view it hosts."""
 
@@ -114,32 +114,10 @@ class _ViewTask(Node[TaggedTuple]):
     def add(self, atom: int, row: Row, dm: int, epoch: int) -> None:
         raise NotImplementedError
 
-    def open_epoch(self, epoch: int) -> None:
-        self.view.open_epoch(epoch)
-
     def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
         add = self.add
         for r in batch:
             add(r[_ATOM], r[_T], r[_DM], r[_EPOCH])
-
-    def close_epoch(self) -> list[Change]:
-        return self.view.close_epoch()
-
-    def snapshot(self) -> list[Change]:
-        return self.view.snapshot()
-
-    def state_maps(self) -> list[str]:
-        return self.view.state_maps()
-
-    def state_entries(self) -> int:
-        return self.view.state_entries()
-
-    def checkpoint(self) -> Any:
-        """The open epoch's changes (the view's)."""
-        return self.view.checkpoint()
-
-    def restore_checkpoint(self, blob: Any) -> None:
-        self.view.restore_checkpoint(blob)
 
 
 class KeyedViewTask(_ViewTask):

@@ -62,8 +62,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from core.epochs import CLOSE
 from core.records import EpochDelta, Update
 
-__all__ = ["Change", "LocalNode", "Node", "PartitionNode", "TaggedTuple", "UpdateNode",
-           "drive_rows"]
+__all__ = ["Change", "HostedNode", "LocalNode", "Node", "PartitionNode", "TaggedTuple",
+           "UpdateNode", "drive_rows"]
 
 C_contra = TypeVar("C_contra", contravariant=True)
 """The kind of change a node takes."""
@@ -199,3 +199,32 @@ class UpdateNode(Node[Update]):
 
     def close_epoch(self) -> list[Change]:
         return list(self.end_epoch().rows)
+
+
+class HostedNode(Node[TaggedTuple]):
+    """A stage partition hosting a live node (``view``): its lifecycle is the view's;
+    a subclass turns tagged rows into the view's changes (:meth:`apply_batch`)."""
+
+    view: Node[Any]
+
+    def open_epoch(self, epoch: int) -> None:
+        self.view.open_epoch(epoch)
+
+    def close_epoch(self) -> list[Change]:
+        return self.view.close_epoch()
+
+    def snapshot(self) -> list[Change]:
+        return self.view.snapshot()
+
+    def state_maps(self) -> list[str]:
+        return self.view.state_maps()
+
+    def state_entries(self) -> int:
+        return self.view.state_entries()
+
+    def checkpoint(self) -> Any:
+        """The view's: the open epoch's changes."""
+        return self.view.checkpoint()
+
+    def restore_checkpoint(self, blob: Any) -> None:
+        self.view.restore_checkpoint(blob)
