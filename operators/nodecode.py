@@ -1,10 +1,28 @@
-"""The generated code of a join-tree node (:class:`operators.joinnode.JoinNode`): its
-``apply`` specialized to the node (children unrolled, keys inlined, integer payloads or
-supports inlined), the semi-join updates of a top node, its liveness walks and support
-changes, and the expressions other generated code reads a node's multiplicities with.
-Each does the same steps and state changes as the node's generic methods, which stay
-the reference (tests/test_engine_paths.py runs both and compares); the functions take
-the node and return source text or bind the compiled functions into it.
+"""Every operation of a join tree's nodes (:class:`operators.joinnode.JoinNode`), as
+generated code: the one definition, run as Python (interpreted) or translated by
+:mod:`core.native` (compiled).
+
+A tree's code is one namespace, compiled once when its last node is finished
+(:func:`compile_tree`); node ``n``'s functions and maps are named with the suffix
+``_n``, and a node calls another's functions by name, so a binding replaced later
+(``bind_emit``, ``bind_notify``) is seen by every caller:
+
+* ``apply_n(t, dm)``: the R-update of an atom node (children unrolled, keys inlined):
+  its multiplicity, index buckets and counter, then, when every child supports the
+  tuple, the change of its semi-join group (top) or of its projection (lower);
+* ``sj_insert_n(t)`` / ``sj_delete_n(t)``: the S-update of a top node (t enters or
+  leaves V_s); ``live_n(t)`` / ``dead_n(t)``: the liveness walks; ``support_n(i, k,
+  appear)``: the P-update of a top node whose child ``i`` gained or lost key ``k``
+  (:mod:`operators.nodewalks`);
+* ``boundary_n(i, k, old, new)``: a lower child's projection changed at ``k`` (a top
+  node): the support change, then the enumeration hook; ``lower_n_i(i, k, old, new)``:
+  the same for a lower node, whose tuples with that key change their payload or count.
+
+Payloads are inlined as integers (multiplicities, supports) or called through the
+node's ring (aggregate vectors); ``base_payload(t, m)`` must be linear in ``m``, so a
+change of ``dm`` copies adds ``base_payload(t, dm)``. The expressions that other
+generated code reads a node's multiplicities with are :func:`mult_expr` and
+:func:`count_expr`.
 
 Example:
     >>> from operators.joinnode import JoinNode
@@ -12,24 +30,82 @@ Example:
     >>> from operators.state import DictState
     >>> leaf = JoinNode("S", ("b",), False, 1, True, "bag", IntRing(), DictState())
     >>> leaf.finish()
-    >>> print(apply_source(leaf)[0].splitlines()[0])
-    def apply(t, dm):
+    >>> print(tree_source(leaf)[0].splitlines()[0])
+    def sj_insert_0(t):
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.codegen import define, set_add, set_discard
 from operators.nodemaps import NO_MAP, KeyedBase, key_expr
+from operators.nodewalks import boundary_lines, group_lines, live_test, sj_lines, walk_lines
+from operators.ring import IntRing
 from operators.state import read_only_get
 
 if TYPE_CHECKING:
     from operators.joinnode import JoinNode
 
-__all__ = ["apply_source", "compile_apply", "compile_key_leaf_apply", "compile_sj",
-           "count_expr", "mult_expr", "walk_source"]
+__all__ = ["Payloads", "compile_tree", "count_expr", "mult_expr", "tree_nodes",
+           "tree_source"]
+
+
+class Payloads:
+    """Source of a node's payload arithmetic: integers inlined (``a * b``), other rings
+    called (``rmul(a, b)``, bound in the namespace); a node's ``base_payload(t, m)``
+    is ``m`` by default, else a call of ``P_n``.
+
+    >>> from operators.joinnode import JoinNode
+    >>> from operators.ring import VectorRing
+    >>> from operators.state import DictState
+    >>> env = {}
+    >>> ring = Payloads(JoinNode("S", ("b",), False, 1, True, "ring", VectorRing(1),
+    ...                          DictState(), lambda t, m: (m, m * t[0])), env)
+    >>> ring.mul("d", "x"), ring.base("t", "dm"), sorted(env)[:2]
+    ('rmul(d, x)', 'P_0(t, dm)', ['P_0', 'radd'])
+    """
+
+    def __init__(self, node: JoinNode, env: dict[str, Any]) -> None:
+        self.ints = isinstance(node.ring, IntRing)
+        self.node = node
+        if not self.ints:
+            ring = node.ring
+            env.update(radd=ring.add, rsub=ring.sub, rmul=ring.mul, rneg=ring.neg,
+                       rcount=ring.count, rzero=ring.zero, rone=ring.one)
+        if not node.base_payload_default:
+            env[f"P_{node.num}"] = node.base_payload
+        self.zero = "0" if self.ints else "rzero"
+        self.one = "1" if self.ints else "rone"
+
+    def base(self, t: str, m: str) -> str:
+        """The payload of ``m`` copies of tuple ``t`` of this node."""
+        return m if self.node.base_payload_default else f"P_{self.node.num}({t}, {m})"
+
+    def add(self, a: str, b: str) -> str:
+        return f"{a} + {b}" if self.ints else f"radd({a}, {b})"
+
+    def sub(self, a: str, b: str) -> str:
+        return f"{a} - {b}" if self.ints else f"rsub({a}, {b})"
+
+    def mul(self, a: str, b: str) -> str:
+        return f"{a} * {b}" if self.ints else f"rmul({a}, {b})"
+
+    def neg(self, a: str) -> str:
+        return f"-{a}" if self.ints else f"rneg({a})"
+
+    def nonzero(self, a: str) -> str:
+        """True when a payload has derivations (is kept in a projection)."""
+        return a if self.ints else f"rcount({a})"
+
+    def product(self, factors: list[str]) -> str:
+        """``factors`` multiplied left to right (the ring's one when there are none)."""
+        if not factors:
+            return self.one
+        expr = factors[0]
+        for f in factors[1:]:
+            expr = self.mul(expr, f)
+        return expr
 
 
 def mult_expr(node: JoinNode, var: str, env: dict[str, Any], name: str) -> str:
@@ -66,364 +142,274 @@ def count_expr(node: JoinNode, var: str, env: dict[str, Any], name: str) -> str:
     return f"{name}({var}, 0)"
 
 
-def compile_key_leaf_apply(node: JoinNode) -> Callable[[Any, int], None]:
-    """:meth:`apply` of a key leaf: the multiplicity is kept in ``proj`` under the
-    key, and a change is passed to the parent as a payload (bag) or support (set)
-    change; the same notifications as the generic path."""
-    env: dict[str, Any] = {
-        "proj": node.proj, "proj_get": node.proj.get,
-        "notify": parent_change_hook(node),
-    }
-    pos = node.pos_in_parent
-    k = key_expr("t", node.attrs, node.scalar, node.key_attrs)
-    gone = "True" if node.counting else "p"
-    lines = [
-        "def apply(t, dm):",
-        f"    k = {k}",
-        "    p = proj_get(k)",
-        "    if p is None:",
-        "        proj[k] = dm",
-        f"        notify({pos}, k, None, {'True' if node.counting else 'dm'})",
-        "        return",
-        "    q = p + dm",
-        "    if q:",
-        "        proj[k] = q",
-    ]
-    if not node.counting:
-        lines.append(f"        notify({pos}, k, p, q)")
-    lines += ["    else:", "        del proj[k]", f"        notify({pos}, k, {gone}, None)"]
-    fn: Callable[[Any, int], None]
-    define("\n".join(lines), f"<apply {node.name}>", env)
-    fn = env["apply"]
-    node._code_envs.append(env)
-    return fn
+# -- the tree ------------------------------------------------------------------------
+def tree_nodes(root: JoinNode) -> list[JoinNode]:
+    """The nodes of ``root``'s tree, parents before children."""
+    out = [root]
+    for node in out:
+        out.extend(node.children)
+    return out
 
 
-def parent_change_hook(node: JoinNode) -> Callable[[int, Any, Any, Any], None]:
-    """What :meth:`_notify` calls for a lower node, bound once for generated code:
-    the parent's boundary handler (top parent) or its lower-child handler."""
-    parent = node.parent
-    assert parent is not None, "a lower node always has a parent"
-    return parent._boundary_change if parent.top else parent._lower_child_change
+def bind_maps(node: JoinNode, env: dict[str, Any]) -> None:
+    """Bind node ``n``'s maps in the tree's namespace: ``proj_n`` (``projget_n``: its
+    ``get``), ``base_n``, ``counter_n``, ``index_n_i`` and ``L_n_i`` (the live index for
+    child ``i``), and the read-only lookups ``projread_n``, ``indexread_n_i`` (all of
+    them: ``indexreads_n``; see :func:`operators.state.read_only_get`)."""
+    n = node.num
+    env[f"proj_{n}"], env[f"projget_{n}"] = node.proj, node.proj.get
+    env[f"projread_{n}"] = node.proj_read
+    env[f"base_{n}"], env[f"baseget_{n}"] = node.base, node.base.get
+    env[f"counter_{n}"] = node.counter
+    env[f"indexreads_{n}"] = node.index_read
+    for i in range(len(node.children)):
+        env[f"index_{n}_{i}"] = node.index[i]
+        env[f"indexread_{n}_{i}"] = node.index_read[i]
+        env[f"L_{n}_{i}"] = node.live_index[i]
+    env[f"emit_{n}"] = node._emit_via_hook
+    env[f"keyhook_{n}"] = node._key_via_hook
 
 
-def live_test(node: JoinNode, env: dict[str, Any], key: str) -> str:
-    """:meth:`key_live` as generated code on the key expression ``key``: ``True`` at
-    the root, else a lookup in the parent's live index (bound in ``env`` as
-    ``plive``)."""
-    if node.parent is None:
-        return "True"
-    env["plive"] = node.parent.live_index[node.pos_in_parent]
-    return f"{key} in plive"
-
-
-def compile_sj(node: JoinNode) -> None:
-    """``_sj_insert(t)`` / ``_sj_delete(t)`` of this top node, generated (key inlined,
-    parent bound; the only implementation). Insert: t entered V_s, so the S-update
-    (t joins its group under its key; a new group is a support appearing at the
-    parent), then t turns live if its key is. Delete, the reverse: dead first (if
-    its key is live), then the S-update. Called from finish(), after the tree is
-    wired."""
+def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
+    """The source of every operation of ``root``'s tree (see the module doc) and the
+    namespace it runs in."""
     env: dict[str, Any] = {}
-    k = key_expr("t", node.attrs, node.scalar, node.key_attrs)
-    # t enters (leaves) V_s here, so it turns live (dead) exactly when its key is.
-    live_key = live_test(node, env, "k")
-    group_add, group_remove = group_lines(node, env, "    ")
-    ins = ["def sj_insert(t):", f"    k = {k}", *group_add]
-    # A leaf's tuples index nothing when they turn live or dead: no call then.
-    if node.children:
-        ins += [f"    if {live_key}:", "        make_live(t)"]
-    dele = ["def sj_delete(t):", f"    k = {k}"]
-    if node.children:
-        dele += [f"    if {live_key}:", "        make_dead(t)"]
-    dele += group_remove
-    define("\n".join(ins + dele), f"<sj {node.name}>", env)
-    node._sj_insert = env["sj_insert"]
-    node._sj_delete = env["sj_delete"]
-    node._code_envs.append(env)
-
-
-def group_lines(node: JoinNode, env: dict[str, Any], indent: str) -> tuple[list[str], list[str]]:
-    """Generated code (at ``indent``) that adds tuple ``t`` to / removes it from its
-    semi-join group under key ``k`` (the S-update), telling the parent when the
-    group appears or goes; binds what it calls in ``env``."""
-    env["proj"] = node.proj
-    env["make_live"] = node._make_live
-    env["make_dead"] = node._make_dead
-    appear: list[str] = []
-    gone: list[str] = []
-    if node.parent is not None:
-        env["support"] = node.parent._child_support
-        appear = [f"support({node.pos_in_parent}, k, True)"]
-        gone = [f"support({node.pos_in_parent}, k, False)"]
-    return (set_add(indent, "proj", "k", "group", on_new=appear),
-            set_discard(indent, "proj", "k", "group", on_empty=gone))
-
-
-def walk_source(node: JoinNode, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
-    """Python source of :meth:`_make_live`, :meth:`_make_dead` and
-    :meth:`_child_support` specialized to this top node (children unrolled, keys
-    inlined), named ``name(kind, node)`` with kind ``live``, ``dead``, ``support``;
-    the functions of other nodes are called by those names, so the sources of all
-    top nodes are compiled into one shared ``env`` (see :meth:`bind_walks`)."""
-    me = node.id
-    live, dead, support = (name(kind, node) for kind in ("live", "dead", "support"))
-    ins, dels = name("sj_insert", node), name("sj_delete", node)
-    env[ins], env[dels] = node._sj_insert, node._sj_delete
-    lines = [f"def {live}(t):"]
-    dead_lines = [f"def {dead}(t):"]
-    for i, child in enumerate(node.children):
-        env[f"L{me}_{i}"] = node.live_index[i]
-        k = key_expr("t", node.attrs, node.scalar, child.key_attrs)
-        walk_live: list[str] = []
-        walk_dead: list[str] = []
-        if child.top:
-            # (the walks below change live indexes only, never the group they read)
-            env[f"P{me}_{i}"] = child.proj_read
-            walk_live, walk_dead = ([f"g = P{me}_{i}(k)", "if g:", "    for u in g:",
-                                     f"        {name(kind, child)}(u)"]
-                                    for kind in ("live", "dead"))
-        lines += [f"    k = {k}", *set_add("    ", f"L{me}_{i}", "k", "b",
-                                             on_new=walk_live)]
-        dead_lines += [f"    k = {k}", *set_discard("    ", f"L{me}_{i}", "k", "b",
-                                                    on_empty=walk_dead)]
-    if not node.children:
-        lines.append("    pass")
-        dead_lines.append("    pass")
-    n = node.nchildren
-    sup = [f"def {support}(i, k, appear):"]
-    if not node.children:
-        sup.append("    pass")
-    elif not node.keeps_counter:  # one child: every tuple with the key turns over
-        if node.generalized:
-            sup += ["    if appear:", f"        {ins}(k)", "    else:", f"        {dels}(k)"]
+    lines: list[str] = []
+    nodes = tree_nodes(root)
+    for num, node in enumerate(nodes):
+        node.num = num
+    for node in nodes:
+        bind_maps(node, env)
+        pay = Payloads(node, env)
+        if node.top:
+            lines += sj_lines(node) + walk_lines(node)
+            if any(not c.top for c in node.children):
+                lines += boundary_lines(node, pay)
         else:
-            env[f"X{me}"] = node.index_read[0]
-            # (two loops, not one over a chosen function: each call stays direct)
-            sup += [f"    bucket = X{me}(k)", "    if bucket:", "        if appear:",
-                    "            for u in list(bucket):", f"                {ins}(u)",
-                    "        else:", "            for u in list(bucket):",
-                    f"                {dels}(u)"]
-    elif node.generalized:
-        env[f"C{me}"] = node.counter
-        sup += [f"    c = C{me}.get(k, 0)", "    if appear:", "        c += 1",
-                f"        C{me}[k] = c", f"        if c == {n}:", f"            {ins}(k)",
-                "    else:", f"        if c == {n}:", f"            {dels}(k)",
-                "        c -= 1", "        if c:", f"            C{me}[k] = c",
-                "        else:", f"            del C{me}[k]"]
-    else:
-        env[f"C{me}"] = node.counter
-        env[f"X{me}"] = node.index_read
-        sup += [f"    bucket = X{me}[i](k)", "    if not bucket:", "        return",
-                f"    counter = C{me}", "    for u in list(bucket):", "        c = counter[u]",
-                "        if appear:", "            c += 1", "            counter[u] = c",
-                f"            if c == {n}:", f"                {ins}(u)", "        else:",
-                f"            if c == {n}:", f"                {dels}(u)",
-                "            counter[u] = c - 1"]
-    return "\n".join(lines + dead_lines + sup)
-
-
-def apply_source(node: JoinNode) -> tuple[str, dict[str, Any]]:
-    """Python source of :meth:`apply` specialized to this node: children unrolled,
-    keys inlined, integer payloads (bag) or supports (set) inlined. Same steps and
-    state changes as the generic method."""
-    env: dict[str, Any] = {
-        "emit": node._emit_via_hook, "base": node.base, "base_get": node.base.get,
-        "counter": node.counter,
-        "lower_change": node._lower_base_change,
-    }
-    if node.base_in_proj:
-        return proj_leaf_source(node, env), env
-    n = len(node.children)
-    keys = []
-    for i, child in enumerate(node.children):
-        env[f"index{i}"] = node.index[i]
-        env[f"cproj{i}"] = child.proj
-        keys.append(key_expr("t", node.attrs, node.scalar, child.key_attrs))
-    if n:
-        # The multiplicity is kept in the first child index's bucket (tuple -> count).
-        lines = [
-            "def apply(t, dm):",
-            f"    k0 = {keys[0]}",
-            "    b0 = index0.get(k0)",
-            "    old = 0 if b0 is None else b0.get(t, 0)",
-            "    new = old + dm",
-            "    if old == 0:",
-            "        c = 0",
-            "        if b0 is None:",
-            "            index0[k0] = {t: new}",
-            "        else:",
-            "            b0[t] = new",
-            "        if k0 in cproj0:",
-            "            c += 1",
-        ]
-    else:
-        # A leaf's counter would always be 0: it keeps none.
-        lines = [
-            "def apply(t, dm):",
-            "    old = base_get(t, 0)",
-            "    new = old + dm",
-            "    if old == 0:",
-        ]
-    for i, k in enumerate(keys[1:], 1):
-        lines += [f"        k = {k}", *set_add("        ", f"index{i}", "k", "b"),
-                  f"        if k in cproj{i}:", "            c += 1"]
-    if n == 1:
-        # One child: the count is whether the child's projection holds the key
-        # (derived, not stored: one map less to write per tuple).
-        lines += [
-            "    else:",
-            "        c = 1 if k0 in cproj0 else 0",
-            "        if new:",
-            "            b0[t] = new",
-            "    if c == 1:",
-        ]
-    elif n:
-        lines += [
-            "        counter[t] = c",
-            "    else:",
-            "        c = counter[t]",
-            "        if new:",
-            "            b0[t] = new",
-            f"    if c == {n}:",
-        ]
-    else:
-        lines += [
-            "        base[t] = new",
-            "    elif new:",
-            "        base[t] = new",
-            "    if True:",
-        ]
-    if node.top:
-        lines += top_change_lines(node, env)
-    else:
-        lines += lower_change_lines(node, env, keys)
-    lines += ["    if new == 0:"]
-    if not n:
-        lines.append("        del base[t]")
-    if n > 1:
-        lines.append("        del counter[t]")
-    if n:
-        # (old > 0 here, so b0 is the bucket that holds t)
-        lines += ["        del b0[t]", "        if not b0:", "            del index0[k0]"]
-    for i, k in enumerate(keys[1:], 1):
-        lines += [f"        k = {k}", *set_discard("        ", f"index{i}", "k", "b")]
+            for i in range(len(node.children)):
+                lines += lower_child_lines(node, i, pay)
+        if not node.generalized:
+            lines += apply_lines(node, pay)
     return "\n".join(lines), env
 
 
-def proj_leaf_source(node: JoinNode, env: dict[str, Any]) -> str:
-    """:meth:`apply` of a top leaf that keeps its multiplicities in its groups: the
-    same steps as the generic path (group and parent support first, then the live
-    change; a delete is enumerated before the tuple leaves its group), on one group
-    lookup. A leaf's tuples are all in V_s, so the group holds every tuple."""
-    env["proj"] = node.proj
-    live = live_test(node, env, "k")
-    k = key_expr("t", node.attrs, node.scalar, node.key_attrs)
-    one, minus_one = ("1", "-1") if node.counting else ("new", "-old")
-    appear = disappear = ""
-    if node.parent is not None:
-        env["support"] = node.parent._child_support
-        appear = f"        support({node.pos_in_parent}, k, True)"
-        disappear = f"            support({node.pos_in_parent}, k, False)"
-    lines = [
-        "def apply(t, dm):",
-        f"    k = {k}",
-        "    group = proj.get(k)",
-        "    if group is None:",
-        "        new = dm",  # (a delete of an absent tuple was refused before)
-        "        proj[k] = {t: new}",
-        *([appear] if appear else []),
-        f"        if {live}:",
-        f"            emit(t, {one})",
-        "        return",
-        "    old = group.get(t, 0)",
-        "    new = old + dm",
-        "    if old == 0:",
-        "        group[t] = new",
-        f"        if {live}:",
-        f"            emit(t, {one})",
-        "    elif new == 0:",
-        f"        if {live}:",
-        f"            emit(t, {minus_one})",
-        "        del group[t]",
-        "        if not group:",
-        "            del proj[k]",
-        *([disappear] if disappear else []),
-        "    else:",
-        "        group[t] = new",
-    ]
-    if not node.counting:
-        lines += [f"        if {live}:", "            emit(t, new - old)"]
-    return "\n".join(lines)
+def compile_tree(root: JoinNode) -> None:
+    """Compile :func:`tree_source` and bind it: each node's ``apply``, its semi-join
+    and walk functions, and each lower node's ``notify_n`` (its parent's handler)."""
+    text, env = tree_source(root)
+    define(text, f"<nodes {root.name}>", env)
+    for node in tree_nodes(root):
+        n = node.num
+        node._env = env
+        if not node.generalized:
+            node.apply = env[f"apply_{n}"]
+        if node.top:
+            node._sj_insert, node._sj_delete = env[f"sj_insert_{n}"], env[f"sj_delete_{n}"]
+            node._make_live, node._make_dead = env[f"live_{n}"], env[f"dead_{n}"]
+            node._child_support = env[f"support_{n}"]
+        parent = node.parent
+        if not node.top and parent is not None:
+            env[f"notify_{n}"] = env[f"boundary_{parent.num}" if parent.top
+                                     else f"lower_{parent.num}_{node.pos_in_parent}"]
 
 
-def top_change_lines(node: JoinNode, env: dict[str, Any]) -> list[str]:
-    """Inlined :meth:`_top_base_change` with the semi-join code (:meth:`_compile_sj`):
-    t is in V_s here (all children support it), so it is live
-    exactly when its key is; the key is computed and tested once."""
-    live = live_test(node, env, "k")
-    k = key_expr("t", node.attrs, node.scalar, node.key_attrs)
-    group_add, tail = group_lines(node, env, "            ")
-    lines = [f"        k = {k}", "        if old == 0:", *group_add, f"            if {live}:"]
-    if node.children:
-        lines.append("                make_live(t)")
-    lines += [f"                emit(t, {'1' if node.counting else 'new'})",
-              "        elif new == 0:", f"            if {live}:",
-              f"                emit(t, {'-1' if node.counting else '-old'})"]
-    if node.children:
-        lines.append("                make_dead(t)")
-    lines += tail
-    if not node.counting:
-        lines += [f"        elif {live}:", "            emit(t, new - old)"]
+# -- R-updates -----------------------------------------------------------------------
+def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
+    """``apply_n(t, dm)``: add ``dm`` (signed) copies of ``t``; the caller has validated
+    deletes. The tuple's multiplicity is kept in its first child index's bucket (an
+    atom with children), in ``base`` (a leaf), in its group (a top leaf over integers:
+    :func:`proj_leaf_lines`), under its key (a key leaf: its projection is its base)
+    or not at all (a sum leaf: only the payload sum per key)."""
+    n = node.num
+    key = key_expr("t", node.attrs, node.scalar, node.key_attrs)
+    if node.sum_leaf or isinstance(node.base, KeyedBase):
+        # (a sum leaf adds the payload of dm copies; a key leaf's payload is dm)
+        return [f"def apply_{n}(t, dm):", f"    k = {key}", f"    d = {pay.base('t', 'dm')}",
+                *proj_add_lines(node, pay, "    ", "k", "d", support=node.counting)]
+    if node.base_in_proj:
+        return proj_leaf_lines(node)
+    keys = [key_expr("t", node.attrs, node.scalar, c.key_attrs) for c in node.children]
+    nc = len(keys)
+    if nc:
+        # The multiplicity is kept in the first child index's bucket (tuple -> count).
+        c0 = node.children[0].num
+        lines = [f"def apply_{n}(t, dm):", f"    k0 = {keys[0]}",
+                 f"    b0 = index_{n}_0.get(k0)", "    old = 0 if b0 is None else b0.get(t, 0)",
+                 "    new = old + dm", "    if old == 0:", "        c = 0",
+                 "        if b0 is None:", f"            index_{n}_0[k0] = {{t: new}}",
+                 "        else:", "            b0[t] = new", f"        if k0 in proj_{c0}:",
+                 "            c += 1"]
+    else:
+        # A leaf's counter would always be 0: it keeps none.
+        lines = [f"def apply_{n}(t, dm):", f"    old = baseget_{n}(t, 0)", "    new = old + dm",
+                 "    if old == 0 or new:", f"        base_{n}[t] = new"]
+    for i, k in enumerate(keys[1:], 1):
+        lines += [f"        k = {k}", *set_add("        ", f"index_{n}_{i}", "k", "b"),
+                  f"        if k in proj_{node.children[i].num}:", "            c += 1"]
+    if nc == 1:
+        # One child: the count is whether the child's projection holds the key
+        # (derived, not stored: one map less to write per tuple).
+        lines += ["    else:", f"        c = 1 if k0 in proj_{c0} else 0", "        if new:",
+                  "            b0[t] = new", "    if c == 1:"]
+    elif nc:
+        lines += [f"        counter_{n}[t] = c", "    else:", f"        c = counter_{n}[t]",
+                  "        if new:", "            b0[t] = new", f"    if c == {nc}:"]
+    else:
+        lines.append("    if True:")
+    if node.top:
+        lines += top_change_lines(node, pay)
+    elif node.counting:  # (the tuple's key counts it while every child supports it)
+        lines += ["        if old == 0 or new == 0:", f"            k = {key}",
+                  "            d = 1 if old == 0 else -1",
+                  *proj_add_lines(node, pay, "            ", "k", "d", support=True)]
+    else:
+        factors = [pay.base("t", "dm")]
+        factors += [f"proj_{c.num}[{k}]" for c, k in zip(node.children, keys)]
+        lines += [f"        k = {key}", f"        d = {pay.product(factors)}",
+                  *proj_add_lines(node, pay, "        ", "k", "d", support=False)]
+    lines += ["    if new == 0:"]
+    if not nc:
+        lines.append(f"        del base_{n}[t]")
+    if nc > 1:
+        lines.append(f"        del counter_{n}[t]")
+    if nc:
+        # (old > 0 here, so b0 is the bucket that holds t)
+        lines += ["        del b0[t]", "        if not b0:", f"            del index_{n}_0[k0]"]
+    for i, k in enumerate(keys[1:], 1):
+        lines += [f"        k = {k}", *set_discard("        ", f"index_{n}_{i}", "k", "b")]
     return lines
 
 
-def lower_change_lines(node: JoinNode, env: dict[str, Any], keys: list[str]) -> list[str]:
-    """Inlined :meth:`_lower_base_change` with :meth:`_count_add` (set) or
-    :meth:`_payload_add` over integers (bag), ending in :meth:`_notify`."""
-    env["proj"] = node.proj
-    env["proj_get"] = node.proj.get
-    env["notify"] = parent_change_hook(node)
-    pos = node.pos_in_parent
+def top_change_lines(node: JoinNode, pay: Payloads) -> list[str]:
+    """A top tuple that every child supports changed multiplicity (``old`` -> ``new``):
+    it entered or left V_s (the S-update, inlined) or changed payload. It is live
+    exactly when its key is, so it is passed to the enumeration (``emit_n``) then:
+    an insertion after the state absorbed it, a deletion before (CROWN, 5.2)."""
+    n = node.num
+    live = live_test(node, "k")
     k = key_expr("t", node.attrs, node.scalar, node.key_attrs)
+    group_add, group_remove = group_lines(node, "            ")
+    # (a change of dm copies has payload base(t, dm), base being linear in m)
+    up, down, change = (("1", "-1", "") if node.counting else
+                        (pay.base("t", "dm"),) * 3)
+    lines = [f"        k = {k}", "        if old == 0:", *group_add, f"            if {live}:"]
+    if node.children:
+        lines.append(f"                live_{n}(t)")
+    lines += [f"                emit_{n}(t, {up})", "        elif new == 0:",
+              f"            if {live}:", f"                emit_{n}(t, {down})"]
+    if node.children:
+        lines.append(f"                dead_{n}(t)")
+    lines += group_remove
+    if change:
+        lines += [f"        elif {live}:", f"            emit_{n}(t, {change})"]
+    return lines
+
+
+def proj_leaf_lines(node: JoinNode) -> list[str]:
+    """``apply_n`` of a top leaf over integers, which keeps its multiplicities in its
+    groups (tuple -> multiplicity): the same steps as :func:`top_change_lines` (group
+    and parent support first, then the live change; a delete is enumerated before the
+    tuple leaves its group), on one group lookup. A leaf's tuples are all in V_s."""
+    n = node.num
+    live = live_test(node, "k")
+    k = key_expr("t", node.attrs, node.scalar, node.key_attrs)
+    one, minus_one = ("1", "-1") if node.counting else ("new", "-old")
+    appear: list[str] = []
+    disappear: list[str] = []
+    if node.parent is not None:
+        call = f"support_{node.parent.num}({node.pos_in_parent}, k, "
+        appear, disappear = [f"        {call}True)"], [f"            {call}False)"]
+    lines = [f"def apply_{n}(t, dm):", f"    k = {k}", f"    group = proj_{n}.get(k)",
+             "    if group is None:",
+             "        new = dm",  # (a delete of an absent tuple was refused before)
+             f"        proj_{n}[k] = {{t: new}}", *appear, f"        if {live}:",
+             f"            emit_{n}(t, {one})", "        return",
+             "    old = group.get(t, 0)", "    new = old + dm", "    if old == 0:",
+             "        group[t] = new", f"        if {live}:", f"            emit_{n}(t, {one})",
+             "    elif new == 0:", f"        if {live}:", f"            emit_{n}(t, {minus_one})",
+             "        del group[t]", "        if not group:", f"            del proj_{n}[k]",
+             *disappear, "    else:", "        group[t] = new"]
+    if not node.counting:
+        lines += [f"        if {live}:", f"            emit_{n}(t, new - old)"]
+    return lines
+
+
+# -- projections of the lower part ---------------------------------------------------
+def proj_add_lines(node: JoinNode, pay: Payloads, indent: str, key: str, d: str,
+                   support: bool) -> list[str]:
+    """Lines (at ``indent``) adding payload ``d`` (a name) to this lower node's
+    projection at ``key``, then telling the parent (``notify_n(pos, key, old, new)``,
+    None for an absent key): every change of the payload, or with ``support`` only its
+    appearing and going (``True``/``None``: a count or a multiplicity, set mode and key
+    leaves)."""
+    n = node.num
+    i2 = indent + "    "
+
+    def tell(old: str, new: str) -> list[str]:
+        if node.parent is None:  # (a lower root has no one to tell)
+            return []
+        return [f"notify_{n}({node.pos_in_parent}, {key}, {old}, {new})"]
+
+    first = [f"proj_{n}[{key}] = {d}", *tell("None", "True" if support else d)]
+    if not support:  # (a zero payload is no derivation: not stored)
+        first = [f"if {pay.nonzero(d)}:", *("    " + ln for ln in first)]
+    return [f"{indent}p = projget_{n}({key})", f"{indent}if p is None:",
+            *(i2 + ln for ln in first), f"{indent}else:", f"{i2}q = {pay.add('p', d)}",
+            f"{i2}if {pay.nonzero('q')}:", f"{i2}    proj_{n}[{key}] = q",
+            *([] if support else [f"{i2}    " + ln for ln in tell("p", "q")]),
+            f"{i2}else:", f"{i2}    del proj_{n}[{key}]",
+            *(f"{i2}    " + ln for ln in tell("True" if support else "p", "None"))]
+
+
+def lower_child_lines(node: JoinNode, i: int, pay: Payloads) -> list[str]:
+    """``lower_n_i(pos, k, old, new)``: child ``i``'s projection changed at key ``k``
+    (None: absent) under lower node ``n``. Each tuple with that key whose children all
+    support it, before or after, changes its payload by the child's change times the
+    other factors (or, counting, turns full or not: its key's count changes); with two
+    or more children the tuples' counters follow the support change first."""
+    n = node.num
+    nc = len(node.children)
+    gen = node.generalized
+    lines = [f"def lower_{n}_{i}(pos, k, old, new):"]
+    if node.counting:  # (a counting child reports only appearances and removals)
+        lines.append("    step = 1 if old is None else -1")
+    else:
+        z = pay.zero
+        d0 = pay.sub(f"({z} if new is None else new)", f"({z} if old is None else old)")
+        lines.append(f"    d0 = {d0}")
+        if nc > 1:
+            lines.append("    step = 0 if (old is None) == (new is None) "
+                         "else 1 if old is None else -1")
+    u = "k" if gen else "u"  # (a generalized node's one tuple with the key is the key)
+    indent = "    "
+    if not gen:
+        lines += [f"    bucket = indexread_{n}_{i}(k)", "    if not bucket:", "        return"]
+        # (the loop changes projections above this node, never its index)
+        lines.append("    for u, m in bucket.items():" if i == 0 and not node.counting
+                     else "    for u in bucket:")
+        indent = "        "
+    if nc > 1:
+        c = f"counter_{n}[{u}]" if not gen else f"counter_{n}.get(k, 0)"
+        lines += [f"{indent}c = {c}", f"{indent}was = c == {nc}"]
+        store = ([f"{indent}    counter_{n}[u] = c"] if not gen else
+                 [f"{indent}    if c:", f"{indent}        counter_{n}[k] = c",
+                  f"{indent}    else:", f"{indent}        del counter_{n}[k]"])
+        lines += [f"{indent}if step:", f"{indent}    c += step", *store,
+                  f"{indent}if was or c == {nc}:"]
+        indent += "    "
     if node.counting:
-        return [
-            "        if old == 0 or new == 0:",
-            f"            k = {k}",
-            "            p = proj_get(k, 0)",
-            "            if old == 0:",
-            "                proj[k] = p + 1",
-            "                if p == 0:",
-            f"                    notify({pos}, k, None, True)",
-            "            elif p == 1:",
-            "                del proj[k]",
-            f"                notify({pos}, k, True, None)",
-            "            else:",
-            "                proj[k] = p - 1",
-        ]
-    d = "dm" + "".join(f" * cproj{i}[{ck}]" for i, ck in enumerate(keys))
-    return [
-        f"        k = {k}",
-        f"        d = {d}",
-        "        p = proj_get(k)",
-        "        if p is None:",
-        "            if d:",
-        "                proj[k] = d",
-        f"                notify({pos}, k, None, d)",
-        "        else:",
-        "            q = p + d",
-        "            if q:",
-        "                proj[k] = q",
-        f"                notify({pos}, k, p, q)",
-        "            else:",
-        "                del proj[k]",
-        f"                notify({pos}, k, p, None)",
-    ]
-
-
-def compile_apply(node: JoinNode) -> Callable[[Any, int], None]:
-    text, env = apply_source(node)
-    define(text, f"<apply {node.name}>", env)
-    fn: Callable[[Any, int], None] = env["apply"]
-    node._code_envs.append(env)
-    return fn
+        d = "step"
+    else:
+        factors = []
+        if not gen:
+            m = "m" if i == 0 else (
+                f"indexread_{n}_0({key_expr('u', node.attrs, False, node.children[0].key_attrs)})"
+                "[u]")
+            factors.append(pay.base("u", m))
+        factors += [f"proj_{c.num}[{key_expr(u, node.attrs, node.scalar, c.key_attrs)}]"
+                    for j, c in enumerate(node.children) if j != i]
+        d = "d0" if not factors else pay.mul("d0", pay.product(factors))
+        lines.append(f"{indent}d = {d}")
+        d = "d"
+    lines.append(f"{indent}pk = {key_expr(u, node.attrs, node.scalar, node.key_attrs)}")
+    return lines + proj_add_lines(node, pay, indent, "pk", d, support=node.counting)

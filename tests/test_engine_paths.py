@@ -1,9 +1,11 @@
-"""The CROWN engine's generated hooks (liveness walks, support changes, delta walks
-called directly by the node code) against its generic methods (``generated_hooks=False``):
-the same row changes epoch by epoch and the same full result, on the property tests'
-seeded-random queries and streams of every family (DuckDB checks the generated path in
-test_oracle_property; this keeps the generic one, which the runners' ring-payload
-queries still take, equal to it)."""
+"""The CROWN engine's two ways of passing a node's changes to the enumeration: its
+generated delta walks bound into the node code (``bind_emit``, ``bind_notify``:
+integer payloads) against the nodes' ``on_tuple``/``on_key`` hooks
+(``generated_hooks=False``, what ring payloads take): the same row changes epoch by
+epoch and the same full result, on the property tests' seeded-random queries and
+streams of every family (DuckDB checks the results in test_oracle_property). The node
+operations themselves exist once, as generated code (operators/nodecode.py), so both
+run them."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def _run_both(case: Case) -> int:
         return 0
     plan, dataflow = query.plan, query.dataflow
     generated = Engine(plan, dataflow)
-    generic = Engine(plan, dataflow, generated_hooks=False)
+    hooked = Engine(plan, dataflow, generated_hooks=False)
     inputs: dict[str, list[tuple[int, RelationInput]]] = {}
     for atom in plan.cq.atoms:
         inputs.setdefault(atom.relation.name.lower(), []).append(
@@ -48,8 +50,8 @@ def _run_both(case: Case) -> int:
         epochs += 1
         pending = 0
         a = _nonzero(generated, generated.take_delta())
-        b = _nonzero(generic, generic.take_delta())
-        assert a == b, f"{case!r}\nepoch {epochs} (record {where}): generated {a}, generic {b}"
+        b = _nonzero(hooked, hooked.take_delta())
+        assert a == b, f"{case!r}\nepoch {epochs} (record {where}): direct {a}, hooks {b}"
 
     for i, rec in enumerate(case.records, start=1):
         if isinstance(rec, EpochEnd):
@@ -61,17 +63,17 @@ def _run_both(case: Case) -> int:
             t = project(row)
             if t is not None:
                 generated.apply_atom(atom, t, rec.signed_mult)
-                generic.apply_atom(atom, t, rec.signed_mult)
+                hooked.apply_atom(atom, t, rec.signed_mult)
         pending += 1
         if case.epoch_size is not None and pending >= case.epoch_size:
             close(i)
     close(len(case.records))
-    assert _nonzero(generated, generated.full()) == _nonzero(generic, generic.full())
+    assert _nonzero(generated, generated.full()) == _nonzero(hooked, hooked.full())
     return epochs
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_generated_hooks_match_generic_methods(family: str) -> None:
+def test_direct_walks_match_hooks(family: str) -> None:
     compared = sum(_run_both(random_case(random.Random(f"paths-{family}-{seed}"), family))
                    for seed in range(CASES_PER_FAMILY))
     assert compared >= CASES_PER_FAMILY  # (at least one epoch per case on average)
