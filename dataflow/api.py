@@ -44,6 +44,7 @@ from dataflow.kinds import (
     TriangleKind,
     estimate_rates,
 )
+from dataflow.setops import CompiledSetOp
 from dataflow.view import View, _check_eps, make_finalizer
 from operators.keyedview import CompiledKeyedView
 from operators.threshold import CompiledThreshold
@@ -54,6 +55,7 @@ from plans.logical import (
     JoinBlock,
     KeyedViewNode,
     LogicalPlan,
+    SetOpNode,
     ThresholdNode,
     ViewNode,
     logical_plan,
@@ -211,8 +213,10 @@ def compile_plan(
 
 
 def _compile_view(plan: LogicalPlan, node: ViewNode, eps: float, view_trees: bool
-                  ) -> CompiledQuery | CompiledKeyedView | CompiledThreshold:
+                  ) -> CompiledQuery | CompiledKeyedView | CompiledThreshold | CompiledSetOp:
     """One inner view of a DAG (a join block planned as usual, with uniform rates)."""
+    if isinstance(node, SetOpNode):
+        return CompiledSetOp(node)
     if isinstance(node, KeyedViewNode):
         return CompiledKeyedView(node.spec, node.own, node.other, set(node.base))
     if isinstance(node, ThresholdNode):

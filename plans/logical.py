@@ -31,12 +31,15 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any
+
+from sqlglot import exp
 
 from core.errors import QueryError
 from core.schema import Column, Relation, Schema
@@ -44,13 +47,15 @@ from core.sqlfuncs import HELPERS
 from plans.cq import Atom, ConjunctiveQuery
 from plans.expr import ExprError, SqlType
 from plans.outerjoin import Condition, JoinSide, KeyedView, compile_condition
+from plans.setops import Item, SetOperation, common_type, lift_set_operations
 from plans.sql import build_query
 from plans.sqlcheck import check_supported, describe
+from plans.sqlerrors import set_operation
 from plans.sqlparse import ParsedQuery, ddl_type, offset_of, view_relation
 from plans.threshold import ThresholdFilter
 from plans.views import split_views
 
-__all__ = ["Edge", "JoinBlock", "KeyedViewNode", "LogicalPlan", "ThresholdNode",
+__all__ = ["Edge", "JoinBlock", "KeyedViewNode", "LogicalPlan", "SetOpNode", "ThresholdNode",
            "TopKWindow", "ViewNode", "logical_plan"]
 
 QUERY = ""
@@ -142,7 +147,24 @@ class ThresholdNode:
         return [(c.name, ddl_type(SqlType.of_column(c))) for c in self.rows.columns]
 
 
-ViewNode = JoinBlock | KeyedViewNode | ThresholdNode
+@dataclass(frozen=True)
+class SetOpNode:
+    """A set operation (:class:`~plans.setops.SetOperation`) over views of one shape,
+    ``columns`` its result's (the first input's names, the inputs' types unified)."""
+
+    spec: SetOperation
+    columns: list[tuple[str, str]]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.spec.inputs))
+
+
+ViewNode = JoinBlock | KeyedViewNode | ThresholdNode | SetOpNode
 """An inner view of a plan."""
 
 
@@ -194,16 +216,46 @@ class LogicalPlan:
 def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
     """The plan of a parsed query file: checked, split into views
     (:func:`~plans.views.split_views`), each view built over the base tables and the
-    views before it (typed by their outputs), then the query over them."""
-    check_supported(parsed.select, parsed.text, parsed.source)
-    split = split_views(parsed)
-    if split is None:
-        query = JoinBlock(QUERY, build_query(parsed))
+    views before it (typed by their outputs), then the query over them. A file with
+    set operations is first lifted into items (:mod:`plans.setops`), each planned so
+    over the ones before it."""
+    try:
+        items = lift_set_operations(parsed.select)
+    except ExprError as err:
+        name, offset = set_operation(err.node, parsed.text) if isinstance(
+            err.node, exp.SetOperation) else ("set operation", offset_of(err.node))
+        raise QueryError(describe([(offset, name, str(err))], parsed.text,
+                                  parsed.source)) from None
+    if items is not None:
+        return _plan_items(parsed, items)
+    views, query = _plan_select(parsed, dict(parsed.schema.relations))
+    return _assemble(parsed, views, query)
+
+
+def _assemble(parsed: ParsedQuery, views: list[ViewNode], query: JoinBlock) -> LogicalPlan:
+    if not views:
         return LogicalPlan(parsed.source, parsed.schema, (), query, ())
-    relations = dict(parsed.schema.relations)
-    base = frozenset(parsed.schema.relations)
+    names = {v.name.lower() for v in views}
+    base_schema = Schema({k: v for k, v in query.cq.schema.relations.items()
+                          if k.lower() not in names})
+    edges = tuple(Edge(view, node.name) for node in (*views, query)
+                  for view in node.reads if view.lower() in names)
+    return LogicalPlan(parsed.source, base_schema, tuple(views), query, edges)
+
+
+def _plan_select(parsed: ParsedQuery, relations: dict[str, Relation],
+                 names: Iterator[int] | None = None, tag: str = "", name: str = QUERY,
+                 base: frozenset[str] | None = None) -> tuple[list[ViewNode], JoinBlock]:
+    """The inner views of one SELECT (added to ``relations`` as they are built) and
+    its own block, named ``name``; ``base``: the file's tables (default: the SELECT's
+    schema's)."""
+    check_supported(parsed.select, parsed.text, parsed.source)
+    split = split_views(parsed, names, tag)
+    if split is None:
+        return [], JoinBlock(name, build_query(parsed))
+    base = base if base is not None else frozenset(parsed.schema.relations)
     views: list[ViewNode] = []
-    for name, body in split.views:
+    for view_name, body in split.views:
         known = Schema(dict(relations))
         node: ViewNode
         if isinstance(body, KeyedView):
@@ -213,27 +265,138 @@ def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
             assert rows is not None and scalar is not None
             node = ThresholdNode(body, rows, scalar)
         else:
-            view = ParsedQuery(parsed.text, f"{parsed.source} (view {name})", known,
+            view = ParsedQuery(parsed.text, f"{parsed.source} (view {view_name})", known,
                                body.copy())
             check_supported(view.select, view.text, view.source)
             assert split_views(view) is None  # (the split leaves no view to split)
-            node = JoinBlock(name, build_query(view))
-        if name.lower() in {r.lower() for r in relations}:
-            msg = (f"{parsed.source}: the view {name} has the name of a table declared "
-                   "before it; rename the WITH or CREATE VIEW")
-            raise QueryError(msg)
-        relations[name] = view_relation(name, node.columns)
+            node = JoinBlock(view_name, build_query(view))
+        _add_relation(parsed, relations, view_name, node.columns)
         views.append(node)
     outer = ParsedQuery(parsed.text, parsed.source, Schema(relations), split.query.copy())
     check_supported(outer.select, outer.text, outer.source)
     assert split_views(outer) is None
-    query = JoinBlock(QUERY, build_query(outer))
-    names = {v.name.lower() for v in views}
-    base_schema = Schema({k: v for k, v in query.cq.schema.relations.items()
-                          if k.lower() not in names})
-    edges = tuple(Edge(view, node.name) for node in (*views, query)
-                  for view in node.reads if view.lower() in names)
-    return LogicalPlan(parsed.source, base_schema, tuple(views), query, edges)
+    return views, JoinBlock(name, build_query(outer))
+
+
+def _add_relation(parsed: ParsedQuery, relations: dict[str, Relation], name: str,
+                  columns: list[tuple[str, str]]) -> None:
+    if name.lower() in {r.lower() for r in relations}:
+        msg = (f"{parsed.source}: the view {name} has the name of a table declared "
+               "before it; rename the WITH or CREATE VIEW")
+        raise QueryError(msg)
+    relations[name] = view_relation(name, columns)
+
+
+def _plan_items(parsed: ParsedQuery, items: list[Item]) -> LogicalPlan:
+    """The plan of a file lifted into items (:func:`~plans.setops.lift_set_operations`):
+    each SELECT planned over the base tables and the items before it (its own inner
+    views numbered on from the others', the optimizer's tagged with the item's
+    number), each set operation over its branches, their columns' types unified (a
+    branch whose type differs is planned again with its columns CAST)."""
+    relations = dict(parsed.schema.relations)
+    names = itertools.count()
+    views: list[ViewNode] = []
+    made: dict[str, tuple[int, int, Item]] = {}
+    """a SELECT item's name -> where its views lie in ``views`` (start, end), itself"""
+    query: JoinBlock | None = None
+    for i, item in enumerate(items):
+        if item.setop is not None:
+            node = _set_operation(parsed, item.setop, relations, views, made, names)
+            _add_relation(parsed, relations, node.name, node.columns)
+            views.append(node)
+            continue
+        assert item.select is not None
+        start = len(views)
+        block_views, block = _plan_item(parsed, item, relations, names, f"_{i}")
+        views += block_views
+        if not item.name:
+            query = block
+            continue
+        _add_relation(parsed, relations, item.name, block.columns)
+        views.append(block)
+        made[item.name.lower()] = (start, len(views), item)
+    assert query is not None
+    return _assemble(parsed, views, query)
+
+
+def _plan_item(parsed: ParsedQuery, item: Item, relations: dict[str, Relation],
+               names: Iterator[int], tag: str) -> tuple[list[ViewNode], JoinBlock]:
+    assert item.select is not None
+    source = f"{parsed.source} (view {item.name})" if item.name else parsed.source
+    sub = ParsedQuery(parsed.text, source, Schema(dict(relations)), item.select.copy())
+    return _plan_select(sub, relations, names, tag, item.name,
+                        frozenset(parsed.schema.relations))
+
+
+def _set_operation(parsed: ParsedQuery, spec: SetOperation, relations: dict[str, Relation],
+                   views: list[ViewNode], made: dict[str, tuple[int, int, Item]],
+                   names: Iterator[int]) -> SetOpNode:
+    """The set operation's node: its inputs' columns checked and unified; an input
+    planned here whose types differ from the result's is planned again with CASTs."""
+    shapes = [[(c.name, ddl_type(SqlType.of_column(c))) for c in relations[v].columns]
+              for v in spec.inputs]
+    width = len(shapes[0])
+    for v, shape in zip(spec.inputs, shapes):
+        if len(shape) != width:
+            msg = (f"{parsed.source}: {spec.sql_name}: its first input has {width} "
+                   f"columns, {_input_label(v)} has {len(shape)}; each SELECT of a set "
+                   "operation must have as many columns")
+            raise QueryError(msg)
+    nulls = [_null_columns(made.get(v.lower())) for v in spec.inputs]
+    types: list[str] = []
+    for k in range(width):
+        found = ["NULL" if k in nulls[j] else shape[k][1] for j, shape in enumerate(shapes)]
+        common = common_type(found)
+        if common is None:
+            msg = (f"{parsed.source}: {spec.sql_name}: column {k + 1} ({shapes[0][k][0]}) "
+                   f"is {' / '.join(dict.fromkeys(found))} in its inputs, which do not "
+                   "unify; CAST them to one type")
+            raise QueryError(msg)
+        types.append(common)
+    for v, shape in zip(spec.inputs, shapes):
+        if [t for _, t in shape] != types:
+            _recast(parsed, v, types, relations, views, made, names)
+    return SetOpNode(spec, [(shapes[0][k][0], types[k]) for k in range(width)])
+
+
+def _null_columns(made: tuple[int, int, Item] | None) -> set[int]:
+    """The columns of an item's SELECT that are a bare NULL (typed by the others)."""
+    if made is None or made[2].select is None:
+        return set()
+    exprs = made[2].select.expressions
+    return {k for k, e in enumerate(exprs)
+            if isinstance(e.unalias() if isinstance(e, exp.Alias) else e, exp.Null)}
+
+
+def _input_label(view: str) -> str:
+    return "another input" if view.startswith(("_sb_", "_so_")) else f"input {view}"
+
+
+def _recast(parsed: ParsedQuery, view: str, types: list[str], relations: dict[str, Relation],
+            views: list[ViewNode], made: dict[str, tuple[int, int, Item]],
+            names: Iterator[int]) -> None:
+    """Plan input ``view`` of a set operation again as ``SELECT CAST(c AS T) ...``
+    over its SELECT (in place of its first plan: nothing read it yet)."""
+    where = made.get(view.lower())
+    if where is None or not view.startswith("_sb_"):
+        msg = (f"{parsed.source}: a set operation reads {view}, whose column types "
+               f"differ from the result's ({', '.join(types)}); CAST them in its SELECT")
+        raise QueryError(msg)
+    start, end, item = where
+    assert item.select is not None
+    cols = relations[view].columns
+    inner = exp.Subquery(this=item.select.copy(), alias=exp.TableAlias(
+        this=exp.to_identifier("_b")))
+    exprs = [exp.alias_(exp.cast(exp.column(c.name, "_b", quoted=True), t), c.name,
+                        quoted=True) for c, t in zip(cols, types)]
+    recast = Item(item.name, select=exp.select(*exprs).from_(inner))
+    del relations[view]
+    for old in views[start:end]:
+        relations.pop(old.name, None)
+    block_views, block = _plan_item(parsed, recast, relations, names, f"_c{start}")
+    _add_relation(parsed, relations, view, block.columns)
+    views[start:end] = [*block_views, block]
+    made[view.lower()] = (start, start + len(block_views) + 1, recast)
 
 
 def _keyed_view(spec: KeyedView, known: Schema, base: frozenset[str],
@@ -319,6 +482,10 @@ def _relation(rel: Relation) -> str:
 
 
 def _render_node(node: ViewNode) -> list[str]:
+    if isinstance(node, SetOpNode):
+        op = node.spec
+        cols = ", ".join(f"{n} {t}" for n, t in node.columns)
+        return [f"view {op.name}: {op.sql_name} of {', '.join(op.inputs)} ({cols})"]
     if isinstance(node, KeyedViewNode):
         s = node.spec
         lines = [f"view {s.name}: keyed view of {_relation(node.own)}, "

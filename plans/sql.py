@@ -215,6 +215,10 @@ class Builder:
         """A variable computed per row of the one FROM item ``node`` reads (``force``:
         named ``name`` whatever else has the name: a join variable's cast)."""
         aliases = self._aliases_in(node)
+        if not aliases and self.aliases:
+            # (a constant, e.g. a set operation's branch naming its channel: a value of
+            # every row of the first FROM item)
+            aliases = {self.aliases[0][0]}
         if len(aliases) != 1:
             what = "no table" if not aliases else f"several tables ({', '.join(sorted(aliases))})"
             raise ExprError(node, f"an expression over {what} here is not supported yet "

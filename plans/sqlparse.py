@@ -28,11 +28,9 @@ from plans.cq import (
 from plans.expr import SqlType
 from plans.sqlcheck import describe
 from plans.sqlerrors import (
-    SET_OPERATIONS,
     at,
     node_offset,
     optimize_error,
-    set_operation,
     statement_start,
     syntax_error,
     token_error,
@@ -157,8 +155,11 @@ def parse_file(sql: str, source: str) -> ParsedQuery:
                 str(stmt.args.get("kind", "")).upper() == "VIEW":
             views.append(stmt)
         elif isinstance(stmt, exp.SetOperation):
-            name, offset = set_operation(stmt, sql)
-            raise reject.say(stmt, name, SET_OPERATIONS, offset)
+            if selects:
+                raise reject.say(stmt, "a second SELECT", "a query file holds one query "
+                                 "(name the others with CREATE VIEW)",
+                                 statement_start(sql, stmt))
+            selects.append(_select_over(stmt))
         else:
             start = statement_start(sql, stmt)
             word = re.match(r"\w+", sql[start:]) if start is not None else None
@@ -184,6 +185,20 @@ def parse_file(sql: str, source: str) -> ParsedQuery:
             if isinstance(target, exp.Schema) else None)
         select = select.with_(alias, as_=v.expression, copy=False)
     return ParsedQuery(sql, source, Schema(relations), select)
+
+
+def _select_over(setop: exp.SetOperation) -> exp.Select:
+    """A query file's top-level set operation as the one SELECT of a file: ``SELECT *
+    FROM (<it>) AS _set`` with its WITH, ORDER BY, LIMIT and OFFSET (what SQL applies
+    to the set operation's result) on that SELECT (:mod:`plans.setops` lifts it)."""
+    outer = exp.select("*").from_(exp.Subquery(this=setop, alias=exp.TableAlias(
+        this=exp.to_identifier("_set"))))
+    for arg in ("with_", "order", "limit", "offset"):
+        value = setop.args.get(arg)
+        if value is not None:
+            setop.set(arg, None)
+            outer.set(arg, value)
+    return outer
 
 
 def view_relation(name: str, columns: list[tuple[str, str]]) -> Relation:

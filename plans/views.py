@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -43,9 +44,13 @@ class ViewSplit:
     query: exp.Select
 
 
-def split_views(parsed: ParsedQuery) -> ViewSplit | None:
+def split_views(parsed: ParsedQuery, names: Iterator[int] | None = None, tag: str = ""
+                ) -> ViewSplit | None:
     """The views of a checked query, or None when it is one join block (no views).
-    ``parsed.select`` is left as it was (the split works on a copy)."""
+    ``parsed.select`` is left as it was (the split works on a copy). Where several
+    queries' views share one plan (the items of :mod:`plans.setops`), ``names`` numbers
+    the views made here and ``tag`` is appended to the names of the views the
+    optimizer made (derived tables, subqueries), so that no two share a name."""
     select, sql, source = parsed.select, parsed.text, parsed.source
     nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With)) or any(
         (j.args.get("side") or "") for sel in select.find_all(exp.Select)
@@ -54,7 +59,9 @@ def split_views(parsed: ParsedQuery) -> ViewSplit | None:
         return None
     try:
         out = normalize(select, parsed.schema, sql, source, views=True)
-        names = itertools.count()
+        if tag:
+            _tag_views(out, tag)
+        names = names if names is not None else itertools.count()
         inner: list[tuple[str, View]] = []
         scalars: dict[str, ScalarShape] = {}
         """the views so far with one value (per key): a comparison with one becomes a
@@ -81,3 +88,21 @@ def split_views(parsed: ParsedQuery) -> ViewSplit | None:
     out = out.copy()
     out.set("with_", None)
     return ViewSplit(parsed, tuple(inner), out)
+
+
+def _tag_views(select: exp.Select, tag: str) -> None:
+    """Rename the WITH views of a normalized SELECT (in place): ``v`` -> ``v<tag>``, in
+    their definitions and in every table that reads them (a WITH shadows a table of
+    its name, so every such table reads it); aliases stay, so columns still resolve."""
+    with_ = select.args.get("with_")
+    if with_ is None:
+        return
+    renamed = {cte.alias.lower(): f"{cte.alias}{tag}" for cte in with_.expressions}
+    for cte in with_.expressions:
+        cte.args["alias"].set("this", exp.to_identifier(renamed[cte.alias.lower()]))
+    for table in select.find_all(exp.Table):
+        new = renamed.get(table.name.lower())
+        if new is not None and not table.args.get("db"):
+            if not table.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+            table.set("this", exp.to_identifier(new))

@@ -163,7 +163,7 @@ def split_query(sql_text: str) -> tuple[list[tuple[str, list[tuple[str, str]]]],
                 kind = coldef.args.get("kind")
                 cols.append((coldef.name, kind.this.name if kind is not None else "TEXT"))
             tables.append((stmt.this.this.name, cols))
-        elif isinstance(stmt, exp.Select):
+        elif isinstance(stmt, (exp.Select, exp.SetOperation)):
             selects.append(stmt.sql(dialect="duckdb"))
         else:
             raise ValueError(f"oracle: unexpected statement {stmt.sql()!r}")
