@@ -135,12 +135,17 @@ def _job_error(exc: JobError, verbose: bool, runner: str) -> int:
 
 def cmd_explain(
     query_path: str, eps: float | None = None, parallelism: int = 1, partitioning: str = "single",
-    native: bool | None = None, trust_deletes: bool = False,
+    native: bool | None = None, trust_deletes: bool = False, logical: bool = False,
 ) -> int:
     """``ivmflow explain``: print the plan of a query file, then which hot path a local
     run would use and why (``hot path: compiled ...`` / ``hot path: interpreted: ...``)
-    and what its delete check keeps (``delete check: row digests (64-bit) of ...``)."""
+    and what its delete check keeps (``delete check: row digests (64-bit) of ...``).
+    ``logical``: the logical plan instead, as the distributed runners ship it (its
+    views, their join blocks, the edges; what a checkpoint's layout stamp digests)."""
     query = compile_file(query_path, eps, partitioning=partitioning)
+    if logical:
+        print(query.logical.render())
+        return 0
     print(query.explain(parallelism=parallelism, eps=eps))
     print(f"hot path: {query.native_status(parallelism, eps, native)}")
     print(f"delete check: {query.delete_check(parallelism, validate=not trust_deletes)}")
@@ -409,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="show the partitioning for P partitions")
     explain.add_argument("--partitioning", choices=("single", "double"), default="single",
                          help="triangle COUNT(*): single or double heavy/light partitioning")
+    explain.add_argument("--logical", action="store_true",
+                         help="print the logical plan (views, join blocks, edges) as the "
+                              "Spark and Flink runners ship it to their workers")
     _add_native_flags(explain)
     _add_trust_deletes(explain)
 
@@ -561,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_kafka(args)
         if args.command == "explain":
             return cmd_explain(args.query, args.eps, args.parallelism, args.partitioning,
-                               args.native, args.trust_deletes)
+                               args.native, args.trust_deletes, args.logical)
         return cmd_generate(args)
     except QueryError as exc:
         return _error(str(exc), 2)

@@ -161,7 +161,7 @@ def needs_stages(query: Any) -> bool:
     (:mod:`dataflow.stages`): a DAG of views, or a top-k, whose window must see every
     partition's rows."""
     cq = query.cq
-    return bool(getattr(query, "inner", None)) or cq.limit is not None or bool(cq.offset)
+    return bool(query.logical.views) or cq.limit is not None or bool(cq.offset)
 
 
 @dataclass(frozen=True)

@@ -155,3 +155,20 @@ def test_a_checkpoint_stamped_by_the_sql_text_fails_loud(tmp_path: Path) -> None
     assert f"written under {old}, this run needs {new}" in str(err.value)
     with pytest.raises(StateLayoutError, match=f"written under {old}"):
         check_layout(old, new, True, "spark partition 0")
+
+
+def test_explain_logical_prints_the_plan_the_workers_get(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """``ivmflow explain --logical`` renders the logical plan: its views, join blocks
+    and edges, the text whose digest is the layout stamp."""
+    from dataflow.cli import main
+
+    query = tmp_path / "q.sql"
+    query.write_text("CREATE TABLE R(a INT, b INT); "
+                     "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
+    assert main(["explain", "--logical", str(query)]) == 0
+    out = capsys.readouterr().out
+    plan = compile_query(query.read_text())
+    assert out.strip() == plan.logical.render()
+    assert "edges: _tv_0 -> _tf_0, _u_0 -> _tf_0, _tf_0 -> the query" in out
