@@ -119,6 +119,44 @@ def test_no_package_imports_upward(package: str) -> None:
     )
 
 
+DATAFLOW_JOBS = ("circuit runtime", "API", "distributed execution", "runners", "CLI")
+"""``dataflow``'s modules by job, bottom up: the circuit runtime (the compiled nodes,
+the live views, the engines, the circuit and its stage layouts) imports none of the
+others; the API (``compile_query``, the package's exports) compiles into it; the
+distributed execution (partition tasks, stages) compiles plans on workers through the
+API; the runners (local, Spark, Flink, Kafka glue, run orchestration) drive all of it;
+the CLI and data generation sit on top."""
+
+
+def dataflow_job(module: str) -> str:
+    """The job of a ``dataflow`` module (:data:`DATAFLOW_JOBS`).
+
+    >>> dataflow_job("dataflow.runners.spark.job"), dataflow_job("dataflow.view")
+    ('runners', 'circuit runtime')
+    """
+    if module in ("dataflow.__main__", "dataflow.cli", "dataflow.generate"):
+        return "CLI"
+    if module.startswith("dataflow.runners") or module in ("dataflow.run", "dataflow.kafka_io"):
+        return "runners"
+    if module in ("dataflow.distributed", "dataflow.stages"):
+        return "distributed execution"
+    if module in ("dataflow", "dataflow.api"):
+        return "API"
+    return "circuit runtime"
+
+
+def test_dataflow_imports_only_go_down_its_jobs() -> None:
+    """Inside ``dataflow`` too an import goes to a module of the same job or one below
+    (imports inside functions included): no lazy import climbs back up."""
+    rank = {job: i for i, job in enumerate(DATAFLOW_JOBS)}
+    offending = sorted(
+        f"{src} ({dataflow_job(src)}) -> {dst} ({dataflow_job(dst)})"
+        for src, dst in GRAPH.edges
+        if src.startswith("dataflow") and dst.startswith("dataflow")
+        and rank[dataflow_job(dst)] > rank[dataflow_job(src)])
+    assert not offending, "upward imports inside dataflow:\n" + "\n".join(offending)
+
+
 def test_no_import_cycles() -> None:
     cycles = list(nx.simple_cycles(GRAPH))
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c + c[:1]) for c in cycles)
