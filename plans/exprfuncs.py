@@ -1,6 +1,7 @@
 """SQL functions and predicates an :class:`plans.expr.ExprCompiler` compiles by
-calling out here: ``IN (...)`` lists, ``LIKE`` patterns and ``EXTRACT`` of a date or
-timestamp part, as DuckDB evaluates them (three-valued: NULL in, NULL out).
+calling out here: ``IN (...)`` lists, ``LIKE`` patterns, ``EXTRACT`` of a date or
+timestamp part, ``concat()`` and ``sqrt()``, as DuckDB evaluates them (three-valued:
+NULL in, NULL out; ``concat`` reads a NULL as the empty string).
 
 Example:
     >>> import sqlglot
@@ -14,15 +15,19 @@ Example:
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from core.errors import EvaluationError
 from core.sqlfuncs import attr_or_null, like_test, or_null
 from plans.exprtypes import (
     BOOL,
+    FLOAT,
     INT,
+    TEXT,
     Code,
     ExprError,
     fresh_name,  # (the types, re-exported: this module's API)
@@ -106,3 +111,31 @@ def extract_helper(comp: ExprCompiler, a: Code, attr: str) -> Code:
     name = fresh_name()
     comp.env[name] = partial(attr_or_null, attr)
     return Code(f"{name}({a.src})", INT, True)
+
+
+def concat(comp: ExprCompiler, node: exp.Concat) -> Code:
+    """DuckDB's ``concat(a, ...)``: the arguments as text (as ``CAST(x AS VARCHAR)``),
+    a NULL read as the empty string; never NULL."""
+    parts = [comp._as_text(comp.compile(a)) for a in node.expressions]
+    fn = comp._bind(concat_texts)
+    return Code(f"{fn}({', '.join(p.src for p in parts)})", TEXT, False)
+
+
+def concat_texts(*parts: str | None) -> str:
+    return "".join(p for p in parts if p is not None)
+
+
+def sqrt(comp: ExprCompiler, node: exp.Sqrt) -> Code:
+    """``sqrt(x)`` as a DOUBLE; of a negative number an error, as in DuckDB."""
+    a = comp.compile(node.this)
+    comp._need_numeric(node, a)
+    fn = comp._bind(checked_sqrt)
+    return comp._wrap1(comp._as(a, FLOAT), fn + "({})", FLOAT,
+                       comp._bind(partial(or_null, checked_sqrt)))
+
+
+def checked_sqrt(x: float) -> float:
+    if x < 0:
+        msg = "a number >= 0 for sqrt()"
+        raise EvaluationError(msg, repr(x))
+    return math.sqrt(x)
