@@ -275,6 +275,10 @@ class ExprCompiler:
             ln = self.compile(node.args["length"]) if node.args.get("length") else None
             args = [s.src, start.src if start else "1"] + ([ln.src] if ln else [])
             return Code(f"_f_substring({', '.join(args)})", TEXT, True)
+        if isinstance(node, exp.Concat):
+            return exprfuncs.concat(self, node)
+        if isinstance(node, exp.Sqrt):
+            return exprfuncs.sqrt(self, node)
         if isinstance(node, exp.DPipe):
             a, b = self.compile(node.this), self.compile(node.expression)
             # (DuckDB's || casts a value of another type to VARCHAR)

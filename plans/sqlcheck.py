@@ -35,7 +35,7 @@ _EXPRESSIONS: tuple[type[exp.Expr], ...] = (
     exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.DPipe, exp.Case, exp.If, exp.Coalesce,
     exp.Nullif, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Extract, exp.Interval,
     exp.Substring, exp.Upper, exp.Lower, exp.Length, exp.Trim, exp.Abs, exp.Round,
-    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Var,
+    exp.Concat, exp.Sqrt, exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Var,
 )
 _CLAUSES: tuple[type[exp.Expr], ...] = (
     exp.Select, exp.From, exp.Join, exp.Table, exp.TableAlias, exp.Where, exp.Group,

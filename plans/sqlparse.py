@@ -21,6 +21,7 @@ from sqlglot.errors import OptimizeError, ParseError, TokenError
 
 from core.errors import QueryError
 from core.schema import INT_BITS, INT_NAMES, SQL_TYPE_NAMES, Column, Relation, Schema
+from plans import sqlrewrite
 from plans.cq import (
     Aggregate,
     CompareOp,
@@ -107,11 +108,13 @@ class UnionFind:
 def parse_statements(sql: str, source: str) -> list[exp.Expr]:
     """The file's statements; a syntax error is one place in the user's text."""
     try:
-        return [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except TokenError as err:
         raise token_error(err, sql, source) from None
     except ParseError as err:
         raise syntax_error(err, sql, source) from None
+    # (STDDEV_SAMP over SUM and COUNT, a LIMIT on one row dropped: plans/sqlrewrite.py)
+    return [sqlrewrite.rewrite(s) for s in statements]
 
 
 @dataclass(frozen=True)
