@@ -396,6 +396,10 @@ def _recast(parsed: ParsedQuery, view: str, types: list[str], relations: dict[st
     block_views, block = _plan_item(parsed, recast, relations, names, f"_c{start}")
     _add_relation(parsed, relations, view, block.columns)
     views[start:end] = [*block_views, block]
+    shift = len(block_views) + 1 - (end - start)
+    for key, (s, e, it) in list(made.items()):  # (the items planned after it moved)
+        if s >= end:
+            made[key] = (s + shift, e + shift, it)
     made[view.lower()] = (start, start + len(block_views) + 1, recast)
 
 

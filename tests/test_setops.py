@@ -49,6 +49,9 @@ QUERIES = [
     "SELECT x, p FROM a UNION ALL SELECT y, x FROM b",
     "SELECT x, NULL AS s FROM a UNION SELECT x, s FROM c",
     "SELECT s FROM c EXCEPT SELECT CAST(x AS VARCHAR) FROM a",
+    # two inputs planned again with CASTs (their NULL columns typed by the first's)
+    "SELECT x, COUNT(*) AS n FROM a GROUP BY x UNION ALL SELECT NULL AS x, COUNT(*) AS n "
+    "FROM b UNION ALL SELECT NULL AS x, COUNT(*) AS n FROM c",
     # ORDER BY and LIMIT over the result
     "SELECT x, y FROM a UNION SELECT x, y FROM b ORDER BY y DESC, x LIMIT 3",
 ]
