@@ -13,6 +13,8 @@ and UPD epochs), one by one:
   replayed epoch by epoch (``tests/tpch_oracle.py``, as the TPC-H tests and bench do:
   exact for integers and decimals, floats to 1e-9 relative).
 
+The record is rewritten after every query (``"complete": false`` until the last).
+
     python -m bench.tpcds_accept [--sf 0.01] [--queries q01,q03] [--compile-only]
 
 Prints the table by construct and per query, writes
@@ -74,7 +76,8 @@ def refusal(message: str) -> tuple[str, str]:
 
 def worker(name: str, data: Path, out: Path, run: bool) -> None:
     """Compile ``name``; write ``out.compile.json`` at once; then, when accepted and
-    ``run``, the result after every epoch to ``out`` (a pickle)."""
+    ``run``, run the stream and compare the result after every epoch with DuckDB's;
+    the time and the differences to ``out`` (a pickle)."""
     from core.errors import QueryError
     from dataflow.api import compile_query
     from tests import tpch_oracle as to
@@ -97,9 +100,12 @@ def worker(name: str, data: Path, out: Path, run: bool) -> None:
     if not run or info["status"] != "accepted":
         return
     t0 = time.perf_counter()
-    answers = to.ivmflow_answers_per_epoch(path, data / "updates.csv")
+    got = to.ivmflow_answers_per_epoch(path, data / "updates.csv")
+    run_s = time.perf_counter() - t0
+    want = to.duckdb_answers_per_epoch(data / "schema.sql", data / "updates.csv", path)
+    problems = to.compare_answers(got, want)
     with open(out, "wb") as f:
-        pickle.dump({"answers": answers, "run_s": time.perf_counter() - t0}, f)
+        pickle.dump({"run_s": run_s, "epochs": len(want), "problems": problems}, f)
 
 
 def run_one(name: str, data: Path, run: bool, compile_timeout: float,
@@ -134,28 +140,14 @@ def run_one(name: str, data: Path, run: bool, compile_timeout: float,
                 with open(out, "rb") as f:
                     res = pickle.load(f)
                 row["run_s"] = round(res["run_s"], 2)
-                row["_answers"] = res["answers"]
+                row["epochs"] = res["epochs"]
+                row["equal"] = not res["problems"]
+                if res["problems"]:
+                    row["note"] = "; ".join(res["problems"])[:300]
     return row
 
 
 # -- the parent -------------------------------------------------------------------------
-
-
-def compare_with_duckdb(rows: list[dict[str, Any]], data: Path) -> None:
-    """Set ``equal`` (and a ``note`` on a difference) on the rows that ran."""
-    from tests import tpch_oracle as to
-
-    ran = [r for r in rows if "_answers" in r]
-    if not ran:
-        return
-    want = to.duckdb_answers_many(data / "schema.sql", data / "updates.csv",
-                                  {r["query"]: data / "queries" / f"{r['query']}.sql"
-                                   for r in ran})
-    for r in ran:
-        problems = to.compare_answers(r.pop("_answers"), want[r["query"]])
-        r["equal"] = not problems
-        if problems:
-            r["note"] = "; ".join(problems)[:300]
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -201,7 +193,10 @@ def main(argv: list[str] | None = None) -> None:
         worker(name, Path(data), Path(out), mode == "run")
         return
     data = args.data or ensure_data(args.sf, args.refresh_rounds)
-    rows = []
+    manifest = json.loads((data / "manifest.json").read_text())
+    command = command_line("bench.tpcds_accept", argv)
+    extra = {"stream": manifest["spec"], "epochs": [e["name"] for e in manifest["epochs"]]}
+    rows: list[dict[str, Any]] = []
     for name in args.queries.split(","):
         row = run_one(name, data, not args.compile_only, args.compile_timeout,
                       args.run_timeout)
@@ -210,18 +205,18 @@ def main(argv: list[str] | None = None) -> None:
               + (f", ran in {row['run_s']} s" if "run_s" in row else "")
               + (f" ({row.get('refusal')})" if row["status"] != "accepted" else ""),
               flush=True)
-    compare_with_duckdb(rows, data)
+        # (the record so far, rewritten after every query: a long run stopped early
+        # keeps what it measured)
+        result_record("tpcds_acceptance", rows, out=args.out, command=command, quiet=True,
+                      extra={**extra, "summary": summarize(rows), "complete": False})
     summary = summarize(rows)
     columns = ["query", "status", "compile_s", "run_s", "equal", "construct"]
     table = (f"{construct_table(summary)}\n\n{format_rows(rows, columns)}\n\n"
              f"accepted {summary['accepted']}/{summary['queries']}, equal to DuckDB after "
              f"every epoch {summary['equal_to_duckdb']}, slowest compile "
              f"{summary['max_compile_s']} s")
-    manifest = json.loads((data / "manifest.json").read_text())
-    result_record("tpcds_acceptance", rows, out=args.out, table=table,
-                  command=command_line("bench.tpcds_accept", argv),
-                  extra={"summary": summary, "stream": manifest["spec"],
-                         "epochs": [e["name"] for e in manifest["epochs"]]})
+    result_record("tpcds_acceptance", rows, out=args.out, table=table, command=command,
+                  extra={**extra, "summary": summary, "complete": True})
 
 
 if __name__ == "__main__":
