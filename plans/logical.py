@@ -46,6 +46,7 @@ from core.schema import Column, Relation, Schema
 from core.sqlfuncs import HELPERS
 from plans.cq import Atom, ConjunctiveQuery
 from plans.expr import ExprError, SqlType
+from plans.grouping import expand_grouping
 from plans.outerjoin import Condition, JoinSide, KeyedView, compile_condition
 from plans.setops import Item, SetOperation, common_type, lift_set_operations
 from plans.sql import build_query
@@ -218,7 +219,8 @@ def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
     (:func:`~plans.views.split_views`), each view built over the base tables and the
     views before it (typed by their outputs), then the query over them. A file with
     set operations is first lifted into items (:mod:`plans.setops`), each planned so
-    over the ones before it."""
+    over the ones before it; grouping sets are a union first (:mod:`plans.grouping`)."""
+    parsed = expand_grouping(parsed)
     try:
         items = lift_set_operations(parsed.select)
     except ExprError as err:

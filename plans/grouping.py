@@ -1,0 +1,322 @@
+"""Grouping sets (``GROUP BY ROLLUP(...)``, ``CUBE(...)``, ``GROUPING SETS (...)`` and
+``GROUPING()``) as a UNION ALL of one plain ``GROUP BY`` per grouping set, which
+:mod:`plans.setops` lifts into views and :mod:`operators.setop` maintains: k grouping
+sets are k aggregates maintained side by side, their deltas summed.
+
+:func:`expand_grouping_sets` is one rewrite, a sqlglot expression to an expression.
+Each SELECT whose ``GROUP BY`` holds grouping sets becomes, per set (in the order SQL
+lists them: ``ROLLUP(a, b)`` is ``(a, b), (a), ()``; several elements of a ``GROUP BY``
+combine as their cross product, duplicate sets kept, as DuckDB does), a branch:
+
+* ``GROUP BY`` that set's expressions (none: an aggregate over all rows, one row even
+  over no rows, as DuckDB gives the empty set);
+* outside aggregates, a grouping expression not in the set is ``NULL`` (a select item
+  that becomes NULL keeps its name and takes the other branches' type where the set
+  operation unifies them), ``GROUPING(x, ...)`` the constant bit mask of the set (bit
+  1 where ``x`` is not grouped, the first argument the most significant: DuckDB's
+  definition; BIGINT), in the select list and ``HAVING`` (applied per branch);
+* ``SELECT DISTINCT`` is a ``UNION`` of the branches instead.
+
+``ORDER BY``, ``LIMIT``, ``OFFSET`` and ``WITH`` go on ``SELECT * FROM (<the union>)
+AS _gs`` (so does the file's top-level SELECT), each ``ORDER BY`` term that is a select
+item (its expression or name) ordering by that output column. A ``GROUPING()`` alone
+(a plain ``GROUP BY``: 0) is a constant the same way. Refused with the node: a
+``GROUPING()`` argument that is not a grouping expression, ``GROUPING()`` outside the
+select list, ``HAVING`` and ``ORDER BY``, a window function or ``QUALIFY`` in the same
+SELECT, more than :data:`MAX_SETS` sets.
+
+Example:
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("SELECT a, b, GROUPING(a, b) AS g, SUM(c) AS s FROM t "
+    ...                       "GROUP BY ROLLUP(a, b)", read="duckdb")
+    >>> print(expand_grouping_sets(q).sql())  # doctest: +NORMALIZE_WHITESPACE
+    SELECT * FROM (SELECT a, b, CAST(0 AS BIGINT) AS g, SUM(c) AS s FROM t GROUP BY a, b
+    UNION ALL SELECT a, NULL AS b, CAST(1 AS BIGINT) AS g, SUM(c) AS s FROM t GROUP BY a
+    UNION ALL SELECT NULL AS a, NULL AS b, CAST(3 AS BIGINT) AS g, SUM(c) AS s FROM t)
+    AS _gs
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+
+from sqlglot import exp
+from sqlglot.optimizer.simplify import simplify
+
+from core.errors import QueryError
+from plans.exprtypes import ExprError
+from plans.sqlcheck import describe
+from plans.sqlparse import ParsedQuery, offset_of
+
+__all__ = ["MAX_SETS", "expand_grouping", "expand_grouping_sets"]
+
+MAX_SETS = 64
+"""The most grouping sets one SELECT may expand to (``CUBE`` of six expressions): each
+is an aggregate maintained beside the others."""
+
+_SETS = (exp.Rollup, exp.Cube, exp.GroupingSets)
+_OUTER = ("with_", "order", "limit", "offset")
+
+
+def expand_grouping(parsed: ParsedQuery) -> ParsedQuery:
+    """``parsed`` with its SELECT rewritten by :func:`expand_grouping_sets` (itself when
+    it has no grouping sets nor ``GROUPING()``); a refusal names the construct and its
+    place in the file."""
+    if not any(True for _ in parsed.select.find_all(exp.Grouping, *_SETS)):
+        return parsed
+    try:
+        select = expand_grouping_sets(parsed.select)
+    except ExprError as err:
+        what = "GROUPING()" if isinstance(err.node, exp.Grouping) else "grouping sets"
+        raise QueryError(describe([(offset_of(err.node), what, str(err))], parsed.text,
+                                  parsed.source)) from None
+    assert isinstance(select, exp.Select)
+    return ParsedQuery(parsed.text, parsed.source, parsed.schema, select)
+
+
+def expand_grouping_sets(expression: exp.Expr) -> exp.Expr:
+    """``expression`` (not changed) with every SELECT that has grouping sets or
+    ``GROUPING()`` rewritten as a UNION ALL of plain ``GROUP BY``s (see the module);
+    a SELECT stays a SELECT (wrapped), a nested one's place takes the union."""
+    root = expression.copy()
+    for select in reversed(list(root.find_all(exp.Select, bfs=False))):
+        group = select.args.get("group")
+        sets = _sets(group) if group is not None else None
+        if sets is None and select.find(exp.Grouping) is None:
+            continue
+        plain = list(group.expressions) if group is not None else []
+        new = _expand(select, sets if sets is not None else [plain])
+        if select is root:
+            root = new
+        else:
+            select.replace(new)
+    return root
+
+
+def _sets(group: exp.Group) -> list[list[exp.Expr]] | None:
+    """The grouping sets of a ``GROUP BY`` (each its expressions in order, no duplicate
+    in a set), or None when it is a plain one."""
+    if not any(isinstance(e, _SETS) for e in group.expressions):
+        return None
+    per_element = [_element_sets(e) for e in group.expressions]
+    n = functools.reduce(lambda k, s: k * len(s), per_element, 1)
+    if n > MAX_SETS:
+        raise ExprError(group, f"{n} grouping sets: at most {MAX_SETS} per SELECT (each "
+                               "is an aggregate maintained beside the others)")
+    return [_distinct(list(itertools.chain.from_iterable(combo)))
+            for combo in itertools.product(*per_element)]
+
+
+def _element_sets(e: exp.Expr) -> list[list[exp.Expr]]:
+    if isinstance(e, exp.Rollup):
+        parts = [_columns(x) for x in e.expressions]
+        return [list(itertools.chain.from_iterable(parts[:i]))
+                for i in range(len(parts), -1, -1)]
+    if isinstance(e, exp.Cube):
+        parts = [_columns(x) for x in e.expressions]
+        return [list(itertools.chain.from_iterable(parts[j] for j in chosen))
+                for size in range(len(parts), -1, -1)
+                for chosen in itertools.combinations(range(len(parts)), size)]
+    if isinstance(e, exp.GroupingSets):
+        return [s for x in e.expressions for s in (
+            _element_sets(x) if isinstance(x, (exp.Rollup, exp.Cube)) else [_columns(x)])]
+    return [_columns(e)]
+
+
+def _columns(e: exp.Expr) -> list[exp.Expr]:
+    """The expressions of one element of a set: ``(a, b)``, ``(a)``, ``()`` or ``a``."""
+    if isinstance(e, exp.Tuple):
+        return list(e.expressions)
+    if isinstance(e, exp.Paren):
+        return [e.this]
+    if isinstance(e, _SETS):
+        raise ExprError(e, f"{e.key.upper()} nested in a grouping set is not supported: "
+                           "write its sets out")
+    return [e]
+
+
+def _distinct(exprs: list[exp.Expr]) -> list[exp.Expr]:
+    out: list[exp.Expr] = []
+    for e in exprs:
+        if not any(_same(e, o) for o in out):
+            out.append(e)
+    return out
+
+
+def _same(a: exp.Expr, b: exp.Expr) -> bool:
+    """Whether two expressions name the same grouping expression (a column with or
+    without its table)."""
+    if isinstance(a, exp.Column) and isinstance(b, exp.Column):
+        return a.name.lower() == b.name.lower() and (
+            not a.table or not b.table or a.table.lower() == b.table.lower())
+    return a == b
+
+
+def _expand(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select | exp.Union:
+    for arg in ("qualify", "windows"):
+        if select.args.get(arg):
+            raise ExprError(select.args[arg] if arg == "qualify" else select,
+                            f"{arg.upper()} beside grouping sets is not supported")
+    window = select.find(exp.Window)
+    if window is not None:
+        raise ExprError(window, "a window function in a SELECT with grouping sets is not "
+                                "supported yet: apply it in a SELECT over a derived table")
+    grouped = _distinct([e for s in sets for e in s])
+    _check_groupings(select, grouped)
+    distinct = bool(select.args.get("distinct")) and len(sets) > 1
+    branches = [_branch(select, s, grouped, distinct) for s in sets]
+    body: exp.Select | exp.Union = branches[0]
+    for right in branches[1:]:
+        body = exp.Union(this=body, expression=right, distinct=distinct)
+    outer: dict[str, exp.Expr] = {arg: select.args[arg] for arg in _OUTER
+                                  if select.args.get(arg) is not None}
+    if not outer and select.parent is not None:
+        return body
+    if len(sets) == 1:
+        assert isinstance(body, exp.Select)
+        for arg, value in outer.items():
+            body.set(arg, _outside_aggregates(value.copy(), lambda n: _replaced(
+                n, sets[0], [])) if arg == "order" else value.copy())
+        return body
+    wrapper = exp.select("*").from_(exp.Subquery(
+        this=body, alias=exp.TableAlias(this=exp.to_identifier("_gs"))))
+    for arg, value in outer.items():
+        wrapper.set(arg, _ordered_by_output(value.copy(), select) if arg == "order"
+                    else value.copy())
+    return wrapper
+
+
+def _check_groupings(select: exp.Select, grouped: list[exp.Expr]) -> None:
+    allowed = [*select.expressions, select.args.get("having"), select.args.get("order")]
+    for g in select.find_all(exp.Grouping):
+        if g.find_ancestor(exp.Select) is not select:
+            continue  # (a subquery's own)
+        if not any(a is not None and _within(g, a) for a in allowed):
+            raise ExprError(g, "GROUPING() is allowed in the select list, HAVING and "
+                               "ORDER BY only")
+        if not g.expressions:
+            raise ExprError(g, "GROUPING() takes one or more grouping expressions")
+        for arg in g.expressions:
+            if not any(_same(arg, e) for e in grouped):
+                raise ExprError(g, f"GROUPING({arg.sql()}): {arg.sql()} is not an "
+                                   "expression of the GROUP BY")
+
+
+def _within(node: exp.Expr, ancestor: exp.Expr) -> bool:
+    parent: exp.Expr | None = node
+    while parent is not None:
+        if parent is ancestor:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _branch(select: exp.Select, chosen: list[exp.Expr], grouped: list[exp.Expr],
+            union_distinct: bool) -> exp.Select:
+    """The SELECT of one grouping set ``chosen``: its own GROUP BY, the grouping
+    expressions not chosen NULL outside aggregates, GROUPING() constants."""
+    missing = [e for e in grouped if not any(_same(e, c) for c in chosen)]
+
+    def rewrite(node: exp.Expr) -> exp.Expr:
+        return _outside_aggregates(node, lambda n: _replaced(n, chosen, missing))
+
+    branch = select.copy()
+    for arg in _OUTER:
+        branch.set(arg, None)
+    if union_distinct:
+        branch.set("distinct", None)
+    items: list[exp.Expr] = []
+    for item in branch.expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        new = rewrite(inner.copy())
+        if isinstance(inner, exp.Grouping):
+            new = exp.cast(new, exp.DataType.build("BIGINT"))
+        elif new != inner:
+            new = simplify(new)
+        if new == inner and isinstance(item, (exp.Alias, exp.Column)):
+            items.append(item)  # (an expression is named: a set operation's CAST reads it)
+            continue
+        name = item.alias if isinstance(item, exp.Alias) else (
+            item.name if isinstance(item, exp.Column) else item.sql())
+        items.append(exp.alias_(new, name, quoted=not exp.SAFE_IDENTIFIER_RE.match(name)))
+    branch.set("expressions", items)
+    having = branch.args.get("having")
+    if having is not None:
+        having.set("this", rewrite(having.this))
+    if chosen:
+        branch.set("group", exp.Group(expressions=[c.copy() for c in chosen]))
+        return branch
+    branch.set("group", None)
+    if any(True for _ in itertools.chain.from_iterable(
+            i.find_all(exp.AggFunc) for i in [*branch.expressions, having] if i)):
+        return branch
+    return _one_row(branch)
+
+
+def _replaced(node: exp.Expr, chosen: list[exp.Expr], missing: list[exp.Expr]
+              ) -> exp.Expr | None:
+    if isinstance(node, exp.Grouping):
+        mask = 0
+        for arg in node.expressions:
+            mask = mask * 2 + (0 if any(_same(arg, c) for c in chosen) else 1)
+        return exp.Literal.number(mask)
+    if any(_same(node, m) for m in missing):
+        return exp.Null()
+    return None
+
+
+def _outside_aggregates(node: exp.Expr, replace: Callable[[exp.Expr], exp.Expr | None]
+                        ) -> exp.Expr:
+    """``node`` with ``replace`` applied top-down outside aggregates and subqueries
+    (where it returns an expression, that one stands; GROUPING() is asked first)."""
+    new = replace(node)
+    if new is not None:
+        return new
+    if isinstance(node, (exp.AggFunc, exp.Subquery, exp.Select)):
+        return node
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expr):
+            node.set(key, _outside_aggregates(value, replace))
+        elif isinstance(value, list):
+            node.set(key, [_outside_aggregates(v, replace) if isinstance(v, exp.Expr)
+                           else v for v in value])
+    return node
+
+
+def _one_row(branch: exp.Select) -> exp.Select:
+    """The empty grouping set of a SELECT without aggregates: one row over all rows
+    (also none), as DuckDB gives it: its items over ``SELECT COUNT(*)`` of its FROM."""
+    inner = branch.copy()
+    inner.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "_n")])
+    inner.set("having", None)
+    inner.set("distinct", None)
+    outer = exp.select(*branch.expressions).from_(exp.Subquery(
+        this=inner, alias=exp.TableAlias(this=exp.to_identifier("_g"))))
+    having = branch.args.get("having")
+    if having is not None:
+        outer = outer.where(having.this)
+    return outer
+
+
+def _ordered_by_output(order: exp.Expr, select: exp.Select) -> exp.Expr:
+    """``ORDER BY`` of the grouped SELECT as the wrapper's: a term that is a select
+    item (its expression or its name) orders by that output column."""
+    names = []
+    for item in select.expressions:
+        names.append(item.alias if isinstance(item, exp.Alias) else (
+            item.name if isinstance(item, exp.Column) else item.sql()))
+
+    def output(node: exp.Expr) -> exp.Expr | None:
+        for item, name in zip(select.expressions, names):
+            inner = item.this if isinstance(item, exp.Alias) else item
+            if _same(node, inner) or (isinstance(node, exp.Column) and not node.table
+                                      and node.name.lower() == name.lower()):
+                return exp.column(name, quoted=not exp.SAFE_IDENTIFIER_RE.match(name))
+        return None
+
+    for ordered in order.expressions:
+        if not (isinstance(ordered.this, exp.Literal) and ordered.this.is_int):
+            ordered.set("this", _outside_aggregates(ordered.this, output))
+    return order
