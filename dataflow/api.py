@@ -46,6 +46,7 @@ from dataflow.kinds import (
 )
 from dataflow.setops import CompiledSetOp
 from dataflow.view import View, _check_eps, make_finalizer
+from dataflow.windows import CompiledWindow
 from operators.keyedview import CompiledKeyedView
 from operators.threshold import CompiledThreshold
 from plans.cq import ConjunctiveQuery
@@ -58,6 +59,7 @@ from plans.logical import (
     SetOpNode,
     ThresholdNode,
     ViewNode,
+    WindowNode,
     logical_plan,
 )
 from plans.plan import Plan, build_plan, classify
@@ -213,10 +215,13 @@ def compile_plan(
 
 
 def _compile_view(plan: LogicalPlan, node: ViewNode, eps: float, view_trees: bool
-                  ) -> CompiledQuery | CompiledKeyedView | CompiledThreshold | CompiledSetOp:
+                  ) -> (CompiledQuery | CompiledKeyedView | CompiledThreshold | CompiledSetOp
+                        | CompiledWindow):
     """One inner view of a DAG (a join block planned as usual, with uniform rates)."""
     if isinstance(node, SetOpNode):
         return CompiledSetOp(node)
+    if isinstance(node, WindowNode):
+        return CompiledWindow(node)
     if isinstance(node, KeyedViewNode):
         return CompiledKeyedView(node.spec, node.own, node.other, set(node.base))
     if isinstance(node, ThresholdNode):

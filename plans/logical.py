@@ -48,16 +48,17 @@ from plans.cq import Atom, ConjunctiveQuery
 from plans.expr import ExprError, SqlType
 from plans.grouping import expand_grouping
 from plans.outerjoin import Condition, JoinSide, KeyedView, compile_condition
-from plans.setops import Item, SetOperation, common_type, lift_set_operations
+from plans.setops import Item, SetOperation, common_type, lift_items, lift_set_operations
 from plans.sql import build_query
 from plans.sqlcheck import check_supported, describe
 from plans.sqlerrors import set_operation
 from plans.sqlparse import ParsedQuery, ddl_type, offset_of, view_relation
 from plans.threshold import ThresholdFilter
 from plans.views import split_views
+from plans.windows import WindowOp, lift_windows, window_type
 
 __all__ = ["Edge", "JoinBlock", "KeyedViewNode", "LogicalPlan", "SetOpNode", "ThresholdNode",
-           "TopKWindow", "ViewNode", "logical_plan"]
+           "TopKWindow", "ViewNode", "WindowNode", "logical_plan"]
 
 QUERY = ""
 """The name of the query's own block (an edge into it reads ``reader == QUERY``)."""
@@ -165,7 +166,24 @@ class SetOpNode:
         return tuple(dict.fromkeys(self.spec.inputs))
 
 
-ViewNode = JoinBlock | KeyedViewNode | ThresholdNode | SetOpNode
+@dataclass(frozen=True)
+class WindowNode:
+    """A window view (:class:`~plans.windows.WindowOp`) over one view, ``columns`` its
+    result's (the input's, then one per window function)."""
+
+    spec: WindowOp
+    columns: list[tuple[str, str]]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.spec.source,)
+
+
+ViewNode = JoinBlock | KeyedViewNode | ThresholdNode | SetOpNode | WindowNode
 """An inner view of a plan."""
 
 
@@ -228,6 +246,12 @@ def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
             err.node, exp.SetOperation) else ("set operation", offset_of(err.node))
         raise QueryError(describe([(offset, name, str(err))], parsed.text,
                                   parsed.source)) from None
+    if parsed.select.find(exp.Window) is not None:  # (window functions: plans.windows)
+        try:
+            items = lift_windows(items if items is not None else lift_items(parsed.select))
+        except ExprError as err:
+            raise QueryError(describe([(offset_of(err.node), "window function", str(err))],
+                                      parsed.text, parsed.source)) from None
     if items is not None:
         return _plan_items(parsed, items)
     views, query = _plan_select(parsed, dict(parsed.schema.relations))
@@ -302,8 +326,10 @@ def _plan_items(parsed: ParsedQuery, items: list[Item]) -> LogicalPlan:
     """a SELECT item's name -> where its views lie in ``views`` (start, end), itself"""
     query: JoinBlock | None = None
     for i, item in enumerate(items):
-        if item.setop is not None:
-            node = _set_operation(parsed, item.setop, relations, views, made, names)
+        if item.setop is not None or item.window is not None:
+            node: SetOpNode | WindowNode = _window(parsed, item.window, relations) \
+                if item.window is not None else \
+                _set_operation(parsed, item.setop, relations, views, made, names)  # type: ignore[arg-type]
             _add_relation(parsed, relations, node.name, node.columns)
             views.append(node)
             continue
@@ -359,6 +385,20 @@ def _set_operation(parsed: ParsedQuery, spec: SetOperation, relations: dict[str,
         if [t for _, t in shape] != types:
             _recast(parsed, v, types, relations, views, made, names)
     return SetOpNode(spec, [(shapes[0][k][0], types[k]) for k in range(width)])
+
+
+def _window(parsed: ParsedQuery, spec: WindowOp, relations: dict[str, Relation]
+            ) -> WindowNode:
+    """The window view's node: its input's columns, then its functions', typed."""
+    cols = [(c.name, ddl_type(SqlType.of_column(c))) for c in relations[spec.source].columns]
+    out = list(cols)
+    for f, name in zip(spec.funcs, spec.names):
+        try:
+            out.append((name, window_type(f, cols[f.arg][1] if f.arg is not None else None)))
+        except ValueError as err:
+            msg = f"{parsed.source}: window function {f.func.upper()}: {err}"
+            raise QueryError(msg) from None
+    return WindowNode(spec, out)
 
 
 def _null_columns(made: tuple[int, int, Item] | None) -> set[int]:
@@ -488,6 +528,15 @@ def _relation(rel: Relation) -> str:
 
 
 def _render_node(node: ViewNode) -> list[str]:
+    if isinstance(node, WindowNode):
+        w = node.spec
+        funcs = ", ".join(f"{n} := {f.func}({'' if f.arg is None else f.arg}) {f.frame}"
+                          f"{'' if f.offset == 1 else f' offset {f.offset}'}"
+                          f"{'' if f.default is None else f' default {f.default}'}"
+                          for f, n in zip(w.funcs, w.names))
+        cols = ", ".join(f"{n} {t}" for n, t in node.columns)
+        return [f"view {w.name}: window over {w.source} partition by {list(w.partition_by)} "
+                f"order by {list(w.order_by)}: {funcs} ({cols})"]
     if isinstance(node, SetOpNode):
         op = node.spec
         cols = ", ".join(f"{n} {t}" for n, t in node.columns)

@@ -30,12 +30,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from plans.expr import ExprError
 
-__all__ = ["Item", "SetOperation", "common_type", "lift_set_operations"]
+if TYPE_CHECKING:
+    from plans.windows import WindowOp
+
+__all__ = ["Item", "SetOperation", "common_type", "lift_items", "lift_set_operations"]
 
 _OPS: dict[type[exp.SetOperation], str] = {
     exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}
@@ -66,6 +70,8 @@ class Item:
     name: str
     select: exp.Select | None = None
     setop: SetOperation | None = None
+    window: WindowOp | None = None
+    """A window view over an item before it (:mod:`plans.windows`)."""
 
 
 def lift_set_operations(select: exp.Select) -> list[Item] | None:
@@ -73,6 +79,13 @@ def lift_set_operations(select: exp.Select) -> list[Item] | None:
     operation anywhere, else None. ``select`` is not changed."""
     if not any(True for _ in select.find_all(exp.SetOperation)):
         return None
+    return lift_items(select)
+
+
+def lift_items(select: exp.Select) -> list[Item]:
+    """The items of a query file's SELECT: each WITH, each set operation and its
+    branches, then the query (what :func:`lift_set_operations` gives, also for a file
+    without a set operation: window functions are lifted from these)."""
     return _Lifter().lift_file(select)
 
 

@@ -29,7 +29,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from core.records import EpochDelta, EpochEnd, Record, Update
+from core.records import EPOCH_END, EpochDelta, EpochEnd, Record, Update
 
 if TYPE_CHECKING:
     from dataflow.api import View
@@ -302,3 +302,32 @@ def check_stream(
     assert normalise_rows(view.snapshot(enumerate_join=True)) == oracle.result(), label
     oracle.close()
     return view
+
+
+def bag_stream(draw: Any, tables: str, value: Callable[[str, Any], Row],
+               epochs: int = 5, per_epoch: int = 12) -> list[Record]:
+    """A hypothesis stream (``draw`` is a composite strategy's): up to ``epochs``
+    epochs of up to ``per_epoch`` updates of ``tables`` (one letter a table, a letter
+    twice is drawn twice as often): inserts of ``value(table, draw)`` rows, 1 or 2
+    copies, and deletes of some copies of rows present."""
+    from hypothesis import strategies as st
+
+    held: dict[str, Counter[Row]] = {t: Counter() for t in tables}
+    out: list[Record] = []
+    for _ in range(draw(st.integers(1, epochs))):
+        for _ in range(draw(st.integers(0, per_epoch))):
+            table = draw(st.sampled_from(tables))
+            present = [r for r, m in held[table].items() if m > 0]
+            delete: bool = draw(st.booleans())
+            if present and delete:
+                row = draw(st.sampled_from(sorted(present, key=repr)))
+                mult = draw(st.integers(1, held[table][row]))
+                held[table][row] -= mult
+                out.append(Update("-", table, row, mult))
+            else:
+                row = value(table, draw)
+                mult = draw(st.integers(1, 2))
+                held[table][row] += mult
+                out.append(Update("+", table, row, mult))
+        out.append(EPOCH_END)
+    return out
