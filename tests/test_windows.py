@@ -75,6 +75,20 @@ QUERIES = [
     "SELECT w.g, w.d, b.w FROM w, b WHERE w.g = b.g AND w.d < 3",
     "SELECT g, o, ROW_NUMBER() OVER (PARTITION BY g ORDER BY o, w) AS rn "
     "FROM (SELECT DISTINCT a.g, a.o, b.w FROM a, b WHERE a.g = b.g) t",
+    # TPC-DS shapes: Q51's cumulative sums of aggregates and their running maximum,
+    # Q47/Q57's average over the partition with the previous row joined by rank, Q49's
+    # ranks in the branches of a UNION
+    "WITH w AS (SELECT g, o, SUM(SUM(p)) OVER (PARTITION BY g ORDER BY o ROWS BETWEEN "
+    "UNBOUNDED PRECEDING AND CURRENT ROW) AS cume FROM a GROUP BY g, o) "
+    "SELECT g, o, cume, MAX(cume) OVER (PARTITION BY g ORDER BY o ROWS BETWEEN UNBOUNDED "
+    "PRECEDING AND CURRENT ROW) AS m FROM w",
+    "WITH v1 AS (SELECT g, o, SUM(p) AS t, AVG(SUM(p)) OVER (PARTITION BY g) AS av, "
+    "RANK() OVER (PARTITION BY g ORDER BY o) AS rn FROM a GROUP BY g, o) "
+    "SELECT v1.g, v1.o, v1.t, v1.av, v0.t AS prev FROM v1, v1 v0 "
+    "WHERE v1.g = v0.g AND v1.rn = v0.rn + 1",
+    "SELECT g, r FROM (SELECT g, RANK() OVER (ORDER BY SUM(p)) AS r FROM a GROUP BY g) x "
+    "WHERE r <= 2 UNION SELECT g, r FROM (SELECT g, RANK() OVER (ORDER BY COUNT(*) DESC) "
+    "AS r FROM b GROUP BY g) y WHERE r <= 2",
     # ORDER BY ... LIMIT over a window's result
     f"SELECT {ALL}, RANK() OVER (ORDER BY o) AS r FROM a ORDER BY r, g, o, p, s LIMIT 4",
 ]
