@@ -89,6 +89,18 @@ QUERIES = [
     "SELECT g, r FROM (SELECT g, RANK() OVER (ORDER BY SUM(p)) AS r FROM a GROUP BY g) x "
     "WHERE r <= 2 UNION SELECT g, r FROM (SELECT g, RANK() OVER (ORDER BY COUNT(*) DESC) "
     "AS r FROM b GROUP BY g) y WHERE r <= 2",
+    # Q51 whole: two channels' cumulative sums, FULL JOINed ON (... AND ...), their
+    # running maximum
+    "WITH wv AS (SELECT g, o, SUM(SUM(p)) OVER (PARTITION BY g ORDER BY o ROWS BETWEEN "
+    "UNBOUNDED PRECEDING AND CURRENT ROW) AS cume FROM a WHERE g IS NOT NULL AND o IS NOT "
+    "NULL GROUP BY g, o), bv AS (SELECT g, w, SUM(COUNT(*)) OVER (PARTITION BY g ORDER BY "
+    "w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cume FROM b WHERE g IS NOT NULL "
+    "GROUP BY g, w) "
+    "SELECT k, d, wc, bc, MAX(wc) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN UNBOUNDED "
+    "PRECEDING AND CURRENT ROW) AS wm FROM (SELECT CASE WHEN wv.g IS NOT NULL THEN wv.g "
+    "ELSE bv.g END AS k, CASE WHEN wv.o IS NOT NULL THEN wv.o ELSE bv.w END AS d, "
+    "wv.cume AS wc, bv.cume AS bc FROM wv FULL OUTER JOIN bv ON (wv.g = bv.g AND "
+    "wv.o = bv.w)) x",
     # ORDER BY ... LIMIT over a window's result
     f"SELECT {ALL}, RANK() OVER (ORDER BY o) AS r FROM a ORDER BY r, g, o, p, s LIMIT 4",
 ]
