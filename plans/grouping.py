@@ -218,6 +218,11 @@ def _branch(select: exp.Select, chosen: list[exp.Expr], grouped: list[exp.Expr],
     """The SELECT of one grouping set ``chosen``: its own GROUP BY, the grouping
     expressions not chosen NULL outside aggregates, GROUPING() constants."""
     missing = [e for e in grouped if not any(_same(e, c) for c in chosen)]
+    for sub in (q for i in [*select.expressions, select.args.get("having")] if i is not None
+                for q in i.find_all(exp.Subquery)):
+        if any(_same(col, m) for col in sub.find_all(exp.Column) for m in missing):
+            raise ExprError(sub, "a subquery reading a grouping expression beside grouping "
+                                 "sets is not supported")
 
     def rewrite(node: exp.Expr) -> exp.Expr:
         return _outside_aggregates(node, lambda n: _replaced(n, chosen, missing))

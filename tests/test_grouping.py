@@ -113,6 +113,8 @@ def test_a_rollup_is_one_aggregate_per_set_under_a_union_all() -> None:
      r"grouping sets: 128 grouping sets: at most 64"),
     ("SELECT a, RANK() OVER (ORDER BY COUNT(*)) FROM t GROUP BY ROLLUP(a)",
      r"grouping sets: a window function in a SELECT with grouping sets"),
+    ("SELECT a, (SELECT COUNT(*) FROM u WHERE u.d = t.a) AS k FROM t GROUP BY ROLLUP(a)",
+     r"column 113: grouping sets: a subquery reading a grouping expression"),
 ])
 def test_grouping_refused_with_position(query: str, says: str) -> None:
     with pytest.raises(QueryError, match=says) as err:
