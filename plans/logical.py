@@ -427,8 +427,16 @@ def _recast(parsed: ParsedQuery, view: str, types: list[str], relations: dict[st
     start, end, item = where
     assert item.select is not None
     cols = relations[view].columns
-    inner = exp.Subquery(this=item.select.copy(), alias=exp.TableAlias(
-        this=exp.to_identifier("_b")))
+    branch = item.select.copy()
+    if len(branch.expressions) == len(cols) and not any(
+            isinstance(e, exp.Star) or isinstance(e, exp.Column) and isinstance(e.this, exp.Star)
+            for e in branch.expressions):
+        # (every column named as the view's relation names it: an unnamed `NULL` or
+        # `SUM(c)` would be `_col_k` in the derived table below)
+        branch.set("expressions", [exp.alias_(e.unalias() if isinstance(e, exp.Alias) else e,
+                                              c.name, quoted=True)
+                                   for e, c in zip(branch.expressions, cols)])
+    inner = exp.Subquery(this=branch, alias=exp.TableAlias(this=exp.to_identifier("_b")))
     exprs = [exp.alias_(exp.cast(exp.column(c.name, "_b", quoted=True), t), c.name,
                         quoted=True) for c, t in zip(cols, types)]
     recast = Item(item.name, select=exp.select(*exprs).from_(inner))

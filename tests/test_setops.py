@@ -49,6 +49,7 @@ QUERIES = [
     "SELECT x, p FROM a UNION ALL SELECT y, x FROM b",
     "SELECT x, NULL AS s FROM a UNION SELECT x, s FROM c",
     "SELECT s FROM c EXCEPT SELECT CAST(x AS VARCHAR) FROM a",
+    "SELECT x, SUM(p) FROM a GROUP BY x UNION ALL SELECT NULL, 1.5 FROM b",
     # two inputs planned again with CASTs (their NULL columns typed by the first's)
     "SELECT x, COUNT(*) AS n FROM a GROUP BY x UNION ALL SELECT NULL AS x, COUNT(*) AS n "
     "FROM b UNION ALL SELECT NULL AS x, COUNT(*) AS n FROM c",
