@@ -331,3 +331,18 @@ def bag_stream(draw: Any, tables: str, value: Callable[[str, Any], Row],
                 out.append(Update("+", table, row, mult))
         out.append(EPOCH_END)
     return out
+
+
+def local_deltas(view: Any, records: Iterable[Record]) -> dict[tuple[str, int], list[Any]]:
+    """The local runner's deltas of ``records`` through ``view`` (a maintained query),
+    keyed as :func:`dataflow.stages.run_stages` keys a staged run's: ``("delta",
+    epoch)`` -> its changes, sorted (what a staged run is compared with)."""
+    out: dict[tuple[str, int], list[Any]] = {}
+    for u in records:
+        if isinstance(u, Update):
+            view.apply(u)
+        else:
+            d = view.end_epoch()
+            if d.rows:
+                out[("delta", d.epoch)] = sorted(d.rows, key=repr)
+    return out

@@ -5,12 +5,11 @@ semantics, equal to DuckDB after every epoch of random streams with deletes."""
 from __future__ import annotations
 
 import pickle
-from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import check_stream
+from oracle import bag_stream, check_stream, local_deltas
 
 from core.errors import QueryError
 from core.records import EPOCH_END, Record, Update
@@ -70,25 +69,7 @@ def _value(table: str, draw: st.DrawFn) -> Row:
 @st.composite
 def streams(draw: st.DrawFn) -> list[Record]:
     """Inserts and deletes of rows present (with multiplicities), in epochs."""
-    held: dict[str, Counter[Row]] = {t: Counter() for t in "abc"}
-    out: list[Record] = []
-    for _ in range(draw(st.integers(1, 5))):
-        for _ in range(draw(st.integers(0, 12))):
-            table = draw(st.sampled_from("abc"))
-            present = [r for r, m in held[table].items() if m > 0]
-            delete: bool = draw(st.booleans())
-            if present and delete:
-                row = draw(st.sampled_from(sorted(present, key=repr)))
-                mult = draw(st.integers(1, held[table][row]))
-                held[table][row] -= mult
-                out.append(Update("-", table, row, mult))
-            else:
-                row = _value(table, draw)
-                mult = draw(st.integers(1, 2))
-                held[table][row] += mult
-                out.append(Update("+", table, row, mult))
-        out.append(EPOCH_END)
-    return out
+    return bag_stream(draw, "abc", _value)
 
 
 @pytest.mark.parametrize("query", QUERIES)
@@ -113,15 +94,7 @@ def test_set_operations_as_stages_equal_the_local_runner() -> None:
            Update("+", "b", (1, 1, None), 2), EPOCH_END]
     plan = StagePlan.of(q, 3)
     staged = run_stages(plan, list(EpochCursor().number(ups)))
-    local = q.maintain()
-    want: dict[tuple[str, int], list[tuple[int, Row]]] = {}
-    for u in ups:
-        if isinstance(u, Update):
-            local.apply(u)
-        else:
-            d = local.end_epoch()
-            if d.rows:
-                want[("delta", d.epoch)] = sorted(d.rows, key=repr)
+    want = local_deltas(q.maintain(), ups)
     got = {k: sorted(v, key=repr) for k, v in staged.items() if k[0] == "delta"}
     assert got == want
 

@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import bag_stream, check_stream
+from oracle import bag_stream, check_stream, local_deltas
 
 from core.errors import QueryError
 from core.records import EPOCH_END, Record, Update
@@ -131,19 +131,6 @@ def test_window_functions_equal_duckdb_every_epoch(query: str, records: list[Rec
     check_stream(q.maintain(), sql, records, label=query)  # type: ignore[arg-type]
 
 
-def _local_deltas(q: object, ups: list[Record]) -> dict[tuple[str, int], list[tuple[int, Row]]]:
-    local = q.maintain()  # type: ignore[attr-defined]
-    want: dict[tuple[str, int], list[tuple[int, Row]]] = {}
-    for u in ups:
-        if isinstance(u, Update):
-            local.apply(u)
-        else:
-            d = local.end_epoch()
-            if d.rows:
-                want[("delta", d.epoch)] = sorted(d.rows, key=repr)
-    return want
-
-
 @pytest.mark.parametrize("query", [
     "SELECT g, o, SUM(p) AS t, RANK() OVER (PARTITION BY g ORDER BY SUM(p) DESC) AS r, "
     "SUM(SUM(p)) OVER (PARTITION BY g ORDER BY o) AS c FROM a GROUP BY g, o",
@@ -167,7 +154,7 @@ def test_windows_as_stages_equal_the_local_runner(query: str) -> None:
                          Update("-", "a", rows[4]), Update("-", "a", rows[0], 3), EPOCH_END]
     staged = run_stages(StagePlan.of(q, 3), list(EpochCursor().number(ups)))
     got = {k: sorted(v, key=repr) for k, v in staged.items() if k[0] == "delta"}
-    assert got == _local_deltas(q, ups)
+    assert got == local_deltas(q.maintain(), ups)
 
 
 def test_a_window_is_a_circuit_node_and_its_plan_pickles() -> None:
