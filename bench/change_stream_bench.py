@@ -243,12 +243,12 @@ def best(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
     return min(runs, key=lambda r: r[0])
 
 
-def part_decode(stream: Stream, repeat: int, names: tuple[str, ...] = tuple(
-        v.name for v in VARIANTS)) -> tuple[dict[str, Any], dict[str, Any]]:
+def part_decode(stream: Stream, repeat: int, names: tuple[str, ...] | None = None
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
     rows: dict[str, Any] = {}
     state: dict[str, Any] = {}
     for v in VARIANTS:
-        if v.name not in names:
+        if names is not None and v.name not in names:
             continue
         schema = compile_query(_query_text("count", stream.dir, v.keyed)).schema
         records = _records(stream, schema)
@@ -584,9 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     args.expect = res["lineitem_rows_after"]
     # (the run part needs each format's event count: without the decode or state
     # part, only its variants are encoded)
-    decode_rows, state = part_decode(stream, args.repeat, tuple(v.name for v in VARIANTS) if
-                                     {"decode", "state"} & set(args.parts) else
-                                     tuple(args.variants))
+    decode_rows, state = part_decode(stream, args.repeat, None if {"decode", "state"} &
+                                     set(args.parts) else tuple(args.variants))
     parts: dict[str, dict[str, dict[str, Any]]] = {}
     if "decode" in args.parts:
         parts["decode"] = decode_rows
