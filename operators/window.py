@@ -29,7 +29,10 @@ whole-partition ``SUM``,          every row of the partition when the partition'
 
 (*) and the whole partition when its size changes: the value divides by it. Beside
 these, every inserted entry is computed and every deleted one retracted. Each read
-entry costs O(log n + functions) (its place, its rank, in the index).
+entry costs O(log n + functions) (its place, its rank, in the index). A top-k per
+partition (``WindowOp.limit``: the reader keeps only ``rn <= k``) bounds all of it to
+the entries of rank k or less: the others are neither computed nor output, and those
+pushed past k are retracted.
 
 Example (``RANK() OVER (PARTITION BY a ORDER BY b)``):
     >>> from core.records import Update
@@ -336,8 +339,8 @@ class WindowState(UpdateNode):
                     i = entries.bisect_key_left(key)
                     e = entries[i]
                     del entries[i]
-                    assert e.vals is not None
-                    out[row + e.vals] -= 1
+                    if e.vals is not None:  # (None: past a top-k per partition)
+                        out[row + e.vals] -= 1
                 self._enter(part, e, 1 if dm > 0 else -1)
                 changed.append(key)
             first = (okey, tb, min(have, after))
@@ -372,9 +375,35 @@ class WindowState(UpdateNode):
             for key in changed:
                 p = entries.bisect_key_left(key)
                 extra.update(range(max(0, p - k), min(n, p + k + 1)))
+        bound = self._bound(part, n) if self.spec.limit is not None else n
+        start = min(start, bound)
         todo = sorted(i for i in extra if i < start)
-        todo += range(start, n)
+        todo += range(start, bound)
         self._recompute(part, todo, out)
+        # rows pushed out of a top-k per partition: the output ones after its bound (the
+        # entries output were a prefix; only new entries stand between them now)
+        pos, fresh = bound, {id(e) for e in new}
+        while pos < n:
+            e = entries[pos]
+            if e.vals is not None:
+                out[e.row + e.vals] -= 1
+                e.vals = None
+            elif id(e) not in fresh:
+                break
+            pos += 1
+
+    def _bound(self, part: _Part, n: int) -> int:
+        """The entries whose limiting function's value is at most k: a prefix, this
+        long (a top-k per partition: ``WHERE rn <= k`` over the window)."""
+        assert self.spec.limit is not None
+        index, k = self.spec.limit
+        func, entries = self.spec.funcs[index].func, part.entries
+        if func == "row_number":
+            return min(n, k)
+        if func == "rank":
+            return n if n <= k else int(entries.bisect_key_left((entries[k - 1].key[0], _TOP)))
+        keys = part.keys
+        return n if len(keys) <= k else int(entries.bisect_key_left((keys[k],)))
 
     def _recompute(self, part: _Part, todo: list[int], out: Counter[Row]) -> None:
         """The values of the entries at ``todo`` (ascending), output where changed."""
@@ -451,8 +480,8 @@ class WindowState(UpdateNode):
         out: Counter[Row] = Counter()
         for part in self.parts.values():
             for e in part.entries:
-                assert e.vals is not None
-                out[e.row + e.vals] += 1
+                if e.vals is not None:
+                    out[e.row + e.vals] += 1
         return [(m, row) for row, m in out.items()]
 
     def state_maps(self) -> list[str]:

@@ -543,8 +543,9 @@ def _render_node(node: ViewNode) -> list[str]:
                           f"{'' if f.default is None else f' default {f.default}'}"
                           for f, n in zip(w.funcs, w.names))
         cols = ", ".join(f"{n} {t}" for n, t in node.columns)
+        top = f", top {w.limit[1]} by {w.names[w.limit[0]]}" if w.limit else ""
         return [f"view {w.name}: window over {w.source} partition by {list(w.partition_by)} "
-                f"order by {list(w.order_by)}: {funcs} ({cols})"]
+                f"order by {list(w.order_by)}: {funcs}{top} ({cols})"]
     if isinstance(node, SetOpNode):
         op = node.spec
         cols = ", ".join(f"{n} {t}" for n, t in node.columns)

@@ -92,6 +92,10 @@ class WindowOp:
     funcs: tuple[WindowFunc, ...]
     names: tuple[str, ...] = ()
     """The functions' column names, in order."""
+    limit: tuple[int, int] | None = None
+    """A top-k per partition ``(function, k)``: only the rows whose value of that
+    ranking function (ROW_NUMBER, RANK, DENSE_RANK) is at most k (its reader keeps
+    no other: ``WHERE rn <= k`` over a windowed derived table)."""
 
 
 def window_type(f: WindowFunc, arg_type: str | None) -> str:
@@ -149,6 +153,11 @@ def lift_windows(items: list[Item]) -> list[Item]:
                 continue
             n = next(counter)
             lifted, outer = _lift(node, n)
+            if node is not select:
+                limit = _top_k(node, outer, lifted[-1].window)
+                if limit is not None:
+                    lifted[-1] = Item(lifted[-1].name, window=replace(
+                        lifted[-1].window, limit=limit))  # type: ignore[type-var]
             out += lifted
             if node is select:
                 select = outer
@@ -160,6 +169,36 @@ def lift_windows(items: list[Item]) -> list[Item]:
             node.replace(exp.select("*").from_(table))
         out.append(Item(item.name, select=select))
     return out
+
+
+def _top_k(node: exp.Select, outer: exp.Select, op: WindowOp | None
+           ) -> tuple[int, int] | None:
+    """``(function, k)`` when windowed derived table ``node`` is read by a SELECT whose
+    WHERE keeps only its rows with ``rn <= k`` (``< k + 1``, ``= k`` keep no more),
+    ``rn`` a ROW_NUMBER, RANK or DENSE_RANK of its last window view: that view need
+    keep no other row (a top-k per partition)."""
+    sub, reader = node.parent, node.find_ancestor(exp.Select)
+    if op is None or not isinstance(sub, exp.Subquery) or reader is None or any(
+            node.args.get(a) is not None for a in ("limit", "offset")):
+        return None
+    where = reader.args.get("where")
+    conds = list(where.this.flatten()) if where is not None and isinstance(
+        where.this, exp.And) else [where.this] if where is not None else []
+    columns = {e.alias.lower(): e.this.name for e in outer.expressions
+               if isinstance(e, exp.Alias) and isinstance(e.this, exp.Column)}
+    for c in conds:
+        if not isinstance(c, (exp.LTE, exp.LT, exp.EQ)) or not isinstance(
+                c.this, exp.Column) or not isinstance(c.expression, exp.Literal):
+            continue
+        col, bound = c.this, c.expression
+        if (col.table and col.table != sub.alias) or not bound.name.isdigit() or \
+                bound.is_string or columns.get(col.name.lower()) not in op.names:
+            continue
+        index = op.names.index(columns[col.name.lower()])
+        k = int(bound.name) - (1 if isinstance(c, exp.LT) else 0)
+        if op.funcs[index].func in ("row_number", "rank", "dense_rank") and k >= 1:
+            return index, k
+    return None
 
 
 def _own_windows(select: exp.Select) -> list[exp.Window]:

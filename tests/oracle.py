@@ -59,6 +59,10 @@ ivmflow's FLOAT is a Python float) and every integer type 64-bit or wider."""
 
 
 # -- normalisation -----------------------------------------------------------------------
+_NAN = float("nan")
+"""Every NaN normalises to this one object (a dict finds a key by identity first)."""
+
+
 def normalise_value(value: Any) -> Any:
     """Make a value comparable across DuckDB and ivmflow.
 
@@ -74,7 +78,9 @@ def normalise_value(value: Any) -> Any:
             return int(value)
         value = float(value)
     if isinstance(value, float):
-        if value == 0.0 or math.isnan(value) or math.isinf(value):
+        if math.isnan(value):
+            return _NAN  # (one object: NaN equals only itself, so rows with it compare)
+        if value == 0.0 or math.isinf(value):
             return 0.0 if value == 0.0 else value
         return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
     if hasattr(value, "item"):  # numpy scalars

@@ -101,6 +101,16 @@ QUERIES = [
     "ELSE bv.g END AS k, CASE WHEN wv.o IS NOT NULL THEN wv.o ELSE bv.w END AS d, "
     "wv.cume AS wc, bv.cume AS bc FROM wv FULL OUTER JOIN bv ON (wv.g = bv.g AND "
     "wv.o = bv.w)) x",
+    # top-N per group kept by the window view itself (a top-k per partition): with a
+    # cumulative frame beside it, DENSE_RANK with a join, RANK = 1
+    "SELECT g, o, s, rn, c FROM (SELECT g, o, s, ROW_NUMBER() OVER (PARTITION BY g ORDER "
+    "BY o, p, s) AS rn, SUM(p) OVER (PARTITION BY g ORDER BY o, p, s ROWS UNBOUNDED "
+    "PRECEDING) AS c FROM a) t WHERE rn < 3",
+    "SELECT t.g, t.o, t.d, t.n, b.w FROM (SELECT g, o, DENSE_RANK() OVER (PARTITION BY g "
+    "ORDER BY o DESC NULLS FIRST) AS d, COUNT(*) OVER (PARTITION BY g ORDER BY o DESC "
+    "NULLS FIRST) AS n FROM a) t, b WHERE t.g = b.g AND t.d <= 2",
+    "SELECT g, o FROM (SELECT g, o, RANK() OVER (PARTITION BY g ORDER BY p DESC) AS r "
+    "FROM a) t WHERE r = 1",
     # ORDER BY ... LIMIT over a window's result
     f"SELECT {ALL}, RANK() OVER (ORDER BY o) AS r FROM a ORDER BY r, g, o, p, s LIMIT 4",
 ]
@@ -188,3 +198,29 @@ def test_two_window_specifications_are_two_window_views() -> None:
 def test_window_functions_refused_with_a_reason(query: str, says: str) -> None:
     with pytest.raises(QueryError, match=says):
         compile_query(DDL + query)
+
+
+def test_top_n_per_group_is_kept_by_the_window_view() -> None:
+    """``WHERE rn <= k`` over a windowed derived table: the window view keeps only the
+    rows of rank at most k, so a row inserted first in a partition of 2,000 changes
+    2k + 1 rows of its output, not 4,000."""
+    from operators.window import WindowState
+
+    q = compile_query(DDL + "SELECT g, o FROM (SELECT g, o, ROW_NUMBER() OVER (PARTITION BY "
+                            "g ORDER BY o) AS rn FROM a) t WHERE rn <= 3")
+    assert isinstance(q, CompiledDag)
+    window = dict(q.inner)["_wn_0"]
+    assert isinstance(window, CompiledWindow) and window.spec.limit == (0, 3)
+    view = WindowState(window.spec)
+    for o in range(2000):
+        view.add((1, o + 1), 1)
+    assert len(view.close_epoch()) == 3
+    view.add((1, 0), 1)
+    delta = view.close_epoch()
+    assert sorted(delta) == [(-1, (1, 1, 1)), (-1, (1, 2, 2)), (-1, (1, 3, 3)),
+                             (1, (1, 0, 1)), (1, (1, 1, 2)), (1, (1, 2, 3))]
+    view.add((1, 0), -1)
+    view.add((1, 2), -1)
+    assert sorted(view.close_epoch()) == [(-1, (1, 0, 1)), (-1, (1, 1, 2)), (-1, (1, 2, 3)),
+                                          (1, (1, 1, 1)), (1, (1, 3, 2)), (1, (1, 4, 3))]
+    assert sorted(view.snapshot()) == [(1, (1, 1, 1)), (1, (1, 3, 2)), (1, (1, 4, 3))]
