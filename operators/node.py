@@ -62,7 +62,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from core.epochs import CLOSE
 from core.records import EpochDelta, Update
 
-__all__ = ["Change", "HostedNode", "LocalNode", "Node", "PartitionNode", "TaggedTuple",
+__all__ = ["BatchNode", "Change", "HostedNode", "LocalNode", "Node", "PartitionNode", "TaggedTuple",
            "UpdateNode", "drive_rows"]
 
 C_contra = TypeVar("C_contra", contravariant=True)
@@ -199,6 +199,21 @@ class UpdateNode(Node[Update]):
 
     def close_epoch(self) -> list[Change]:
         return list(self.end_epoch().rows)
+
+
+class BatchNode(UpdateNode):
+    """A live node that nets an epoch's updates (``updates``: how many) and computes
+    its delta at the close (:meth:`close_epoch`, its own): ``end_epoch`` numbers that
+    delta (a set operation, a window view)."""
+
+    updates: int
+
+    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
+        rows = self.close_epoch()
+        self.epoch += 1
+        delta = EpochDelta(self.epoch, tuple(rows), self.updates, closed_by_marker)
+        self.updates = 0
+        return delta
 
 
 class HostedNode(Node[TaggedTuple]):

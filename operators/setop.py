@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from core.records import EpochDelta, Update
+from core.records import Update
 from core.schema import Row
-from operators.node import Change, HostedNode, TaggedTuple, UpdateNode
+from operators.node import BatchNode, Change, HostedNode, TaggedTuple
 from operators.state import DictState, State
 from plans.setops import SetOperation
 
@@ -87,7 +87,7 @@ def multiplicity(op: SetOperation) -> Callable[[Sequence[int]], int]:
     return _RESULT[(op.op, op.distinct)]
 
 
-class SetOpState(UpdateNode):
+class SetOpState(BatchNode):
     """A live set operation: ``apply`` its inputs' updates, ``end_epoch`` for the delta
     (the local runner's node; :class:`SetOpTask` is one partition of it on Spark and
     Flink, fed the rows its partition owns)."""
@@ -145,13 +145,6 @@ class SetOpState(UpdateNode):
                 out.append((change, row))
         self.pending = {}
         return out
-
-    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
-        rows = self.close_epoch()
-        self.epoch += 1
-        delta = EpochDelta(self.epoch, tuple(rows), self.updates, closed_by_marker)
-        self.updates = 0
-        return delta
 
     # -- the node protocol (operators.node) --
     def snapshot(self) -> list[Change]:

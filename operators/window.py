@@ -58,9 +58,9 @@ from typing import Any
 
 from sortedcontainers import SortedKeyList, SortedList
 
-from core.records import EpochDelta, Update
+from core.records import Update
 from core.schema import Row
-from operators.node import Change, HostedNode, TaggedTuple, UpdateNode
+from operators.node import BatchNode, Change, HostedNode, TaggedTuple
 from operators.state import DictState, State
 from plans.windows import WindowFunc, WindowOp
 
@@ -184,7 +184,7 @@ def _final(func: str, acc: Any) -> Any:
     return acc
 
 
-class WindowState(UpdateNode):
+class WindowState(BatchNode):
     """A live window view: ``apply`` its input's updates, ``end_epoch`` for the delta
     (the local runner's node; :class:`WindowTask` is one partition of it on Spark and
     Flink, fed the rows of the partitions it owns)."""
@@ -237,13 +237,6 @@ class WindowState(UpdateNode):
             self._maintain(pk, changes, out)
         self.pending = {}
         return [(m, row) for row, m in out.items() if m]
-
-    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
-        rows = self.close_epoch()
-        self.epoch += 1
-        delta = EpochDelta(self.epoch, tuple(rows), self.updates, closed_by_marker)
-        self.updates = 0
-        return delta
 
     # -- one partition's changes --
     def _new_part(self) -> _Part:
