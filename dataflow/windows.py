@@ -56,6 +56,8 @@ class CompiledWindow:
         s = self.spec
         funcs = ", ".join(f"{f.func}({'' if f.arg is None else f.arg}) {f.frame}"
                           for f in s.funcs)
+        if s.limit is not None:
+            funcs += f"; only rows with {s.names[s.limit[0]]} <= {s.limit[1]} (top-k per partition)"
         return (f"window view over {s.source}: {funcs}; partition by columns "
                 f"{list(s.partition_by)}, ordered by {list(s.order_by)}; an ordered index "
                 "per partition (O(log n + the rows whose value changes) per change)")
