@@ -222,10 +222,12 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
     or not at all (a sum leaf: only the payload sum per key)."""
     n = node.num
     key = key_expr("t", node.attrs, node.scalar, node.key_attrs)
-    if node.sum_leaf or isinstance(node.base, KeyedBase):
-        # (a sum leaf adds the payload of dm copies; a key leaf's payload is dm)
+    if node.sum_leaf:  # (the payload of dm copies, added at the key)
         return [f"def apply_{n}(t, dm):", f"    k = {key}", f"    d = {pay.base('t', 'dm')}",
-                *proj_add_lines(node, pay, "    ", "k", "d", support=node.counting)]
+                *proj_add_lines(node, pay, "    ", "k", "d", support=False)]
+    if isinstance(node.base, KeyedBase):  # (a key leaf's payload is its multiplicity)
+        return [f"def apply_{n}(t, dm):", f"    k = {key}",
+                *proj_add_lines(node, pay, "    ", "k", "dm", node.counting, nonzero=True)]
     if node.base_in_proj:
         return proj_leaf_lines(node)
     keys = [key_expr("t", node.attrs, node.scalar, c.key_attrs) for c in node.children]
@@ -336,12 +338,12 @@ def proj_leaf_lines(node: JoinNode) -> list[str]:
 
 # -- projections of the lower part ---------------------------------------------------
 def proj_add_lines(node: JoinNode, pay: Payloads, indent: str, key: str, d: str,
-                   support: bool) -> list[str]:
+                   support: bool, nonzero: bool = False) -> list[str]:
     """Lines (at ``indent``) adding payload ``d`` (a name) to this lower node's
     projection at ``key``, then telling the parent (``notify_n(pos, key, old, new)``,
     None for an absent key): every change of the payload, or with ``support`` only its
     appearing and going (``True``/``None``: a count or a multiplicity, set mode and key
-    leaves)."""
+    leaves). ``nonzero``: ``d`` is never zero (not tested)."""
     n = node.num
     i2 = indent + "    "
 
@@ -351,7 +353,7 @@ def proj_add_lines(node: JoinNode, pay: Payloads, indent: str, key: str, d: str,
         return [f"notify_{n}({node.pos_in_parent}, {key}, {old}, {new})"]
 
     first = [f"proj_{n}[{key}] = {d}", *tell("None", "True" if support else d)]
-    if not support:  # (a zero payload is no derivation: not stored)
+    if not (support or nonzero):  # (a zero payload is no derivation: not stored)
         first = [f"if {pay.nonzero(d)}:", *("    " + ln for ln in first)]
     return [f"{indent}p = projget_{n}({key})", f"{indent}if p is None:",
             *(i2 + ln for ln in first), f"{indent}else:", f"{i2}q = {pay.add('p', d)}",

@@ -57,10 +57,6 @@ def key_expr(var: str, src: tuple[str, ...], src_scalar: bool, dst: tuple[str, .
     return "(" + ", ".join(f"{var}[{p}]" for p in pos) + ",)"
 
 
-
-
-
-
 class KeyedBase(Mapping[Any, int]):
     """The multiplicities of a key leaf, read through its projection (tuple -> count):
     what callers of ``node.base`` (delete checks, tests) read on other nodes.
