@@ -108,7 +108,11 @@ def descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
+        try:  # (a process that ends meanwhile: its directory goes)
+            tasks = list(Path(f"/proc/{p}/task").glob("*/children"))
+        except OSError:
+            continue
+        for task in tasks:
             try:
                 kids = [int(k) for k in task.read_text().split()]
             except OSError:
