@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import RESULTS, ROOT, command_line, format_rows, result_record
+from bench.harness.files import cached_data
 
 QUERIES = [f"q{i:02d}" for i in range(1, 100)]
 _CONSTRUCT = re.compile(r"line \d+, column \d+: (?P<what>.*?): (?P<why>.*)$")
@@ -47,12 +48,10 @@ _CONSTRUCT = re.compile(r"line \d+, column \d+: (?P<what>.*?): (?P<why>.*)$")
 def ensure_data(sf: float, rounds: int) -> Path:
     from connectors.tpcds import TpcdsSpec, write_tpcds
 
-    data = ROOT / "bench" / ".cache" / f"tpcds_sf{sf:g}_r{rounds}"
-    if not (data / "manifest.json").exists():
-        print(f"generating TPC-DS SF {sf:g} ({rounds} refresh rounds) into {data} ...",
-              flush=True)
-        write_tpcds(TpcdsSpec(sf=sf, refresh_rounds=rounds), data)
-    return data
+    return cached_data(ROOT / "bench" / ".cache" / f"tpcds_sf{sf:g}_r{rounds}",
+                       f"TPC-DS SF {sf:g} ({rounds} refresh rounds)",
+                       lambda data: write_tpcds(TpcdsSpec(sf=sf, refresh_rounds=rounds),
+                                                data))
 
 
 def refusal(message: str) -> tuple[str, str]:

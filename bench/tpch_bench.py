@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import RESULTS, ROOT, command_line, result_record
+from bench.harness.files import cached_data
 from bench.harness.plots import save, subplots
 from bench.harness.timing import apply_load
 
@@ -220,12 +221,9 @@ def worker(args: argparse.Namespace) -> None:
 def ensure_data(sf: float, pairs: int) -> Path:
     from connectors.tpch import TpchSpec, write_tpch
 
-    data = ROOT / "bench" / ".cache" / f"tpch_sf{sf:g}_rf{pairs}"
-    if not (data / "manifest.json").exists():
-        print(f"generating TPC-H SF {sf:g} ({pairs} refresh pairs) into {data} ...",
-              flush=True)
-        write_tpch(TpchSpec(sf=sf, refresh_pairs=pairs), data)
-    return data
+    return cached_data(ROOT / "bench" / ".cache" / f"tpch_sf{sf:g}_rf{pairs}",
+                       f"TPC-H SF {sf:g} ({pairs} refresh pairs)",
+                       lambda data: write_tpch(TpchSpec(sf=sf, refresh_pairs=pairs), data))
 
 
 def run_one(system: str, name: str, sizes: str | int, data: Path, most: int
