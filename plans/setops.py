@@ -106,7 +106,7 @@ class _Lifter:
                                      "SELECT")
             body = _unwrap(cte.this)
             if isinstance(body, exp.SetOperation):
-                self.lift_setop(body, cte.alias, nested=True)
+                self.lift_setop(body, cte.alias)
             elif isinstance(body, exp.Select):
                 self.lift_select(body, cte.alias)
             else:
@@ -121,7 +121,7 @@ class _Lifter:
             if node.find_ancestor(exp.SetOperation) is not None or not _inside(node, select):
                 continue  # (a branch of an outer one, or already replaced)
             view = f"_so_{next(self.setops)}"
-            self.lift_setop(node, view, nested=True)
+            self.lift_setop(node, view)
             table = exp.Table(this=exp.to_identifier(view),
                               alias=exp.TableAlias(this=exp.to_identifier(view)))
             node.replace(exp.select("*").from_(table))
@@ -131,7 +131,7 @@ class _Lifter:
                                     "to the query's WITH")
         self.items.append(Item(name, select=select))
 
-    def lift_setop(self, node: exp.SetOperation, name: str, nested: bool) -> None:
+    def lift_setop(self, node: exp.SetOperation, name: str) -> None:
         if any(node.args.get(arg) is not None for arg in ("order", "limit", "offset")):
             raise ExprError(node, "ORDER BY, LIMIT or OFFSET on a set operation inside the "
                                   "query is not supported: apply them in a SELECT over it")
@@ -146,7 +146,7 @@ class _Lifter:
         for branch in _branches(node, op, distinct):
             if isinstance(branch, exp.SetOperation):
                 view = f"_so_{next(self.setops)}"
-                self.lift_setop(branch, view, nested=True)
+                self.lift_setop(branch, view)
             elif isinstance(branch, exp.Select):
                 view = f"_sb_{next(self.branches)}"
                 self.lift_select(branch.copy(), view)
