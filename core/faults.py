@@ -19,6 +19,11 @@ Points (each a call of :func:`fault_point`):
 ``sink.commit``
     after the N-th epoch's commit record is written
 
+With ``IVMFLOW_FAULT_AWAIT`` set to a glob pattern, a fault whose count is reached
+fires at the first later pass once a file matches it (each pass before sleeps
+:data:`AWAIT_PAUSE_S`, so a slow checkpoint can complete): a kill after a Flink job's
+first retained checkpoint is ``read@N`` with ``IVMFLOW_FAULT_AWAIT=<dir>/*/chk-*/_metadata``.
+
 A SIGKILL goes to the target's whole process group when the target leads one (a JVM
 started by the run dies with it, as in a container); SIGTERM and SIGINT go to the target
 process only, whose handler then stops the run at the last whole epoch.
@@ -31,12 +36,14 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 __all__ = [
-    "FAULT_ENV", "POINTS", "TARGET_ENV", "Fault", "arm", "fault_point", "faults_armed",
+    "AWAIT_ENV", "FAULT_ENV", "POINTS", "TARGET_ENV", "Fault", "arm", "fault_point", "faults_armed",
     "parse_faults",
 ]
 
@@ -48,6 +55,12 @@ TARGET_ENV = "IVMFLOW_FAULT_TARGET"
 so a fault reached in a Spark or Flink worker stops the run that started it)."""
 
 POINTS = ("read", "epoch", "sink.write", "sink.commit")
+
+AWAIT_ENV = "IVMFLOW_FAULT_AWAIT"
+"""A glob pattern: faults fire only once a file matches it (see the module docstring)."""
+
+AWAIT_PAUSE_S = 0.1
+"""The pause of each pass of a due fault's point while :data:`AWAIT_ENV` matches no file."""
 
 _SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT}
 
@@ -92,6 +105,8 @@ def parse_faults(text: str) -> tuple[Fault, ...]:
 
 _armed: dict[str, list[Fault]] | None = None
 _hits: dict[str, int] = {}
+_waiting: set[Fault] = set()
+"""Faults whose count was reached while :data:`AWAIT_ENV` matched no file."""
 
 
 def arm() -> None:
@@ -101,6 +116,7 @@ def arm() -> None:
     global _armed
     _armed = {}
     _hits.clear()
+    _waiting.clear()
     text = os.environ.get(FAULT_ENV, "")
     if not text:
         return
@@ -126,8 +142,19 @@ def fault_point(point: str) -> None:
         return
     n = _hits[point] = _hits.get(point, 0) + 1
     for fault in faults:
-        if fault.count == n:
-            _fire(fault.signal)
+        if fault.count == n or (fault.count < n and fault in _waiting):
+            if _awaited():
+                _waiting.discard(fault)
+                _fire(fault.signal)
+            else:
+                _waiting.add(fault)
+                time.sleep(AWAIT_PAUSE_S)
+
+
+def _awaited() -> bool:
+    """Whether :data:`AWAIT_ENV` is unset or a file matches it."""
+    pattern = os.environ.get(AWAIT_ENV)
+    return not pattern or next(iter(glob.iglob(pattern)), None) is not None
 
 
 def _fire(sig: int) -> None:

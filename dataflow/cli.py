@@ -390,9 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "<deltas>.checkpoint); local runner over kafka://: state "
                           "checkpoint, so that a restart reads on from it instead of "
                           "replaying the topic (default: none)")
-    run.add_argument("--checkpoint-interval", type=_seconds, default=30.0, metavar="S",
-                     help="local runner: seconds between state checkpoints, taken at "
-                          "epoch boundaries (default 30; 0: every boundary)")
+    run.add_argument("--checkpoint-interval", type=_seconds, default=None, metavar="S",
+                     help="seconds between state checkpoints; local runner over "
+                          "kafka://: taken at epoch boundaries (default 30; 0: every "
+                          "boundary); flink: the job's checkpoint interval (default 1, "
+                          "at least 0.01)")
     run.add_argument("--batch-lines", type=_positive_int, default=10_000, metavar="N",
                      help="spark: input lines per micro-batch (default 10000)")
     run.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",

@@ -80,6 +80,13 @@ def _kafka_io() -> ModuleType:
 # Run options, outputs, progress
 
 
+LOCAL_CHECKPOINT_S = 30.0
+"""The local runner's default seconds between state checkpoints (over Kafka)."""
+
+FLINK_CHECKPOINT_S = 1.0
+"""The Flink runner's default checkpoint interval in seconds."""
+
+
 @dataclass
 class RunOptions:
     """The options of ``ivmflow run`` (also usable from Python)."""
@@ -105,9 +112,10 @@ class RunOptions:
     ``<deltas>.checkpoint``. Restarting with the same checkpoint resumes the run.
     Local runner over Kafka: the state checkpoint (:mod:`dataflow.runners.local.checkpoint`), only
     when given."""
-    checkpoint_interval: float = 30.0
-    """Local runner over Kafka: seconds between state checkpoints (taken at epoch
-    boundaries; 0: at every boundary)."""
+    checkpoint_interval: float | None = None
+    """Seconds between state checkpoints. Local runner over Kafka: taken at epoch
+    boundaries (0: at every boundary), default :data:`LOCAL_CHECKPOINT_S`; Flink: the job's
+    checkpoint interval, default :data:`FLINK_CHECKPOINT_S`."""
     batch_lines: int = 10_000
     """Spark: input lines per micro-batch."""
     kafka_options: list[str] = field(default_factory=list)

@@ -173,15 +173,19 @@ def _ivmflow(*args: str) -> list[str]:
     return [sys.executable, "-m", "dataflow.cli", "run", *args, "--quiet"]
 
 
-def _run_and_kill(cmd: list[str], fault: str) -> dict[str, str]:
+def _run_and_kill(cmd: list[str], fault: str, await_file: str | None = None) -> dict[str, str]:
     """Run ``cmd`` in its own process group with ``IVMFLOW_FAULT=fault`` (a fault point
     of :mod:`core.faults`, SIGKILL by default: when the point is reached the run kills
     its whole process group, JVM and workers too, as a container is killed); fail
-    unless it died that way. Returns the environment to restart it with (no fault)."""
+    unless it died that way. ``await_file``: a glob the fault waits for
+    (``IVMFLOW_FAULT_AWAIT``). Returns the environment to restart it with (no fault)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("IVMFLOW_FAULT", None)
-    env.pop("IVMFLOW_FAULT_TARGET", None)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**env, "IVMFLOW_FAULT": fault},
+    for name in ("IVMFLOW_FAULT", "IVMFLOW_FAULT_TARGET", "IVMFLOW_FAULT_AWAIT"):
+        env.pop(name, None)
+    armed = {**env, "IVMFLOW_FAULT": fault}
+    if await_file is not None:
+        armed["IVMFLOW_FAULT_AWAIT"] = await_file
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=armed,
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from connectors.files import holds_records
 from core.errors import UnavailableError
 from dataflow.drive import DriveStats
-from dataflow.run import scheme
+from dataflow.run import FLINK_CHECKPOINT_S, scheme
 from dataflow.runners import register
 from dataflow.runners.spark import change_options, refuse_kafka_skip
 
@@ -70,7 +70,10 @@ def run_flink(ctx: RunContext) -> DriveStats:
         out.snapshots.close()
     job = FlinkJob(ctx.query, epoch_size=None if change is not None else opts.epoch,
                    parallelism=opts.parallelism,
-                   checkpoint=opts.spark_checkpoint)
+                   checkpoint=opts.spark_checkpoint,
+                   checkpoint_interval_ms=max(10, round(1000 * (
+                       FLINK_CHECKPOINT_S if opts.checkpoint_interval is None
+                       else opts.checkpoint_interval))))
     if scheme(opts.updates) == "kafka":
         ctx.progress.counted_in_job = (
             "flink job done (the job itself read the updates; Flink metrics"

@@ -67,7 +67,7 @@ from dataflow.distributed import (
     stamp_checkpoint_dir,
 )
 from dataflow.runners.flink.reader import PhaseLog, Profiling
-from dataflow.runners.flink.sinks import EpochSinks
+from dataflow.runners.flink.sinks import STOP_MARKER, EpochSinks
 from dataflow.runners.jvm import require_java
 from dataflow.stages import StagePlan, StageTask, stage_plan
 from operators.node import PartitionNode
@@ -423,8 +423,10 @@ FLINK_JAVA = (11, 17, 21)
 
 
 def _cancelled(exc: BaseException) -> bool:
-    """Whether a job's failure is its cancellation."""
-    return "JobCancellationException" in str(exc) or "CANCELED" in str(exc)
+    """Whether a job's failure is its cancellation (or the sinks' refusal to write on
+    once the run was asked to stop, :class:`~dataflow.runners.flink.sinks.StopRequested`)."""
+    text = str(exc)
+    return "JobCancellationException" in text or "CANCELED" in text or "StopRequested" in text
 
 
 def job_failure(exc: BaseException) -> FlinkJobError:
@@ -463,6 +465,8 @@ class FlinkJob:
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms
         self.upsert_summary: Path | None = None
+        self._stop_marker: Path | None = None
+        """:data:`~dataflow.runners.flink.sinks.STOP_MARKER` in the checkpoint dir."""
 
     def _checkpoint_dir(self) -> tuple[Path, str | None]:
         import tempfile
@@ -470,6 +474,8 @@ class FlinkJob:
         ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
         ckpt.mkdir(parents=True, exist_ok=True)
         restore = latest_checkpoint(str(ckpt))
+        self._stop_marker = ckpt / STOP_MARKER
+        self._stop_marker.unlink(missing_ok=True)  # (a stopped run's; this one goes on)
         stamp_checkpoint_dir(ckpt, self.plan.layout_stamp(), resuming=restore is not None,
                              where=f"flink --checkpoint {ckpt}")
         return ckpt, restore
@@ -553,8 +559,10 @@ class FlinkJob:
         waiter.start()
         while waiter.is_alive():
             if should_stop is not None and should_stop():
+                if self._stop_marker is not None:  # (the sinks stop at the next epoch)
+                    self._stop_marker.write_text("stop\n", encoding="utf-8")
                 return self._cancel(client, waiter, failure)
-            waiter.join(0.3)
+            waiter.join(0.05)
         if failure:
             raise job_failure(failure[0])
         return False
@@ -626,7 +634,8 @@ class FlinkJob:
         from connectors.kafka.debezium_sink import output_key
 
         sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options,
-                           self.query.cq.order_by, output_key(self.query.cq))
+                           self.query.cq.order_by, output_key(self.query.cq),
+                           stop_marker=str(self._stop_marker))
         partitions = self.layout.partitions
         if self.stages is not None:
             outputs, partitions = self._stages(tagged, sinks)

@@ -17,13 +17,26 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.faults import fault_point
 from core.records import EpochDelta
 
-__all__ = ["EpochSinks", "open_sink"]
+__all__ = ["STOP_MARKER", "EpochSinks", "StopRequested", "open_sink"]
+
+STOP_MARKER = "stop-requested"
+"""The file (in the run's checkpoint directory) the run's process writes on Ctrl-C or
+SIGTERM, before it cancels the job: the sinks write no epoch once it exists, so a stop
+takes effect at the next epoch boundary, not when the cancellation reaches the tasks
+(meanwhile a fast job would have written on to its end)."""
+
+
+class StopRequested(RuntimeError):
+    """The run was asked to stop: the epoch about to be written is left to the resumed
+    run. Raised in the writing operator, so that no checkpoint past this epoch completes
+    (the job's restore point still holds the epoch, and a resumed run writes it)."""
 
 
 class EpochSinks:
@@ -34,7 +47,11 @@ class EpochSinks:
     def __init__(self, deltas: str | None, snapshots: str | None,
                  columns: tuple[str, ...], kafka_options: Sequence[str] = (),
                  order_by: Sequence[tuple[int, bool, bool]] = (),
-                 debezium_key: Sequence[int] | None = None) -> None:
+                 debezium_key: Sequence[int] | None = None,
+                 stop_marker: str | None = None) -> None:
+        self.stop_marker = stop_marker
+        """:data:`STOP_MARKER`'s path for this run (None: no check; a cluster's task
+        managers may not see the client's files, and then the cancellation stops it)."""
         self.deltas_path, self.snapshots_path, self.columns = deltas, snapshots, columns
         self.debezium_key = tuple(debezium_key) if debezium_key is not None else None
         """The output's key for Debezium change events (``u`` pairs), if any."""
@@ -58,6 +75,11 @@ class EpochSinks:
         """Write the epoch's merged delta (and the snapshot its marker asked for),
         opening the sinks first if :meth:`open` was not called yet."""
         fault_point("epoch")  # (one operator writes the epochs: the count is the run's)
+        if self.stop_marker is not None and os.path.exists(self.stop_marker):
+            # Raise rather than skip: a skipped epoch whose state a later checkpoint
+            # holds would be lost; a failed task completes no checkpoint past it.
+            msg = f"{STOP_MARKER}: the run was stopped before epoch {epoch} was written"
+            raise StopRequested(msg)
         if not self.opened:
             self.open()
         if self.deltas is not None:

@@ -183,7 +183,10 @@ class _Checkpointer:
         self.directory = directory
         self.fingerprint = fp
         self.restored = restored
-        self.interval = ctx.options.checkpoint_interval
+        from dataflow.run import LOCAL_CHECKPOINT_S
+
+        interval = ctx.options.checkpoint_interval
+        self.interval = LOCAL_CHECKPOINT_S if interval is None else interval
         self.written = 0
         self._view: LiveView | None = None
         self._source: KafkaUpdateSource | None = None
