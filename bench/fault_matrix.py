@@ -134,7 +134,7 @@ class Workload:
                             for d in q.run(read_updates(str(updates), q.schema)) if d.rows}
         wl = cls(work, sql, updates, records, expected, bootstrap=bootstrap)
         if bootstrap is not None:
-            from dataflow.kafka_io import produce
+            from dataflow.runners.kafka import produce
 
             wl.topic_url = f"kafka://{bootstrap}/fm-updates-{os.urandom(4).hex()}"
             produce(str(updates), wl.topic_url, partitions=2, query=str(sql))

@@ -39,7 +39,7 @@ from bench.harness.streams import window_files
 from bench.harness.timing import CommitWatcher, read_phase_logs
 from connectors.files import read_updates
 from dataflow.api import compile_query
-from dataflow.drive import drive
+from dataflow.circuit.drive import drive
 
 SQL = ("CREATE TABLE G(src INT, dst INT);\n"
        "SELECT G1.src AS a, COUNT(*) AS n FROM G G1, G G2 WHERE G1.dst = G2.src "

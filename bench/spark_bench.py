@@ -32,8 +32,8 @@ from connectors.files import CollectingSink
 from core.epochs import EpochCursor
 from core.records import format_update
 from dataflow.api import compile_query
-from dataflow.distributed import PartitionLayout, tag_records
-from dataflow.drive import DriveStats
+from dataflow.circuit.drive import DriveStats
+from dataflow.distributed.partitions import PartitionLayout, tag_records
 
 
 @dataclass

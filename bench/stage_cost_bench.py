@@ -105,7 +105,7 @@ def local_worker(query: Path, updates: Path, out: Path) -> None:
     at each epoch's close, pickled to ``out``."""
     from connectors.files import read_updates
     from dataflow.api import compile_query
-    from dataflow.drive import drive
+    from dataflow.circuit.drive import drive
 
     q = compile_query(query.read_text())
     view = q.maintain()
@@ -147,7 +147,7 @@ def write_back_only(query: Path, updates: Path) -> dict[str, Any]:
     from connectors.files import read_updates
     from core.epochs import CLOSE, EpochCursor
     from dataflow.api import compile_query
-    from dataflow.stages import StagePlan, StageTask
+    from dataflow.distributed.stages import StagePlan, StageTask
     from operators.writeback import WriteBackState, encode_entry, encode_key
 
     q = compile_query(query.read_text())

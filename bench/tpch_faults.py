@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _bench(args: argparse.Namespace, work: Path, bootstrap: str) -> int:
     from connectors.tpch import TpchSpec, write_tpch
-    from dataflow.kafka_io import produce
+    from dataflow.runners.kafka import produce
 
     data = args.data
     if data is None:

@@ -8,7 +8,7 @@ not depend on the machine), so two commits can be compared exactly.
 
 The stream is the one of ``bench.runner_state_bench`` (uniform graph at W / 2 nodes, a FIFO
 window of W edges, then ``--steady-edges`` inserts each followed by the delete of the
-oldest edge), run through one :class:`~dataflow.distributed.PartitionTask` over a
+oldest edge), run through one :class:`~dataflow.distributed.partitions.PartitionTask` over a
 :class:`~operators.writeback.WriteBackState` with epochs of 1000 updates; the steady epochs'
 changed entries are counted per map.
 
@@ -32,7 +32,7 @@ from bench.runner_state_bench import EPOCH, SQL
 from connectors.files import read_updates
 from core.epochs import CLOSE, EpochCursor
 from dataflow.api import compile_query
-from dataflow.distributed import PartitionTask, WorkerPlan, tag_records
+from dataflow.distributed.partitions import PartitionTask, WorkerPlan, tag_records
 from operators.writeback import WriteBackState, encode_entry, encode_key
 
 DDL = "CREATE TABLE G(src INT, dst INT);\n"

@@ -71,7 +71,8 @@ class Sink(DeltaSink, SnapshotSink, Protocol):
 
 @dataclass
 class Outputs:
-    """The sinks of a run, opened before the runner starts (:func:`dataflow.run.open_outputs`)."""
+    """The sinks of a run, opened before the runner starts
+    (:func:`dataflow.runners.run.open_outputs`)."""
 
     deltas: DeltaSink
     snapshots: SnapshotSink | None = None

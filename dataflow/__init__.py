@@ -1,5 +1,5 @@
 """ivmflow's composing layer: the Python API (:mod:`dataflow.api`), the query kinds and
-their engines, the partitioner, running (:mod:`dataflow.run`), the runners
+their engines, the partitioner, running (:mod:`dataflow.runners.run`), the runners
 (:mod:`dataflow.runners`) and the command line (:mod:`dataflow.cli`).
 
 The front door re-exports what a user needs first.

@@ -35,8 +35,8 @@ from core.native import (
 )
 from core.records import EpochDelta, Record
 from core.schema import Schema
-from dataflow.drive import run_view
-from dataflow.kinds import (
+from dataflow.circuit.drive import run_view
+from dataflow.circuit.kinds import (
     CrownKind,
     GhdKind,
     HierarchicalKind,
@@ -44,9 +44,9 @@ from dataflow.kinds import (
     TriangleKind,
     estimate_rates,
 )
-from dataflow.setops import CompiledSetOp
-from dataflow.view import View, _check_eps, make_finalizer
-from dataflow.windows import CompiledWindow
+from dataflow.circuit.setops import CompiledSetOp
+from dataflow.circuit.view import View, _check_eps, make_finalizer
+from dataflow.circuit.windows import CompiledWindow
 from operators.keyedview import CompiledKeyedView
 from operators.threshold import CompiledThreshold
 from plans.cq import ConjunctiveQuery
@@ -69,12 +69,12 @@ from plans.triangle import recognise_triangle
 __all__ = ["Compiled", "CompiledQuery", "View", "compile_plan", "compile_query", "make_finalizer"]
 
 if TYPE_CHECKING:
-    from dataflow.views import CompiledDag
+    from dataflow.circuit.views import CompiledDag
 
 @dataclass
 class CompiledQuery:
     """A query compiled to its plan and dataflow; ``maintain()`` starts a live view.
-    ``kind`` (:mod:`dataflow.kinds`) is CROWN, triangle or GHD."""
+    ``kind`` (:mod:`dataflow.circuit.kinds`) is CROWN, triangle or GHD."""
 
     cq: ConjunctiveQuery
     kind: QueryKind
@@ -200,14 +200,14 @@ def compile_plan(
     view_trees: bool = False,
 ) -> Compiled:
     """The engines of a logical plan (options as :func:`compile_query`'s): one join
-    block is classified and planned as one of the kinds (:mod:`dataflow.kinds`); a
+    block is classified and planned as one of the kinds (:mod:`dataflow.circuit.kinds`); a
     DAG of views compiles each view, then the query over them
-    (:class:`~dataflow.views.CompiledDag`). What the distributed runners' workers do
-    with the plan they are shipped (:mod:`dataflow.distributed`): no SQL is parsed."""
+    (:class:`~dataflow.circuit.views.CompiledDag`). What the distributed runners' workers do
+    with the plan they are shipped (:mod:`dataflow.distributed.partitions`): no SQL is parsed."""
     if not plan.views:
         return _compile_block(plan, plan.query, rates, prefix, eps, triangle_partitioning,
                               view_trees)
-    from dataflow.views import CompiledDag
+    from dataflow.circuit.views import CompiledDag
 
     inner = [(node.name, _compile_view(plan, node, eps, view_trees)) for node in plan.views]
     outer = _compile_block(plan, plan.query, None, None, eps, "single", view_trees)
@@ -257,7 +257,7 @@ def _compile_block(plan: LogicalPlan, block: JoinBlock, rates: list[float] | Non
 
 
 Compiled: TypeAlias = "CompiledQuery | CompiledDag"
-"""A compiled query: one join block, or a DAG of views (:mod:`dataflow.views`)."""
+"""A compiled query: one join block, or a DAG of views (:mod:`dataflow.circuit.views`)."""
 
 
 def _view_tree_plan(cq: ConjunctiveQuery) -> HierarchicalPlan | None:

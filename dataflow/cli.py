@@ -1,7 +1,7 @@
 """The ``ivmflow`` command line (docs/architecture.md): ``run``, ``explain``, ``generate``,
 ``produce``, ``consume``. Argument parsing and messages only: running lives in
-:mod:`dataflow.run`, the runners in :mod:`dataflow.runners`, the Kafka tools in
-:mod:`dataflow.kafka_io`, stream generation in :mod:`dataflow.generate`.
+:mod:`dataflow.runners.run`, the runners in :mod:`dataflow.runners`, the Kafka tools in
+:mod:`dataflow.runners.kafka`, stream generation in :mod:`dataflow.generate`.
 
 ``ivmflow ...``, ``python -m dataflow ...`` and ``python -m dataflow.cli ...`` (also
 ``python dataflow/cli.py``, as the SparkApplication manifest starts it) behave the same.
@@ -41,7 +41,7 @@ from core.faults import arm as arm_faults
 from core.memory import parse_size
 from core.native import NativeBuildError, one_line
 from dataflow import generate, runners
-from dataflow.run import (
+from dataflow.runners.run import (
     PROG,
     Progress,
     RunOptions,
@@ -59,7 +59,7 @@ __all__ = ["build_parser", "main"]
 
 
 def cmd_run(opts: RunOptions) -> int:
-    """``ivmflow run``: run (:func:`dataflow.run.run`) and report."""
+    """``ivmflow run``: run (:func:`dataflow.runners.run.run`) and report."""
     show = not opts.quiet
     # The progress line lives on a terminal's stderr, but not when deltas scroll by there.
     tty = sys.stderr.isatty() and not (opts.deltas is None and sys.stdout.isatty())
@@ -178,7 +178,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_kafka(args: argparse.Namespace) -> int:
     """``ivmflow produce`` / ``ivmflow consume``."""
-    from dataflow import kafka_io
+    from dataflow.runners import kafka as kafka_io
 
     if args.command == "produce":
         n, url = kafka_io.produce(args.updates, args.topic, partitions=args.partitions,

@@ -87,7 +87,7 @@ class KeyedViewState(UpdateNode):
     ``keyed.base.<relation>``, the row digests of the base tables it checks deletes
     against, :mod:`operators.deletecheck`): a dict locally, a runner's keyed state on
     Spark and Flink. ``validate=False``: no delete check (in a DAG of views the DAG
-    checks base deletes once, :class:`dataflow.views.DagView`)."""
+    checks base deletes once, :class:`dataflow.circuit.views.DagView`)."""
 
     def __init__(self, compiled: CompiledKeyedView, state: State | None = None,
                  validate: bool = True) -> None:

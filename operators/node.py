@@ -1,6 +1,6 @@
 """The node protocol: the one lifecycle every node of a circuit offers whoever runs it.
 
-A query runs as a circuit (:mod:`dataflow.circuit`): a DAG of nodes - a compiled query
+A query runs as a circuit (:mod:`dataflow.circuit.graph`): a DAG of nodes - a compiled query
 (CROWN, GHD, triangle or view trees), a keyed view (outer join), a threshold view, the
 top-k window, an aggregate's partial and global finalizer - each node, or each
 partition of one, driven through the same calls, in the spirit of DBSP's ``Operator``
@@ -22,7 +22,7 @@ partition of one, driven through the same calls, in the spirit of DBSP's ``Opera
 The kind of change a node takes is its own (the protocol's type parameter): a live node
 of the local runner takes whole :class:`~core.records.Update` records of the relations
 it reads (:data:`LocalNode`); one partition of a stage on Spark or Flink takes the
-runners' tagged rows (:data:`PartitionNode`, :class:`dataflow.distributed.TaggedRow`'s
+runners' tagged rows (:data:`PartitionNode`, :class:`dataflow.distributed.partitions.TaggedRow`'s
 fields as a plain tuple), already projected and routed to it.
 
 Example (a node counting the rows of its input, its state in one map):
@@ -73,7 +73,7 @@ Change = tuple[int, Any]
 partial stage, a group and its payload)."""
 
 TaggedTuple = tuple[Any, ...]
-"""A runner's tagged row: :class:`dataflow.distributed.TaggedRow`'s fields as a plain
+"""A runner's tagged row: :class:`dataflow.distributed.partitions.TaggedRow`'s fields as a plain
 tuple (slot, seq, epoch, kind, atom, tuple, dm, snapshot)."""
 
 
@@ -179,7 +179,7 @@ class UpdateNode(Node[Update]):
     (``apply(update)``) and closes an epoch into an
     :class:`~core.records.EpochDelta` (``end_epoch()``), numbering its epochs
     (``epoch``: the last one closed): a keyed or threshold view, a local
-    :class:`~dataflow.view.View`, a DAG of them."""
+    :class:`~dataflow.circuit.view.View`, a DAG of them."""
 
     epoch: int
 

@@ -4,7 +4,7 @@ join block (a derived table, WITH or ``CREATE VIEW`` that aggregates; an ``EXIST
 joined to the query) becomes an inner view, a SELECT tree of the file's one parse; the
 query reads it as a table. Each view is compiled on its own (any class, planned as
 usual); an epoch's consolidated delta of a view is the update stream of the views that
-read it, in the same epoch (:mod:`dataflow.views`).
+read it, in the same epoch (:mod:`dataflow.circuit.views`).
 
 Example:
     >>> from plans.sqlparse import parse_file

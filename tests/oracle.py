@@ -341,7 +341,7 @@ def bag_stream(draw: Any, tables: str, value: Callable[[str, Any], Row],
 
 def local_deltas(view: Any, records: Iterable[Record]) -> dict[tuple[str, int], list[Any]]:
     """The local runner's deltas of ``records`` through ``view`` (a maintained query),
-    keyed as :func:`dataflow.stages.run_stages` keys a staged run's: ``("delta",
+    keyed as :func:`dataflow.distributed.stages.run_stages` keys a staged run's: ``("delta",
     epoch)`` -> its changes, sorted (what a staged run is compared with)."""
     out: dict[tuple[str, int], list[Any]] = {}
     for u in records:

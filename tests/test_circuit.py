@@ -11,9 +11,9 @@ import pytest
 
 from core.errors import UnsupportedQueryError
 from dataflow.api import compile_query
-from dataflow.circuit import CustomNode
-from dataflow.stages import StagePlan
-from dataflow.views import DagView, circuit_of
+from dataflow.circuit.graph import CustomNode
+from dataflow.circuit.views import DagView, circuit_of
+from dataflow.distributed.stages import StagePlan
 from operators.node import LocalNode, Node, PartitionNode
 from operators.state import State
 from operators.writeback import WriteBackState
@@ -86,12 +86,12 @@ class _Custom(CustomNode):
         return self.live if self.live is not None else self.q.maintain(validate=validate)
 
     def stage_layout(self, parallelism: int) -> Any:
-        from dataflow.distributed import PartitionLayout
+        from dataflow.distributed.partitions import PartitionLayout
 
         return PartitionLayout(self.q, parallelism, keyed=True)
 
     def stage_task(self, state: State, layout: Any) -> PartitionNode:
-        from dataflow.distributed import PartitionTask
+        from dataflow.distributed.partitions import PartitionTask
 
         return self.task if self.task is not None else PartitionTask(self.q, layout,
                                                                      state=state)

@@ -28,9 +28,9 @@ from connectors.generators import fifo_window_stream, skewed_graph, write_update
 from core.errors import InputError
 from core.records import EPOCH_END, EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Column, Relation, Row, Schema
+from dataflow.circuit.drive import DriveStats, drive
 from dataflow.cli import main
-from dataflow.drive import DriveStats, drive
-from dataflow.run import Progress
+from dataflow.runners.run import Progress
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_HOP = (
@@ -358,7 +358,7 @@ def test_dead_letters_from_stdin_hold_the_lines_as_read(run: Run, tmp_path: Path
 
 
 def test_dead_letter_path_is_the_delta_file_name_and_a_suffix(tmp_path: Path) -> None:
-    from dataflow.run import RunOptions
+    from dataflow.runners.run import RunOptions
 
     def path(**kw: str) -> str:
         return RunOptions("q.sql", "u.csv", on_error="skip", **kw).dead_letter_path
@@ -499,7 +499,7 @@ def test_progress_line_is_rewritten_in_place() -> None:
 
 def test_progress_line_of_a_file_of_known_size_shows_percent_and_eta(tmp_path: Path) -> None:
     """Like tqdm's bar: the part of the file read, a bar, elapsed<remaining."""
-    from dataflow.run import RunOptions, run
+    from dataflow.runners.run import RunOptions, run
 
     (tmp_path / "q.sql").write_text(TWO_HOP)
     updates = tmp_path / "u.csv"
@@ -564,8 +564,8 @@ def test_progress_rate_of_a_real_run_leaves_out_the_read_ahead(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The local runner reads a prefix of the stream before it applies any record (to
     estimate update rates): that time is not in the rate."""
-    from dataflow.run import RunOptions, run
     from dataflow.runners import local
+    from dataflow.runners.run import RunOptions, run
 
     clock = FakeClock()
     real_buffer = local.buffer_prefix

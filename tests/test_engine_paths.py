@@ -17,8 +17,8 @@ from strategies import FAMILIES, Case, random_case
 
 from core.records import EpochEnd, Update
 from dataflow.api import compile_query
+from dataflow.circuit.kinds import CrownKind
 from dataflow.engines.crown import Engine
-from dataflow.kinds import CrownKind
 from operators.input import RelationInput
 
 CASES_PER_FAMILY = 150

@@ -27,7 +27,12 @@ import pytest
 from core.epochs import EpochCursor
 from core.records import EPOCH_END, Record, Update
 from dataflow.api import compile_query
-from dataflow.distributed import PartitionLayout, PartitionTask, merge_outputs, tag_records
+from dataflow.distributed.partitions import (
+    PartitionLayout,
+    PartitionTask,
+    merge_outputs,
+    tag_records,
+)
 from operators.writeback import WriteBackState, encode_key
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,9 +28,9 @@ from strategies import Case, format_case, seeded_case, streams_for
 from core.errors import UnsupportedQueryError
 from core.records import EPOCH_END, EpochEnd, Record, Update
 from dataflow.api import compile_query
+from dataflow.circuit.kinds import GhdKind
 from dataflow.cli import cmd_explain
-from dataflow.distributed import PartitionLayout
-from dataflow.kinds import GhdKind
+from dataflow.distributed.partitions import PartitionLayout
 from operators.deltajoin import DeltaJoin
 from operators.state import DictState
 from plans.ghd import build_ghd
@@ -364,7 +364,7 @@ def test_partitioned_runner_protocol_matches_the_local_runner(name: str) -> None
     round-trips as a blob every few records, merge), run in process on 2 partitions,
     gives the local runner's per-epoch deltas."""
     from core.epochs import EpochCursor
-    from dataflow.distributed import PartitionTask, merge_outputs, tag_records
+    from dataflow.distributed.partitions import PartitionTask, merge_outputs, tag_records
 
     sql = QUERIES[name]
     q = compile_query(sql)

@@ -184,7 +184,7 @@ def test_spark_writes_kafka_deltas_from_an_executor_not_through_the_driver(
     run's; the counters still add up."""
     pytest.importorskip("pyspark")
     from connectors.base import Outputs
-    from dataflow.drive import DriveStats
+    from dataflow.circuit.drive import DriveStats
     from dataflow.runners.spark.job import SparkJob
 
     class DriverMustNotWrite(kafka.KafkaDeltaSink):  # type: ignore[misc, name-defined]

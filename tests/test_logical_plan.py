@@ -1,5 +1,5 @@
 """The logical plan is what the distributed runners ship (issue 44, item 1): a worker
-gets :class:`~dataflow.distributed.WorkerPlan` (the plan's frozen dataclasses,
+gets :class:`~dataflow.distributed.partitions.WorkerPlan` (the plan's frozen dataclasses,
 pickled), compiles the engines from it without parsing any SQL, and computes what the
 local runner computes; the layout stamp of a checkpoint digests the plan's stable
 rendering, and a checkpoint stamped by the SQL text (layout 11) fails loud naming its
@@ -20,7 +20,7 @@ from sqlglot.parser import Parser
 from core.epochs import EpochCursor
 from dataflow import distributed
 from dataflow.api import compile_query
-from dataflow.distributed import (
+from dataflow.distributed.partitions import (
     StateLayoutError,
     WorkerPlan,
     check_layout,
@@ -48,7 +48,7 @@ def test_a_worker_compiles_the_shipped_plan_without_parsing(
     sqlglot's parser refusing every call) to stages whose deltas at P = 2 equal the
     local runner's, every epoch."""
     from connectors.files import read_updates
-    from dataflow.stages import StagePlan, run_stages
+    from dataflow.distributed.stages import StagePlan, run_stages
 
     text = (tpch_sf001 / "queries" / f"{name}.sql").read_text()
     local = compile_query(text, source_name=f"{name}.sql")
@@ -79,7 +79,7 @@ def test_every_tpch_plan_pickles_and_renders_stably(tpch_sf001: Path) -> None:
 _STAMP = """
 import sys
 from dataflow.api import compile_query
-from dataflow.distributed import WorkerPlan
+from dataflow.distributed.partitions import WorkerPlan
 from plans.exprtypes import fresh_name
 for _ in range(12345):  # (the generated names' numbers, of other digits than here)
     fresh_name()

@@ -356,7 +356,7 @@ def test_auto_falls_back_when_the_build_fails(
     itself is replaced.)"""
     monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
     monkeypatch.setenv("IVMFLOW_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("dataflow.view.native_available", lambda: None)
+    monkeypatch.setattr("dataflow.circuit.view.native_available", lambda: None)
     monkeypatch.setattr(core.native, "_LOADED", {})  # (no module built in this process)
     if failure == "build":
         def broken(text: str, name: str, root: Path, target: Path) -> None:
@@ -435,7 +435,7 @@ def test_run_shows_the_first_use_compile(tmp_path: Path, monkeypatch: pytest.Mon
     shape, a fresh cache here), then which hot path runs; the summary says it was built
     and how long that took, and a second run loads the build; ``explain`` says so."""
     from dataflow.cli import main
-    from dataflow.run import Progress, RunOptions, run
+    from dataflow.runners.run import Progress, RunOptions, run
 
     monkeypatch.delenv("IVMFLOW_NATIVE", raising=False)
     monkeypatch.setenv("IVMFLOW_NATIVE_CACHE", str(tmp_path / "cache"))

@@ -62,8 +62,8 @@ def test_a_run_without_a_snapshot_sink_asks_its_partitions_for_none(snapshots: b
     from core.epochs import CLOSE, EpochCursor
     from core.records import EPOCH_END, Update
     from dataflow.api import compile_query
-    from dataflow.distributed import PartitionTask, WorkerPlan
-    from dataflow.stages import plan_tags
+    from dataflow.distributed.partitions import PartitionTask, WorkerPlan
+    from dataflow.distributed.stages import plan_tags
 
     stream = [Update("+", "G", (1, 2)), Update("+", "G", (2, 3)), Update("+", "G", (3, 4)),
               EPOCH_END,

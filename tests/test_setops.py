@@ -15,10 +15,10 @@ from core.errors import QueryError
 from core.records import EPOCH_END, Record, Update
 from core.schema import Row
 from dataflow.api import compile_query
-from dataflow.circuit import CustomNode
-from dataflow.setops import CompiledSetOp
-from dataflow.stages import StagePlan, run_stages
-from dataflow.views import CompiledDag
+from dataflow.circuit.graph import CustomNode
+from dataflow.circuit.setops import CompiledSetOp
+from dataflow.circuit.views import CompiledDag
+from dataflow.distributed.stages import StagePlan, run_stages
 
 DDL = ("CREATE TABLE a(x INT, y INT, p DECIMAL(7,2)); "
        "CREATE TABLE b(x INT, y INT, p DECIMAL(7,2)); "

@@ -311,7 +311,12 @@ def test_partition_store_results_do_not_depend_on_which_worker_runs_a_batch(sql:
     pytest.importorskip("pyspark")
     from core.epochs import EpochCursor
     from dataflow.api import compile_query
-    from dataflow.distributed import PartitionLayout, PartitionTask, merge_outputs, tag_records
+    from dataflow.distributed.partitions import (
+        PartitionLayout,
+        PartitionTask,
+        merge_outputs,
+        tag_records,
+    )
     from dataflow.runners.spark import state as st
 
     q = compile_query(sql)

@@ -48,7 +48,7 @@ def test_tpch_snapshots_agree_with_duckdb_every_epoch(tpch_sf001: Path, name: st
     an enumeration of the join: DuckDB says what each must hold."""
     from connectors.files import read_updates
     from dataflow.api import compile_query
-    from dataflow.drive import drive
+    from dataflow.circuit.drive import drive
 
     query = tpch_sf001 / "queries" / f"{name}.sql"
     q = compile_query(query.read_text())

@@ -151,7 +151,7 @@ def test_set_operations_grouping_sets_and_windows_on_runners(tmp_path: Path,
     assert got == want
 
 
-# A query as keyed stages (dataflow/stages.py): TPC-H Q4 (EXISTS: a semi-join view),
+# A query as keyed stages (dataflow/distributed/stages.py): TPC-H Q4 (EXISTS: a semi-join view),
 # Q17 (a correlated scalar subquery: a grouped view), Q18 (IN over GROUP BY ... HAVING,
 # then ORDER BY ... LIMIT: views and the global top-k stage) and Q3 (top-k).
 _STAGED = ("q03", "q04", "q17", "q18")
@@ -208,14 +208,14 @@ def test_tpch_views_and_topk_on_runner_equal_local(
 
 @pytest.mark.parametrize("name", [*_STAGED, "q11", "q15"])
 def test_stages_in_process_equal_local(tpch_sf001: Path, name: str) -> None:
-    """The stages of dataflow/stages.py run slot by slot in one process (no JVM), at
+    """The stages of dataflow/distributed/stages.py run slot by slot in one process (no JVM), at
     P=2 with channels interleaved as Flink may deliver them (an upstream stage's delta
     after the next epoch's base rows): the query's deltas equal the local runner's, and
     no stage but a global one is forced onto one partition."""
     from connectors.files import read_updates
     from core.epochs import EpochCursor
     from dataflow.api import compile_query
-    from dataflow.stages import StagePlan, run_stages
+    from dataflow.distributed.stages import StagePlan, run_stages
 
     q = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text())
     records = list(read_updates(str(tpch_sf001 / "updates.csv"), q.schema))
@@ -262,7 +262,7 @@ def test_keyed_views_as_stages_equal_local(tpch_sf001: Path, case: str) -> None:
     from connectors.files import read_updates
     from core.epochs import EpochCursor
     from dataflow.api import compile_query
-    from dataflow.stages import StagePlan, run_stages
+    from dataflow.distributed.stages import StagePlan, run_stages
     from tests import test_sql_layer as layer
 
     if case in _KEYED:
@@ -285,7 +285,7 @@ def test_stage_plan_refuses_a_node_it_cannot_host() -> None:
     starts, naming the view."""
     from core.errors import UnsupportedQueryError
     from dataflow.api import compile_query
-    from dataflow.stages import StagePlan
+    from dataflow.distributed.stages import StagePlan
 
     q = compile_query("CREATE TABLE R(a INT, b INT);\n"
                       "SELECT a FROM R WHERE b > (SELECT AVG(b) FROM R)")
@@ -301,9 +301,9 @@ def test_a_stage_node_plugs_in() -> None:
     from core.epochs import EpochCursor
     from core.records import EPOCH_END, Update
     from dataflow.api import compile_query
-    from dataflow.circuit import CustomNode
-    from dataflow.distributed import PartitionLayout, PartitionTask
-    from dataflow.stages import StagePlan, run_stages
+    from dataflow.circuit.graph import CustomNode
+    from dataflow.distributed.partitions import PartitionLayout, PartitionTask
+    from dataflow.distributed.stages import StagePlan, run_stages
     from operators.node import LocalNode
     from operators.state import State
 

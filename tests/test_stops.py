@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dataflow.run import RunOptions, run
+from dataflow.runners.run import RunOptions, run
 
 QUERY = """CREATE TABLE follows(src INT, dst INT);
 SELECT f1.src AS a, f1.dst AS b, f2.dst AS c
@@ -172,7 +172,7 @@ def test_a_resume_over_another_input_is_refused_with_one_line(
 
 def test_a_stop_request_drops_the_open_epoch_in_drive() -> None:
     from core.records import EPOCH_END, Update
-    from dataflow.drive import drive
+    from dataflow.circuit.drive import drive
 
     class Counting:
         pending_updates = 0

@@ -31,7 +31,7 @@ tf = pytest.importorskip("bench.tpch_faults")
 def tpch_topic(tpch_sf001: Path, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
                ) -> tuple[Path, str, tf.Epochs]:
     """Q3's file, the update topic holding the stream, and the uninterrupted deltas."""
-    from dataflow.kafka_io import produce
+    from dataflow.runners.kafka import produce
 
     sql = tpch_sf001 / "queries" / f"{tf.QUERY}.sql"
     stream = tf.cut_epochs(tpch_sf001 / "updates.csv",

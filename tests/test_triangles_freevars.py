@@ -346,7 +346,7 @@ def test_partitioned_protocol_with_state_round_trips(name: str) -> None:
     partition's TriangleEngine in batches of 40 rows with its state dumped and restored
     in between (mid-epoch too), merge: the same per-epoch deltas as the local view."""
     from core.epochs import EpochCursor
-    from dataflow.distributed import (
+    from dataflow.distributed.partitions import (
         PartitionTask,
         WorkerPlan,
         merge_outputs,

@@ -30,7 +30,7 @@ from core.records import EpochEnd, Record, Update
 from core.schema import Column, Relation, Row
 from dataflow.api import View, compile_query
 from dataflow.cli import main
-from dataflow.run import RunOptions
+from dataflow.runners.run import RunOptions
 from operators.deletecheck import DeleteCheck, RowDigest, decimal_canon
 
 OTHER_ENGINES = {
@@ -422,8 +422,8 @@ def test_a_keyed_view_keeps_digests_in_its_state() -> None:
     """On Spark and Flink an outer join's keyed view checks its base table's deletes
     against row digests in the runner's keyed state (``keyed.base.<table>``, layout 11),
     not whole rows."""
-    from dataflow.distributed import STATE_LAYOUT
-    from dataflow.views import CompiledDag
+    from dataflow.circuit.views import CompiledDag
+    from dataflow.distributed.partitions import STATE_LAYOUT
     from operators.keyedview import CompiledKeyedView, KeyedViewState
     from operators.state import DictState
 

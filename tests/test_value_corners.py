@@ -500,7 +500,7 @@ def test_each_corner_agrees_with_duckdb(query: str, rows: list[tuple[Any, ...]])
 
 def test_overflow_names_the_record_and_can_be_skipped(tmp_path: Path) -> None:
     from connectors.files import CollectingSink, read_updates_from_lines
-    from dataflow.drive import drive
+    from dataflow.circuit.drive import drive
 
     sql = "CREATE TABLE r(k INTEGER, x INTEGER); SELECT k, x * 2 AS y FROM r"
     lines = ["+,r,1,5", "+,r,2,2000000000", "+,r,3,7"]
@@ -524,7 +524,7 @@ def test_overflow_names_the_record_and_can_be_skipped(tmp_path: Path) -> None:
 
 def test_a_string_that_does_not_convert_names_the_record() -> None:
     from connectors.files import read_updates_from_lines
-    from dataflow.drive import drive
+    from dataflow.circuit.drive import drive
 
     sql = ("CREATE TABLE r(name VARCHAR); CREATE TABLE s(x INTEGER, y INTEGER);"
            "SELECT r.name, s.y FROM r, s WHERE r.name = s.x")

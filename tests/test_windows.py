@@ -19,10 +19,10 @@ from core.errors import QueryError
 from core.records import EPOCH_END, Record, Update
 from core.schema import Row
 from dataflow.api import compile_query
-from dataflow.circuit import CustomNode
-from dataflow.stages import StagePlan, run_stages
-from dataflow.views import CompiledDag
-from dataflow.windows import CompiledWindow
+from dataflow.circuit.graph import CustomNode
+from dataflow.circuit.views import CompiledDag
+from dataflow.circuit.windows import CompiledWindow
+from dataflow.distributed.stages import StagePlan, run_stages
 
 DDL = ("CREATE TABLE a(g INT, o INT, p DECIMAL(7,2), s VARCHAR); "
        "CREATE TABLE b(g INT, w INT); ")

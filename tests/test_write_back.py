@@ -20,7 +20,7 @@ import pytest
 from core.epochs import EpochCursor
 from core.records import EPOCH_END, Record, Update
 from dataflow.api import compile_query
-from dataflow.distributed import (
+from dataflow.distributed.partitions import (
     PartitionLayout,
     PartitionTask,
     bundle_outputs,

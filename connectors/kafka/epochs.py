@@ -7,7 +7,7 @@ checkpoint's offset log, Flink operator state), not in a consumer group. So the
 position is plain data, :class:`ReadPosition`: the next offset of every partition, the
 stop offsets of ``--stop-at-end`` (taken once, when the run first starts, and carried
 along so that a restarted run stops at the same place), the
-:class:`dataflow.distributed.EpochCursor` (sequence and epoch numbers) and ``done``.
+:class:`dataflow.distributed.partitions.EpochCursor` (sequence and epoch numbers) and ``done``.
 
 Positions always sit at epoch boundaries: :meth:`EpochReader.read` fetches what the
 streams (the ``(topic, partition)`` pairs of the input) hold, and releases, through

@@ -9,7 +9,7 @@ and take, per epoch, the row payload changes the output finalizer turns into the
 * :class:`~dataflow.engines.ghd.GhdEngine`: bags of a hypertree decomposition inside,
   CROWN across them.
 
-Which one a query gets is decided by its :class:`dataflow.kinds.QueryKind`
+Which one a query gets is decided by its :class:`dataflow.circuit.kinds.QueryKind`
 (``make_engine``), so no runner branches on the kind of query.
 
 Example:

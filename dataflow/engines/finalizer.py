@@ -1,7 +1,7 @@
 """The output finalizer of a compiled query's plan, as every node that hosts one makes
-it: the local :class:`~dataflow.view.View`, a partition on Spark or Flink
-(:class:`~dataflow.distributed.PartitionTask`) and the global finalizer of a staged
-aggregate (:class:`~dataflow.stages.FinalizeTask`).
+it: the local :class:`~dataflow.circuit.view.View`, a partition on Spark or Flink
+(:class:`~dataflow.distributed.partitions.PartitionTask`) and the global finalizer of a staged
+aggregate (:class:`~dataflow.distributed.stages.FinalizeTask`).
 
 Example:
     >>> from dataflow.api import compile_query

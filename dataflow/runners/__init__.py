@@ -3,7 +3,7 @@ sources and Kafka glue beside it. Every runner hosts the same engines and operat
 holds no query logic.
 
 A runner package registers itself when imported (``@register("name")`` on a function
-taking a :class:`~dataflow.run.RunContext`); :func:`get` imports the package on first
+taking a :class:`~dataflow.runners.run.RunContext`); :func:`get` imports the package on first
 use, so a runner whose extra is not installed costs nothing until it is asked for, and
 then fails with the extra to install. The names are the subpackages found here.
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import UnavailableError
 
 if TYPE_CHECKING:
-    from dataflow.run import RunContext
+    from dataflow.runners.run import RunContext
 
 __all__ = ["Runner", "get", "names", "register"]
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from connectors.files import holds_records
 from core.errors import UnavailableError
-from dataflow.drive import DriveStats
-from dataflow.run import FLINK_CHECKPOINT_S, scheme
+from dataflow.circuit.drive import DriveStats
 from dataflow.runners import register
+from dataflow.runners.run import FLINK_CHECKPOINT_S, scheme
 from dataflow.runners.spark import change_options, refuse_kafka_skip
 
 if TYPE_CHECKING:
-    from dataflow.run import RunContext
+    from dataflow.runners.run import RunContext
 
 __all__ = ["last_written_epoch", "run_flink"]
 

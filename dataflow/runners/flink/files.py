@@ -44,7 +44,7 @@ from pyflink.datastream.state import ValueStateDescriptor
 from connectors.files import DeadLetterCsvSink, OnError, read_updates_from_lines
 from core.epochs import EpochCursor
 from core.schema import Schema
-from dataflow.distributed import WorkerPlan
+from dataflow.distributed.partitions import WorkerPlan
 from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, Profiling, ReadCounters
 
 

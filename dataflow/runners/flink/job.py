@@ -55,7 +55,7 @@ from pyflink.datastream.state import (
 from connectors.files import OnError
 from core.epochs import CLOSE
 from core.errors import FlinkJobError, UsageError
-from dataflow.distributed import (
+from dataflow.distributed.partitions import (
     PartitionLayout,
     PartitionTask,
     TaggedRow,
@@ -66,10 +66,10 @@ from dataflow.distributed import (
     needs_stages,
     stamp_checkpoint_dir,
 )
+from dataflow.distributed.stages import StagePlan, StageTask, stage_plan
 from dataflow.runners.flink.reader import PhaseLog, Profiling
 from dataflow.runners.flink.sinks import STOP_MARKER, EpochSinks
 from dataflow.runners.jvm import require_java
-from dataflow.stages import StagePlan, StageTask, stage_plan
 from operators.node import PartitionNode
 from operators.writeback import WriteBackState, decode_entry, encode_entry, encode_key
 
@@ -274,8 +274,8 @@ class PartitionFunction(KeyedProcessFunction):
 
 
 class StageFunction(PartitionFunction):
-    """Hosts the slots of one stage of a query run as stages (:mod:`dataflow.stages`),
-    one :class:`~dataflow.stages.StageTask` per key (the slot). State as a partition's:
+    """Hosts the slots of one stage of a query run as stages (:mod:`dataflow.distributed.stages`),
+    one :class:`~dataflow.distributed.stages.StageTask` per key (the slot). State as a partition's:
     the maps per entry, written back at each epoch close; every row received since the
     last close (the open epoch's, and later epochs' rows that wait for a channel) in
     the ``open_epoch_rows`` list, replayed after a restore; the last epoch closed in a
@@ -360,13 +360,13 @@ class EpochOutput:
     epoch: int
     snapshot: int
     rows: tuple[tuple[Any, ...], ...]
-    """Plain tuples of :class:`~dataflow.distributed.OutputRow`'s fields."""
+    """Plain tuples of :class:`~dataflow.distributed.partitions.OutputRow`'s fields."""
 
 
 class EpochMerger(KeyedProcessFunction):
     """Keyed by epoch: appends each partition's :class:`EpochOutput` to the epoch's
     ``ListState`` and, when the last partition has closed the epoch, sums the changes
-    per row (:func:`~dataflow.distributed.merge_epoch_parts`), writes the epoch (and its
+    per row (:func:`~dataflow.distributed.partitions.merge_epoch_parts`), writes the epoch (and its
     snapshot) to the sinks and clears the epoch's state: O(rows) per epoch.
 
     Epochs complete in order (each partition closes them in stream order, and this
@@ -525,7 +525,7 @@ class FlinkJob:
 
     def _snapshots_wanted(self, snapshots: str | None) -> None:
         """Ship a plan whose closes ask for snapshots only if this run writes them
-        (:attr:`~dataflow.distributed.WorkerPlan.snapshots`)."""
+        (:attr:`~dataflow.distributed.partitions.WorkerPlan.snapshots`)."""
         self.plan = replace(self.plan, snapshots=snapshots is not None)
 
     def _run(self, reader: Any, ticks: int, ckpt: Path, restore: str | None,
@@ -656,7 +656,7 @@ class FlinkJob:
         """The reader's ``(slot, rows)`` bundles -> one keyed operator per stage in
         order, each running its own slots and passing every later slot's bundles on, so
         each reads only the one before it (as on Spark) and a channel's bundles for a
-        slot take one path, in order, which :class:`~dataflow.stages.StageTask` relies
+        slot take one path, in order, which :class:`~dataflow.distributed.stages.StageTask` relies
         on; the final stage's outputs and its number of partitions."""
         assert self.stages is not None
         stream = tagged

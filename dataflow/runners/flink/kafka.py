@@ -53,7 +53,7 @@ from connectors.kafka.change_epochs import ChangeReader, Changes
 from connectors.kafka.epochs import EpochReader, ReadPosition, parse_kafka_url
 from connectors.kafka.upsert import ChangeApplier
 from core.schema import Schema
-from dataflow.distributed import WorkerPlan
+from dataflow.distributed.partitions import WorkerPlan
 from dataflow.runners.flink.reader import IDLE_SLEEP_S, UNBOUNDED_TICKS, ReadCounters
 
 

@@ -16,8 +16,8 @@ from pyflink.datastream import RuntimeContext
 
 from core.epochs import CLOSE, NumberedRecord
 from core.faults import fault_point, faults_armed
-from dataflow.distributed import WorkerPlan, bundle_by_partition
-from dataflow.stages import plan_tags
+from dataflow.distributed.partitions import WorkerPlan, bundle_by_partition
+from dataflow.distributed.stages import plan_tags
 
 __all__ = ["IDLE_SLEEP_S", "UNBOUNDED_TICKS", "PhaseLog", "Profiling", "ReadCounters"]
 

@@ -1,11 +1,11 @@
 r"""The local runner: the engine in this process, fed from files, stdin or Kafka
 (:mod:`dataflow.runners.local.kafka`), with optional state checkpoints for Kafka
-(:mod:`dataflow.runners.local.checkpoint`). :mod:`dataflow.drive` cuts
+(:mod:`dataflow.runners.local.checkpoint`). :mod:`dataflow.circuit.drive` cuts
 epochs; it is the reference semantics the other runners are checked against.
 
 Example:
     >>> import tempfile, pathlib
-    >>> from dataflow.run import RunOptions, run
+    >>> from dataflow.runners.run import RunOptions, run
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "q.sql").write_text("CREATE TABLE R(a INT); SELECT a FROM R;")
     >>> _ = (d / "u.csv").write_text("+,R,1\n*\n+,R,2\n")
@@ -24,12 +24,12 @@ from connectors.files import DeadLetterCsvSink, SourceLines, read_updates, sourc
 from connectors.position import InputTracker, digest_prefix
 from core.errors import InputError, UsageError
 from core.records import Record
-from dataflow.drive import DriveStats, drive, input_changed
-from dataflow.run import maintain_view, scheme, state_limit
+from dataflow.circuit.drive import DriveStats, drive, input_changed
 from dataflow.runners import register
+from dataflow.runners.run import maintain_view, scheme, state_limit
 
 if TYPE_CHECKING:
-    from dataflow.run import RunContext
+    from dataflow.runners.run import RunContext
 
 __all__ = ["PREFIX_RECORDS", "buffer_prefix", "run_local"]
 

@@ -45,8 +45,8 @@ from connectors.kafka.changes import ChangeStreamSource, change_source_kwargs
 from core.errors import UsageError
 from core.records import EpochDelta, Record
 from core.schema import Row
-from dataflow.drive import DriveStats, drive
-from dataflow.kafka_io import endpoint, kafka_errors, query_text
+from dataflow.circuit.drive import DriveStats, drive
+from dataflow.runners.kafka import endpoint, kafka_errors, query_text
 from dataflow.runners.local.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -56,8 +56,8 @@ from dataflow.runners.local.checkpoint import (
 )
 
 if TYPE_CHECKING:
-    from dataflow.drive import LiveView
-    from dataflow.run import Progress, RunContext
+    from dataflow.circuit.drive import LiveView
+    from dataflow.runners.run import Progress, RunContext
 
 __all__ = ["run_local_kafka"]
 
@@ -106,7 +106,7 @@ def run_local_kafka(ctx: RunContext) -> DriveStats:
 
 def _drive(ctx: RunContext, source: KafkaUpdateSource,
            checkpointer: _Checkpointer | None = None) -> DriveStats:
-    from dataflow.run import maintain_view, state_limit
+    from dataflow.runners.run import maintain_view, state_limit
 
     opts, out = ctx.options, ctx.outputs
     deltas, snapshots = out.deltas, out.snapshots
@@ -183,7 +183,7 @@ class _Checkpointer:
         self.directory = directory
         self.fingerprint = fp
         self.restored = restored
-        from dataflow.run import LOCAL_CHECKPOINT_S
+        from dataflow.runners.run import LOCAL_CHECKPOINT_S
 
         interval = ctx.options.checkpoint_interval
         self.interval = LOCAL_CHECKPOINT_S if interval is None else interval
@@ -228,7 +228,7 @@ class _Checkpointer:
         stats = self.ctx.progress.stats
         stats.epochs, stats.snapshots, stats.updates = ck.epoch, ck.snapshots, ck.updates
         if not self.ctx.options.quiet:
-            from dataflow.run import PROG
+            from dataflow.runners.run import PROG
 
             print(f"{PROG}: resumed from checkpoint {self.directory} at epoch {ck.epoch} "
                   f"({len(ck.base)} base tuples)", file=sys.stderr)

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.files import CsvStreamSink, holds_records
 from core.errors import UnavailableError, UsageError
-from dataflow.drive import DriveStats
-from dataflow.run import scheme
+from dataflow.circuit.drive import DriveStats
 from dataflow.runners import register
+from dataflow.runners.run import scheme
 
 if TYPE_CHECKING:
-    from dataflow.run import RunContext, RunOptions
+    from dataflow.runners.run import RunContext, RunOptions
 
 __all__ = ["change_options", "refuse_kafka_skip", "run_spark"]
 
@@ -42,7 +42,7 @@ def change_options(ctx: RunContext) -> dict[str, Any] | None:
         return None
     from connectors.kafka import KafkaConfigError
     from connectors.kafka.changes import change_source_kwargs, check_change_options
-    from dataflow.kafka_io import endpoint
+    from dataflow.runners.kafka import endpoint
 
     ep = endpoint(opts.updates, opts)
     if ep.format == "json":

@@ -46,12 +46,13 @@ from core.epochs import CLOSE, NumberedRecord
 from core.errors import JobError, JobStartError, SparkJobError
 from core.faults import fault_point
 from core.records import EpochDelta, Update
-from dataflow.distributed import (
+from dataflow.distributed.partitions import (
     PartitionLayout,
     PartitionTask,
     WorkerPlan,
     stamp_checkpoint_dir,
 )
+from dataflow.distributed.stages import StagePlan, needs_stages, plan_tags
 from dataflow.runners.jvm import (
     append,
     find_java,
@@ -75,7 +76,6 @@ from dataflow.runners.spark.stages import staged_job, tagged_frame
 from dataflow.runners.spark.state import STATE_STORE_CONF, PartitionStore
 from dataflow.runners.spark.trace import TRACE as _TRACE
 from dataflow.runners.spark.trace import trace as _trace
-from dataflow.stages import StagePlan, needs_stages, plan_tags
 
 OUTPUT_SCHEMA = WRITTEN_SCHEMA
 """One row per (kind, epoch) and partition: ``n`` changes, and ``rows`` the pickled list
@@ -200,7 +200,7 @@ def spark_session(master: str | None = None, partitions: int = 2,
 def _keep_sigint_handler(handler: Any) -> None:
     """A new SparkContext takes SIGINT over (it cancels every job and raises
     KeyboardInterrupt): give it back to the handler that was there, when that is a stop
-    handler (the command line's, :func:`dataflow.run.stop_on_signals`, which stops the
+    handler (the command line's, :func:`dataflow.runners.run.stop_on_signals`, which stops the
     run after the micro-batch in progress), not Python's default."""
     if (callable(handler) and handler is not signal.default_int_handler
             and threading.current_thread() is threading.main_thread()

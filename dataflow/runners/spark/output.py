@@ -6,7 +6,7 @@ pickled. With a Kafka sink, the bundles of a batch go to one task (a shuffle to 
 single partition: a batch's epochs must be written in order, each in its own
 transaction; a run with one partition writes from that partition's task, whose output
 is already merged), which sums the partitions' bundles per epoch
-(:func:`~dataflow.distributed.merge_bundles`) and then
+(:func:`~dataflow.distributed.partitions.merge_bundles`) and then
 
 - for a kind whose sink is a Kafka topic, writes each epoch in one producer transaction
   from the executor (:class:`~connectors.kafka.KafkaDeltaSink`), and returns only
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 
 from core.records import EpochDelta
-from dataflow.distributed import merge_bundles
+from dataflow.distributed.partitions import merge_bundles
 
 if TYPE_CHECKING:
     from connectors.kafka import KafkaDeltaSink, KafkaEndpoint

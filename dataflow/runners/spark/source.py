@@ -3,7 +3,7 @@
 
 Records are numbered and cut into epochs here, deterministically from the offset, so
 that a restarted query re-reads a batch exactly as before. The offset holds the read
-position and the :class:`dataflow.distributed.EpochCursor`; Spark keeps it in the
+position and the :class:`dataflow.distributed.partitions.EpochCursor`; Spark keeps it in the
 query's checkpoint. Rows carry the typed update pickled as binary.
 
 This module imports pyspark; ``operators/`` and ``plans/`` never do.
@@ -25,8 +25,8 @@ from connectors.files import read_updates_from_lines
 from core.epochs import CLOSE, EpochCursor
 from core.faults import fault_point, faults_armed
 from core.schema import Schema
-from dataflow.distributed import WorkerPlan
-from dataflow.stages import plan_tags
+from dataflow.distributed.partitions import WorkerPlan
+from dataflow.distributed.stages import plan_tags
 
 SOURCE_NAME = "ivmflow_updates"
 TAGGED_SCHEMA = (
@@ -34,7 +34,7 @@ TAGGED_SCHEMA = (
     "snapshot INT"
 )
 """Rows tagged with their partitions (with the option ``plan``, a pickled-then-hex
-:class:`~dataflow.distributed.WorkerPlan`)."""
+:class:`~dataflow.distributed.partitions.WorkerPlan`)."""
 ROW_SCHEMA = (
     "seq LONG, epoch INT, kind STRING, relation STRING, op STRING, mult LONG, "
     "payload BINARY, snapshot INT"

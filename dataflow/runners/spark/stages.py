@@ -1,4 +1,4 @@
-"""A query as keyed stages on Spark (:mod:`dataflow.stages`): a DAG of views, top-k.
+"""A query as keyed stages on Spark (:mod:`dataflow.distributed.stages`): a DAG of views, top-k.
 
 Job shape: the source tags base updates with the slots of every stage reading their
 table (closes to every slot) -> one ``groupBy(partition).transformWithStateInPandas``
@@ -29,13 +29,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from core.epochs import CLOSE
-from dataflow.distributed import WorkerPlan
+from dataflow.distributed.partitions import WorkerPlan
+from dataflow.distributed.stages import StageTask, stage_plan
 from dataflow.runners.spark.output import OUTPUT_COLUMNS, write_bundles
 from dataflow.runners.spark.source import TAGGED_SCHEMA
 from dataflow.runners.spark.state import PartitionStore
 from dataflow.runners.spark.trace import TRACE as _TRACE
 from dataflow.runners.spark.trace import trace as _trace
-from dataflow.stages import StageTask, stage_plan
 
 TAGGED_COLUMNS = ["partition", "seq", "epoch", "kind", "atom", "tup", "dm", "snapshot"]
 

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dataflow.distributed import check_layout
+from dataflow.distributed.partitions import check_layout
 from operators.writeback import WriteBackState, decode_entry, encode_entry, encode_key
 
 STATE_STORE_CONF = {

@@ -2,8 +2,8 @@
 (:func:`build_circuit`) from the compiled query - its inner views in closing order, the
 query itself over them, and the ``ORDER BY ... LIMIT`` window over the query's result -
 and read by both executors: the local runner's DAG of live views
-(:class:`dataflow.views.DagView`) and the distributed runners' keyed stages
-(:class:`dataflow.stages.StagePlan`, one or two stages per vertex, their channels
+(:class:`dataflow.circuit.views.DagView`) and the distributed runners' keyed stages
+(:class:`dataflow.distributed.stages.StagePlan`, one or two stages per vertex, their channels
 from the circuit's edges).
 
 A vertex has a kind: ``query`` (a compiled query: CROWN, GHD, triangle or view trees),
@@ -17,7 +17,7 @@ is a stage of its own.
 
 Example:
     >>> from dataflow.api import compile_query
-    >>> from dataflow.views import circuit_of
+    >>> from dataflow.circuit.views import circuit_of
     >>> c = circuit_of(compile_query('''CREATE TABLE R(a INT, b INT);
     ...     SELECT a, b FROM R WHERE b > (SELECT AVG(b) FROM R) ORDER BY b LIMIT 1'''))
     >>> [(v.name, v.kind, v.reads, v.readers) for v in c.vertices]  # doctest: +NORMALIZE_WHITESPACE
@@ -157,7 +157,7 @@ def _vertex(index: int, name: str, node: Any) -> Vertex:
         return Vertex(index, name, "query", node, reads)
     msg = (f"view {name or '(the query)'}: a {type(node).__name__} is no node kind a "
            "circuit runs (a compiled query, a keyed or threshold view, or a node "
-           "implementing dataflow.circuit.CustomNode)")
+           "implementing dataflow.circuit.graph.CustomNode)")
     raise UnsupportedQueryError(msg)
 
 

@@ -1,4 +1,4 @@
-"""A set operation as a node of the circuit (:mod:`dataflow.circuit`): live on the local
+"""A set operation as a node of the circuit (:mod:`dataflow.circuit.graph`): live on the local
 runner (:class:`operators.setop.SetOpState`) and as a stage on Spark and Flink, its
 inputs' rows partitioned by their value, so that a row of every input meets in one
 partition (:class:`operators.setop.SetOpTask`): O(the changed rows) per epoch on every
@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from core.schema import Row
-from dataflow.stagenodes import InputLayout, KeyRouter, WholeRow
+from dataflow.circuit.stagenodes import InputLayout, KeyRouter, WholeRow
 from operators.node import PartitionNode
 from operators.setop import SetOpState, SetOpTask
 from operators.state import State
@@ -43,7 +43,7 @@ def row_key(row: Row) -> tuple[Any, ...]:
 class CompiledSetOp:
     """A set operation (:class:`plans.logical.SetOpNode`) as a circuit node: what it
     reads, its columns, its live node and its stage (a node kind of its own,
-    :class:`dataflow.circuit.CustomNode`)."""
+    :class:`dataflow.circuit.graph.CustomNode`)."""
 
     def __init__(self, node: SetOpNode) -> None:
         self.node = node

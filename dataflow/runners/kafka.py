@@ -49,7 +49,7 @@ from core.records import EpochEnd, Op, Record, Update, csv_value
 from core.schema import Schema
 
 if TYPE_CHECKING:
-    from dataflow.run import RunOptions
+    from dataflow.runners.run import RunOptions
 
 __all__ = [
     "KafkaUnreachableError",
@@ -119,7 +119,7 @@ def kafka_errors(what: str, bootstrap: str) -> Any:
 
 def open_outputs(opts: RunOptions, columns: Sequence[str]) -> Outputs:
     """The sinks of a run where some source or sink is ``kafka://`` (files otherwise,
-    as :func:`dataflow.run.open_outputs`).  Kafka sinks always resume: epochs already in
+    as :func:`dataflow.runners.run.open_outputs`).  Kafka sinks always resume: epochs already in
     the topic are not written again."""
     text = query_text(opts)
     opened: list[Any] = []

@@ -40,7 +40,7 @@ from core.memory import StateLimit
 from core.native import NativeFallbackWarning
 from core.records import Record
 from dataflow import runners
-from dataflow.drive import DriveStats, LiveView
+from dataflow.circuit.drive import DriveStats, LiveView
 
 __all__ = [
     "PROG", "Outputs", "Progress", "RunContext", "RunOptions", "compile_file", "maintain_view",
@@ -67,9 +67,9 @@ CONNECTOR_SCHEMES = ("kafka",)
 
 
 def _kafka_io() -> ModuleType:
-    """The Kafka glue (:mod:`dataflow.kafka_io`), imported on first use."""
+    """The Kafka glue (:mod:`dataflow.runners.kafka`), imported on first use."""
     try:
-        from dataflow import kafka_io
+        from dataflow.runners import kafka as kafka_io
     except ImportError as err:  # pragma: no cover - depends on the installation
         msg = f"the kafka:// connector needs kafka-python: pip install -e '.[kafka]' ({err})"
         raise UnavailableError(msg) from None
@@ -290,7 +290,7 @@ class Progress:
 
     def watch(self, records: Iterable[Record]) -> Iterator[Record]:
         """Pass records through, redrawing now and then (a stop request is the runner's
-        to act on: it ends at the last whole epoch, see :func:`dataflow.drive.drive`).
+        to act on: it ends at the last whole epoch, see :func:`dataflow.circuit.drive.drive`).
         The rate counts from when the runner takes the first record (:meth:`begin`)."""
         it = iter(records)
         for rec in it:
@@ -416,7 +416,7 @@ class RunContext:
 def open_outputs(opts: RunOptions, columns: Sequence[str],
                  order_by: Sequence[tuple[int, bool, bool]] = ()) -> Outputs:
     """The sinks of a run, chosen by URL scheme: CSV files (or stdout), or Kafka topics
-    (:func:`dataflow.kafka_io.open_outputs`) when any source or sink is ``kafka://``.
+    (:func:`dataflow.runners.kafka.open_outputs`) when any source or sink is ``kafka://``.
     File sinks of a resumed run skip the epochs they already hold."""
     targets = (opts.updates, opts.deltas, opts.snapshots, opts.dead_letter)
     if any(scheme(t) == "kafka" for t in targets):

@@ -1,4 +1,4 @@
-"""A window view as a node of the circuit (:mod:`dataflow.circuit`): live on the local
+"""A window view as a node of the circuit (:mod:`dataflow.circuit.graph`): live on the local
 runner (:class:`operators.window.WindowState`) and as a stage on Spark and Flink, its
 input's rows partitioned by their PARTITION BY values (a window without PARTITION BY:
 one partition), so that a window partition's rows meet in one stage partition
@@ -20,8 +20,8 @@ from functools import partial
 from typing import Any
 
 from core.schema import Row
-from dataflow.setops import row_key
-from dataflow.stagenodes import InputLayout, KeyRouter, WholeRow
+from dataflow.circuit.setops import row_key
+from dataflow.circuit.stagenodes import InputLayout, KeyRouter, WholeRow
 from operators.node import PartitionNode
 from operators.state import State
 from operators.window import WindowState, WindowTask
@@ -38,7 +38,7 @@ def partition_key(columns: tuple[int, ...], row: Row) -> tuple[Any, ...]:
 
 class CompiledWindow:
     """A window view (:class:`plans.logical.WindowNode`) as a circuit node (a
-    :class:`dataflow.circuit.CustomNode`)."""
+    :class:`dataflow.circuit.graph.CustomNode`)."""
 
     def __init__(self, node: WindowNode) -> None:
         self.node = node

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 from core.native import native_mode
 from core.records import EpochDelta, Record, Update
 from core.schema import Row, Schema
-from dataflow.circuit import Circuit, build_circuit
-from dataflow.drive import run_view
+from dataflow.circuit.drive import run_view
+from dataflow.circuit.graph import Circuit, build_circuit
 from operators.deletecheck import CheckMode, DeleteCheck, digest_maps
 from operators.node import LocalNode, UpdateNode
 
 if TYPE_CHECKING:
-    from dataflow.view import View
+    from dataflow.circuit.view import View
     from plans.logical import LogicalPlan
 
 
@@ -61,7 +61,7 @@ class CompiledDag:
         self.logical = logical
         """The plan it was compiled from, each view in ``inner`` from its node (what
         the distributed runners ship to their workers:
-        :meth:`dataflow.distributed.WorkerPlan.of`)."""
+        :meth:`dataflow.distributed.partitions.WorkerPlan.of`)."""
 
     # What callers read of a compiled query: the query's own (outer) plan and output.
     @property
@@ -91,7 +91,7 @@ class CompiledDag:
 
     @property
     def circuit(self) -> Circuit:
-        """Its circuit: the views, the query and its window (:mod:`dataflow.circuit`)."""
+        """Its circuit: the views, the query and its window (:mod:`dataflow.circuit.graph`)."""
         return build_circuit(self.inner, self.outer)
 
     def explain(self, parallelism: int = 1, eps: float | None = None) -> str:

@@ -31,12 +31,12 @@ from typing import Literal, Protocol
 
 from core.graph import Dataflow
 from core.records import Record, Update
+from dataflow.circuit.hypercube import Partitioner
 from dataflow.engines import PartitionEngine
 from dataflow.engines.crown import Engine
 from dataflow.engines.ghd import GhdEngine, compile_ghd_dataflow
 from dataflow.engines.hierarchical import HierarchicalEngine
 from dataflow.engines.triangle import TriangleEngine
-from dataflow.hypercube import Partitioner
 from operators.input import RelationInput
 from operators.state import State
 from plans.cq import ConjunctiveQuery

@@ -41,9 +41,9 @@ from core.native import (
 )
 from core.records import EpochDelta, Update, format_update
 from core.schema import Row
+from dataflow.circuit.hypercube import Partitioner
 from dataflow.engines import PartitionEngine
 from dataflow.engines.finalizer import make_finalizer
-from dataflow.hypercube import Partitioner
 from operators.deletecheck import CheckMode, DeleteCheck, RowDigest, digest_maps
 from operators.input import RelationInput, RelationRoute
 from operators.joinnode import JoinNode

@@ -61,8 +61,8 @@ class MaintainedView(Protocol):
 
 
 class LiveView(MaintainedView, Node[Update], Protocol):
-    """A query's live view hosted in this process (:class:`dataflow.view.View`, or a
-    DAG's :class:`dataflow.views.DagView`): what :func:`drive` needs, the node protocol
+    """A query's live view hosted in this process (:class:`dataflow.circuit.view.View`, or a
+    DAG's :class:`dataflow.circuit.views.DagView`): what :func:`drive` needs, the node protocol
     (:mod:`operators.node`), and the notes of a run's summary."""
 
     @property

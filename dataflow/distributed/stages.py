@@ -1,15 +1,15 @@
 """A query as keyed stages on the distributed runners: a DAG of views and top-k.
 
-The local runner closes a DAG of views (:mod:`dataflow.views`) in one process. Spark
+The local runner closes a DAG of views (:mod:`dataflow.circuit.views`) in one process. Spark
 and Flink run it as a chain of **stages**, one per node, each partitioned by its own
 keys: a view's stage is its compiled query with its own
-:class:`~dataflow.distributed.PartitionLayout` (shares on its output keys), the query's
+:class:`~dataflow.distributed.partitions.PartitionLayout` (shares on its output keys), the query's
 stage likewise, and ``ORDER BY ... LIMIT`` adds one global stage holding the window
 (:class:`TopKTask`), as the local runner's one output finalizer does. Every stage
 partition is a **slot** (stage offset + partition): the runners key their stateful
 operators by slot, so a stage's state lives per entry in its own keyed state.
 
-Rows between stages are :class:`~dataflow.distributed.TaggedRow` tuples whose
+Rows between stages are :class:`~dataflow.distributed.partitions.TaggedRow` tuples whose
 ``partition`` is the slot. The reader tags base updates for every stage reading their
 table and broadcasts each epoch close to every slot; a stage partition closing epoch
 ``e`` routes its consolidated delta to the slots of the stages that read it (by their
@@ -21,12 +21,12 @@ stage's delta of epoch ``e`` is applied to its readers within epoch ``e``, and t
 of the query's deltas 1..k is Q(D_k), as on the local runner. Each stage's work per
 epoch is O(its input changes): nothing is ever re-read or re-sent whole.
 
-The stages come from the query's circuit (:mod:`dataflow.circuit`): one per vertex,
+The stages come from the query's circuit (:mod:`dataflow.circuit.graph`): one per vertex,
 two for an aggregate finalized globally (its partitions' payloads, then one
 finalizer), their channels from the circuit's edges. Every stage partition's task is a
 node (:class:`operators.node.Node` of tagged rows: a compiled query's partition, a
 keyed or threshold view's, the window, a partial or global finalizer, or a
-:class:`~dataflow.circuit.CustomNode`'s), driven by :func:`operators.node.drive_rows`;
+:class:`~dataflow.circuit.graph.CustomNode`'s), driven by :func:`operators.node.drive_rows`;
 a vertex of no known kind, or a custom one whose task is no node, is refused before
 the job starts.
 
@@ -60,8 +60,10 @@ from sortedcontainers import SortedKeyList
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import UnsupportedQueryError
 from core.records import Update
-from dataflow.circuit import RESULT, CustomNode, Vertex
-from dataflow.distributed import (
+from dataflow.circuit.graph import RESULT, CustomNode, Vertex
+from dataflow.circuit.stagenodes import stage_layout, stage_task
+from dataflow.circuit.views import circuit_of
+from dataflow.distributed.partitions import (
     FINALIZE_META,
     FINALIZE_OUTPUT,
     PartitionLayout,
@@ -71,8 +73,6 @@ from dataflow.distributed import (
     tag_rows,
 )
 from dataflow.engines.finalizer import make_finalizer
-from dataflow.stagenodes import stage_layout, stage_task
-from dataflow.views import circuit_of
 from operators.node import Change, Node, PartitionNode, TaggedTuple, drive_rows
 from operators.state import State
 from operators.topk import TAG, TopK
@@ -254,7 +254,7 @@ class StagePlan:
 
     def tag_base(self, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
         """Base updates tagged for the slots of every stage reading their table; every
-        close to every slot (plain :class:`~dataflow.distributed.TaggedRow` tuples)."""
+        close to every slot (plain :class:`~dataflow.distributed.partitions.TaggedRow` tuples)."""
         out: list[tuple[Any, ...]] = []
         for s in self.stages:
             out += _shifted(tag_rows(s.layout, numbered), s.first)
@@ -499,7 +499,7 @@ def run_stages(plan: StagePlan, numbered: Sequence[NumberedRecord],
     partitions. Each slot gets its rows epoch by epoch, or, ``late_upstream``, all the
     reader's rows first and its upstream stages' after them (the rows of later epochs
     wait for the channels). For tests and the docs; state in fresh write-back caches."""
-    from dataflow.distributed import merge_epoch_parts
+    from dataflow.distributed.partitions import merge_epoch_parts
 
     inbox: dict[int, list[tuple[Any, ...]]] = {}
     for r in plan.tag_base(numbered):
@@ -529,7 +529,7 @@ def stage_plan(plan: WorkerPlan) -> StagePlan:
 
 
 def plan_tags(plan: WorkerPlan, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
-    """:func:`~dataflow.distributed.tag_rows` for a worker plan: by its one layout, or,
+    """:func:`~dataflow.distributed.partitions.tag_rows` for a worker plan: by its one layout, or,
     for a plan run as stages, for the slots of every stage reading each table. A plan
     without snapshots (``plan.snapshots``) tags every close as asking for none.
 

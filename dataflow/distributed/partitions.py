@@ -44,10 +44,10 @@ from typing import Any, NamedTuple
 from core.consolidate import consolidate_by
 from core.epochs import CLOSE, UPDATE, NumberedRecord
 from core.errors import InputError, IvmflowError
+from dataflow.circuit.hypercube import Partitioner
+from dataflow.circuit.kinds import VIEW_TREES
 from dataflow.engines import AtomPort, PartitionEngine
 from dataflow.engines.finalizer import make_finalizer
-from dataflow.hypercube import Partitioner
-from dataflow.kinds import VIEW_TREES
 from operators.finalize import OutputFinalizer
 from operators.input import RelationInput
 from operators.node import Change, Node, TaggedTuple, drive_rows
@@ -158,7 +158,7 @@ def compiled_for_workers(
 
 def needs_stages(query: Any) -> bool:
     """Whether the distributed runners run ``query`` as keyed stages
-    (:mod:`dataflow.stages`): a DAG of views, or a top-k, whose window must see every
+    (:mod:`dataflow.distributed.stages`): a DAG of views, or a top-k, whose window must see every
     partition's rows."""
     cq = query.cq
     return bool(query.logical.views) or cq.limit is not None or bool(cq.offset)
@@ -182,7 +182,7 @@ class WorkerPlan:
     partitioning: str = "single"
     snapshots: bool = True
     """Whether the run writes snapshots. Without a snapshot sink the closes reach the
-    partitions asking for none (:func:`~dataflow.stages.plan_tags`): a snapshot costs
+    partitions asking for none (:func:`~dataflow.distributed.stages.plan_tags`): a snapshot costs
     the whole result (and a staged query's partial stages ship all their payloads), so
     a run that writes none must not build one per ``*`` marker. Not part of the layout
     stamp: it changes no state."""
@@ -196,7 +196,7 @@ class WorkerPlan:
 
     @property
     def staged(self) -> bool:
-        """Whether this plan runs as several stages (:mod:`dataflow.stages`)."""
+        """Whether this plan runs as several stages (:mod:`dataflow.distributed.stages`)."""
         return needs_stages(self.compiled()[0])
 
     def compiled(self) -> tuple[Any, PartitionLayout]:
@@ -218,7 +218,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout12-'
+        'layout13-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning))
@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 12
+STATE_LAYOUT = 13
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -252,8 +252,11 @@ the per-element tags pickle from :mod:`operators.writeback`; 10: an entry whose 
 text reads back stores only its value, :func:`~operators.writeback.encode_entry`; 11: a
 keyed view's delete check keeps row digests per base table, ``keyed.base.<table>``, not
 whole rows in ``keyed.base``: :mod:`operators.deletecheck`; 12: the stamp digests the
-query's logical plan, :meth:`~plans.logical.LogicalPlan.render`, not its SQL text), so
-that a checkpoint of another layout fails loud instead of being read wrongly."""
+query's logical plan, :meth:`~plans.logical.LogicalPlan.render`, not its SQL text; 13:
+the modules whose classes the checkpointed state pickles moved, ``dataflow.distributed``
+to :mod:`dataflow.distributed.partitions`, ``dataflow.stages`` to
+:mod:`dataflow.distributed.stages`), so that a checkpoint of another layout fails loud
+instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):
@@ -463,7 +466,7 @@ class PartitionTask(Node[TaggedTuple]):
             nodes[atom].apply(t, dm)
 
     def close_epoch(self) -> list[Change]:
-        """The epoch's delta (a stage of :mod:`dataflow.stages` may emit its engine's
+        """The epoch's delta (a stage of :mod:`dataflow.distributed.stages` may emit its engine's
         payloads instead)."""
         delta = self.finalizer.epoch(self.engine.take_delta())
         if self._meta is not None and self._meta.get("emitted_once") is not True:

@@ -4,7 +4,7 @@ view (:mod:`operators.threshold`). Each gets a stage layout (its inputs, whole r
 partitioned by its key, so that a key's rows of both inputs meet in one partition) and
 a task per partition (a node of tagged rows, :mod:`operators.node`: its delta at each
 close, its state per key in the partition's maps: O(changes) per epoch), which
-:mod:`dataflow.stages` hosts as it hosts a compiled query.
+:mod:`dataflow.distributed.stages` hosts as it hosts a compiled query.
 
 Example:
     >>> from dataflow.api import compile_query
