@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, BinaryIO, TextIO
 
 from connectors.position import InputCommit
-from core.consolidate import order_rows
+from core.consolidate import OrderBy, order_rows
 from core.errors import InputError, IvmflowError
 from core.faults import fault_point
 from core.records import EpochDelta, csv_line, csv_value
@@ -265,7 +265,7 @@ class SnapshotCsvSink:
         *,
         resume: bool = False,
         fsync: bool = True,
-        order_by: Sequence[tuple[int, bool, bool]] = (),
+        order_by: OrderBy = (),
     ) -> None:
         self.columns = tuple(columns)
         self.order_by = tuple(order_by)

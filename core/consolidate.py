@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from core.codegen import define
 from core.schema import Row, Value
 
-__all__ = ["consolidate", "consolidate_by", "net_changes", "row_sort_key", "sort_rows",
-           "sorted_changes"]
+__all__ = ["ComputedKey", "OrderBy", "consolidate", "consolidate_by", "net_changes",
+           "order_value", "row_sort_key", "sort_rows", "sorted_changes"]
 
 K = TypeVar("K", bound=Hashable)
 """What changes are grouped by (an epoch, a (kind, number) pair, ...)."""
@@ -105,21 +107,65 @@ def consolidate_by(changes: Iterable[tuple[K, int, Row]]) -> dict[K, list[tuple[
     return out
 
 
-def _column_of(col: int, pair: tuple[int, Row]) -> Value:
-    return pair[1][col]
+@dataclass(frozen=True)
+class ComputedKey:
+    """An ORDER BY key that is no output column but an expression over the output row
+    (``ORDER BY sum_sales - avg_monthly_sales``, both of them output columns): ``src``
+    is Python source over ``row`` (the plan compiler's), its names bound in ``env``;
+    ``sql`` its SQL text. Called on a row, its value; it pickles (the compiled
+    function does not travel: it is compiled again where it is first called).
+
+    >>> k = ComputedKey("row[0] - row[1]", "a - b", {})
+    >>> k((5, 2)), k
+    (3, ComputedKey(src='row[0] - row[1]', sql='a - b'))
+    """
+
+    src: str
+    sql: str
+    env: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False,
+                                   repr=False)
+
+    def __call__(self, row: Row) -> Value:
+        fn = self.__dict__.get("_fn")
+        if fn is None:
+            env = dict(self.env)
+            define(f"def order_key(row):\n    return {self.src}\n", "<order key>", env)
+            fn = self.__dict__["_fn"] = env["order_key"]
+        value: Value = fn(row)
+        return value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}
 
 
-def order_rows(rows: list[tuple[int, Row]], order_by: Sequence[tuple[int, bool, bool]]) -> None:
+OrderBy = Sequence[tuple["int | ComputedKey", bool, bool]]
+"""ORDER BY as (output column or computed key, descending, nulls first) triples."""
+
+
+def order_value(row: Row, col: int | ComputedKey) -> Value:
+    """The value of ORDER BY key ``col`` (an output column's number, or a computed
+    key) in ``row``."""
+    return row[col] if isinstance(col, int) else col(row)
+
+
+def _column_of(col: int | ComputedKey, pair: tuple[int, Row]) -> Value:
+    return order_value(pair[1], col)
+
+
+def order_rows(rows: list[tuple[int, Row]], order_by: OrderBy) -> None:
     """Sort ``(mult, row)`` pairs by ORDER BY's (column, descending, nulls first) keys
     (stable: ties keep their order).
 
     >>> rows = [(1, ("a", 2)), (1, ("b", None)), (1, ("c", 5))]
     >>> order_rows(rows, [(1, True, False)]); [r[0] for _, r in rows]
     ['c', 'a', 'b']
+    >>> order_rows(rows, [(ComputedKey("-row[1] if row[1] is not None else None", "-b"),
+    ...                    False, True)]); [r[0] for _, r in rows]
+    ['b', 'c', 'a']
     """
     for col, desc, nulls_first in reversed(order_by):
-        present = [r for r in rows if r[1][col] is not None]
-        nulls = [r for r in rows if r[1][col] is None]
+        present = [r for r in rows if _column_of(col, r) is not None]
+        nulls = [r for r in rows if _column_of(col, r) is None]
         key: Any = functools.partial(_column_of, col)  # (one column's values: comparable)
         present.sort(key=key, reverse=desc)
         rows[:] = nulls + present if nulls_first else present + nulls

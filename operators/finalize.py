@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from typing import Any
 
 from core.codegen import define
-from core.consolidate import order_rows, sort_rows, sorted_changes
+from core.consolidate import OrderBy, order_rows, sort_rows, sorted_changes
 from core.schema import Row
 from operators.aggregate import AggregateLayout
 from operators.reaggregate import TAG as REAGG_TAG
@@ -55,7 +55,7 @@ class OutputFinalizer:
         grouped: bool = True,
         current: Callable[[Any], Any] | None = None,
         post: Any = None,
-        order_by: Sequence[tuple[int, bool, bool]] = (),
+        order_by: OrderBy = (),
         reagg: Any = None,
         limit: int | None = None,
         offset: int = 0,

@@ -23,7 +23,7 @@ from typing import Any
 
 from sortedcontainers import SortedKeyList
 
-from core.consolidate import sort_rows
+from core.consolidate import OrderBy, order_value, sort_rows
 from core.schema import Row
 
 TAG = "\x00ivmflow.topk"
@@ -66,7 +66,7 @@ class _Key:
 class TopK:
     """The ordered index of a result and the window ``[offset, offset + limit)``."""
 
-    def __init__(self, order_by: Sequence[tuple[int, bool, bool]], limit: int | None,
+    def __init__(self, order_by: OrderBy, limit: int | None,
                  offset: int, state: MutableMapping[Any, Any]) -> None:
         self.order_by = tuple(order_by)
         self.limit = limit
@@ -75,7 +75,7 @@ class TopK:
 
     def _key(self, entry: tuple[Row, int]) -> tuple[_Key, ...]:
         row = entry[0]
-        keys = [_Key(row[c], d, n) for c, d, n in self.order_by]
+        keys = [_Key(order_value(row, c), d, n) for c, d, n in self.order_by]
         keys += [_Key(v, False, False) for v in row]  # ties: every column, ascending
         return tuple(keys)
 

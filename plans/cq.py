@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.consolidate import ComputedKey
 from core.schema import Column, Relation, Schema, Value
 
 CompareOp = Literal["=", "<>", "<", "<=", ">", ">=", "in", "is null", "is not null"]
@@ -205,8 +206,10 @@ class ConjunctiveQuery:
     """The query file's name (messages); its text stays with the parse."""
     post: PostMap | None = None
     reagg: Reaggregate | None = None
-    order_by: tuple[tuple[int, bool, bool], ...] = ()
-    """ORDER BY as (output column, descending, nulls first): the order of snapshots."""
+    order_by: tuple[tuple[int | ComputedKey, bool, bool], ...] = ()
+    """ORDER BY as (output column, descending, nulls first): the order of snapshots; a
+    key that is an expression over output columns (not one itself) is a
+    :class:`~core.consolidate.ComputedKey`."""
     output_types: tuple[str, ...] = ()
     """Each output column's SQL type, as a CREATE TABLE of a view reading this one
     declares it (``BIGINT``, ``DECIMAL(38,2)``, ``DOUBLE``, ``VARCHAR``, ``DATE``...)."""

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,3 +232,14 @@ def fresh_name() -> str:
     """A name no other generated binding has (``_k<n>``), for a value the compiled
     expression reads from its namespace."""
     return f"_k{next(_NAMES)}"
+
+
+def map_args(node: exp.Expr, fn: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+    """``node`` with each of its child expressions replaced by ``fn`` of it (in place;
+    returned): one step of a rewrite that recurses where ``fn`` does."""
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expr):
+            node.set(key, fn(value))
+        elif isinstance(value, list):
+            node.set(key, [fn(v) if isinstance(v, exp.Expr) else v for v in value])
+    return node

@@ -41,6 +41,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from core.consolidate import ComputedKey
 from core.errors import QueryError
 from core.schema import Column, Relation, Schema
 from core.sqlfuncs import HELPERS
@@ -70,7 +71,7 @@ class TopKWindow:
     ``m + 1 .. m + k`` in that order, maintained (``order_by``: output column,
     descending, nulls first)."""
 
-    order_by: tuple[tuple[int, bool, bool], ...]
+    order_by: tuple[tuple[int | ComputedKey, bool, bool], ...]
     limit: int | None
     offset: int
 
@@ -605,11 +606,13 @@ def _render_block(block: JoinBlock) -> list[str]:
             glue = canon.src(f.glue, r.env) if f.glue is not None else None
             lines.append(f"    {f.func}({f.var}, {glue}) {f.result_type} {f.scale}")
     window = block.window
+    order = tuple((canon.src(c.src, c.env), d, n) if isinstance(c, ComputedKey)
+                  else (c, d, n) for c, d, n in cq.order_by)
     if window is not None:
-        lines.append(f"  top-k window: order {window.order_by}, limit {window.limit}, "
+        lines.append(f"  top-k window: order {order}, limit {window.limit}, "
                      f"offset {window.offset}")
     elif cq.order_by:
-        lines.append(f"  order {cq.order_by}")
+        lines.append(f"  order {order}")
     return lines
 
 

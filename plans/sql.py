@@ -470,7 +470,9 @@ class Builder:
         if group_by is not None and not aggregates and post is None:
             # GROUP BY without an aggregate: one row per group, as SELECT DISTINCT
             distinct = True
-        order_by = sqloutput.order_by(self, items, columns)
+        order_by = sqloutput.order_by(
+            self, items, columns,
+            sqloutput.output_sql_types(self, columns, aggregates, post))
 
         # Join variables: classes with two or more column occurrences.
         occurrences: dict[str, int] = {}

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from core.consolidate import ComputedKey
+from core.errors import QueryError
 from core.schema import Relation
 from plans.cq import (
     Aggregate,
@@ -226,27 +228,35 @@ def final_aggregate(b: Builder, node: exp.Expr, final_aggs: list[FinalAggregate]
 
 def output_types(b: Builder, columns: list[OutputColumn], aggregates: list[Aggregate],
                   post: PostMap | None) -> tuple[str, ...]:
-    if post is not None and post.types:
-        types = list(post.types)
-    else:
-        types = [var_type(b, c.var) if c.var is not None
-                 else aggregate_type(aggregates[c.aggregate])
-                 if c.aggregate is not None else SqlType("NULL")
-                 for c in columns if not c.name.startswith("\0")]
-    return tuple(ddl_type(t) for t in types)
+    return tuple(ddl_type(t) for t in output_sql_types(b, columns, aggregates, post))
 
 
-def order_by(b: Builder, items: list[tuple[str, exp.Expr]], columns: list[OutputColumn]
-              ) -> tuple[tuple[int, bool, bool], ...]:
+def order_by(b: Builder, items: list[tuple[str, exp.Expr]], columns: list[OutputColumn],
+             types: list[SqlType] | None = None
+             ) -> tuple[tuple[int | ComputedKey, bool, bool], ...]:
+    """ORDER BY as (output column, descending, nulls first). A key that is no output
+    column but an expression over output columns (``ORDER BY sum_sales -
+    avg_monthly_sales``, ``CASE WHEN lochierarchy = 0 THEN i_category END``) is a
+    :class:`~core.consolidate.ComputedKey` over the output row: it orders the result
+    (and picks a LIMIT's rows) as SQL does, the output unchanged. A name in it is the
+    FROM's column first (where the output holds it), else the output's (a SELECT
+    alias), as DuckDB reads them; what reads no output column is refused."""
     order = b.select.args.get("order")
     if order is None:
         return ()
     names = [n.lower() for n, _ in items]
     texts = [inner.sql("duckdb") for _, inner in items]
-    out: list[tuple[int, bool, bool]] = []
+    var_pos: dict[str, int] = {}
+    for i, (_n, inner) in enumerate(items):
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Column) and not isinstance(inner.this, exp.Star):
+            alias, k = b._resolve(inner)
+            var_pos.setdefault(b.var_of(alias, k), i)
+    out: list[tuple[int | ComputedKey, bool, bool]] = []
     for o in order.expressions:
         node = o.this if isinstance(o, exp.Ordered) else o
-        idx: int | None = None
+        idx: int | ComputedKey | None = None
         if isinstance(node, exp.Column) and not node.table and node.name.lower() in names:
             idx = names.index(node.name.lower())
         elif node.sql("duckdb") in texts:
@@ -256,8 +266,9 @@ def order_by(b: Builder, items: list[tuple[str, exp.Expr]], columns: list[Output
             idx = n - 1 if 1 <= n <= len(items) else None
         elif isinstance(node, exp.Column):
             alias, i = b._resolve(node)
-            var = b.var_of(alias, i)
-            idx = next((k for k, c in enumerate(columns) if c.var == var), None)
+            idx = var_pos.get(b.var_of(alias, i))
+        else:
+            idx = _computed_key(b, node, names, texts, var_pos, types)
         if idx is None:
             raise ExprError(node, f"ORDER BY {node.sql()!r}: order by a column of the "
                                   "output (its name, position or expression)")
@@ -266,6 +277,57 @@ def order_by(b: Builder, items: list[tuple[str, exp.Expr]], columns: list[Output
             else False
         out.append((idx, desc, nulls_first))
     return tuple(out)
+
+
+def _computed_key(b: Builder, node: exp.Expr, names: list[str], texts: list[str],
+                  var_pos: dict[str, int], types: list[SqlType] | None) -> ComputedKey:
+    """ORDER BY expression ``node`` over the output row (``row[i]``), each of its
+    subexpressions that is an output column read from it."""
+    if types is None:
+        raise ExprError(node, f"ORDER BY {node.sql()!r}: order by a column of the "
+                              "output (its name, position or expression)")
+
+    def column(i: int) -> Code:
+        return Code(f"row[{i}]", types[i], True, simple=True)
+
+    def resolve(sub: exp.Expr) -> Code | None:
+        text = sub.sql("duckdb")
+        if text in texts and (column_refs(sub) or sub.find(exp.AggFunc) is not None):
+            return column(texts.index(text))
+        if isinstance(sub, exp.Column) and not isinstance(sub.this, exp.Star):
+            i: int | None = None
+            try:
+                alias, k = b._resolve(sub)
+                i = var_pos.get(b.var_of(alias, k))
+            except QueryError:
+                pass
+            if i is None and not sub.table and sub.name.lower() in names:
+                i = names.index(sub.name.lower())
+            if i is None:
+                raise ExprError(sub, f"ORDER BY {node.sql()!r} reads {sub.sql()!r}, which "
+                                     "is not an output column: order by a column of the "
+                                     "output (its name, position or expression)")
+            return column(i)
+        if isinstance(sub, (*AGGREGATES, exp.Window)):
+            raise ExprError(sub, f"ORDER BY {node.sql()!r}: {sub.sql()!r} is not an "
+                                 "output column: order by a column of the output (its "
+                                 "name, position or expression)")
+        return None
+
+    env: dict[str, Any] = {}
+    code = ExprCompiler(env, resolve).value(node)
+    return ComputedKey(code.src, node.sql("duckdb"), env)
+
+
+def output_sql_types(b: Builder, columns: list[OutputColumn], aggregates: list[Aggregate],
+                     post: PostMap | None) -> list[SqlType]:
+    """The static type of each output column (:func:`output_types` before DDL)."""
+    if post is not None and post.types:
+        return list(post.types)
+    return [var_type(b, c.var) if c.var is not None
+            else aggregate_type(aggregates[c.aggregate])
+            if c.aggregate is not None else SqlType("NULL")
+            for c in columns if not c.name.startswith("\0")]
 
 
 def aggregate(b: Builder, node: exp.Expr, var_of: object, rels: dict[str, Relation]) -> Aggregate:

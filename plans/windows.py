@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from plans.expr import ExprError
+from plans.exprtypes import map_args
 
 __all__ = ["RANKING", "WindowFunc", "WindowOp", "lift_windows", "window_type"]
 
@@ -392,8 +393,38 @@ def _order_over(select: exp.Select, outer_items: list[exp.Expr], lifted: _Lifted
         if text in texts:
             node.replace(exp.Literal.number(texts.index(text) + 1))
         else:
-            node.replace(_outer_expr(node.copy(), lifted))
+            node.replace(_order_expr(node.copy(), select, outer_items, lifted))
     return order
+
+
+def _order_expr(node: exp.Expr, select: exp.Select, outer_items: list[exp.Expr],
+                lifted: _Lifted) -> exp.Expr:
+    """An ORDER BY expression that is no select item, over the outer view: its parts
+    that are select items (by text, or a select alias a FROM column does not shadow)
+    read the outer items' columns, so the ORDER BY is an expression over output
+    columns (``CASE WHEN lochierarchy = 0 THEN i_category END``); any other column,
+    aggregate or window function is an inner column or window marker (the outer query
+    refuses to order by one not in its output)."""
+    bodies = [e.this if isinstance(e, exp.Alias) else e for e in outer_items]
+    aliases = [e.alias.lower() if isinstance(e, exp.Alias) else "" for e in outer_items]
+    texts = [(i.this if isinstance(i, exp.Alias) else i).sql("duckdb")
+             for i in select.expressions]
+    inputs = {c.name.lower() for c in select.find_all(exp.Column)
+              if c.find_ancestor(exp.Select) is select
+              and not isinstance(c.parent, exp.Alias)} - set(aliases)
+
+    def over(sub: exp.Expr) -> exp.Expr:
+        text = sub.sql("duckdb")
+        if text in texts and (sub.find(exp.Column) or sub.find(exp.AggFunc)):
+            return bodies[texts.index(text)].copy()
+        if isinstance(sub, exp.Column) and not sub.table and \
+                sub.name.lower() in aliases and sub.name.lower() not in inputs:
+            return bodies[aliases.index(sub.name.lower())].copy()
+        if isinstance(sub, (exp.Column, exp.AggFunc, exp.Window)):
+            return _outer_expr(sub, lifted)
+        return map_args(sub, over)
+
+    return over(node)
 
 
 from plans.setops import Item  # noqa: E402  (setops imports this module for typing only)
