@@ -35,6 +35,7 @@ from connectors.files import (
     OnError,
     SnapshotCsvSink,
 )
+from core.consolidate import OrderBy
 from core.errors import UnavailableError, UsageError
 from core.memory import StateLimit
 from core.native import NativeFallbackWarning
@@ -414,7 +415,7 @@ class RunContext:
 
 
 def open_outputs(opts: RunOptions, columns: Sequence[str],
-                 order_by: Sequence[tuple[int, bool, bool]] = ()) -> Outputs:
+                 order_by: OrderBy = ()) -> Outputs:
     """The sinks of a run, chosen by URL scheme: CSV files (or stdout), or Kafka topics
     (:func:`dataflow.runners.kafka.open_outputs`) when any source or sink is ``kafka://``.
     File sinks of a resumed run skip the epochs they already hold."""

@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.consolidate import OrderBy
 from core.faults import fault_point
 from core.records import EpochDelta
 
@@ -46,7 +47,7 @@ class EpochSinks:
 
     def __init__(self, deltas: str | None, snapshots: str | None,
                  columns: tuple[str, ...], kafka_options: Sequence[str] = (),
-                 order_by: Sequence[tuple[int, bool, bool]] = (),
+                 order_by: OrderBy = (),
                  debezium_key: Sequence[int] | None = None,
                  stop_marker: str | None = None) -> None:
         self.stop_marker = stop_marker
@@ -95,7 +96,7 @@ class EpochSinks:
 
 def open_sink(target: str | None, columns: tuple[str, ...], kind: str,
                kafka_options: Sequence[str] = (),
-               order_by: Sequence[tuple[int, bool, bool]] = (),
+               order_by: OrderBy = (),
                debezium_key: Sequence[int] | None = None) -> Any:
     """The merger's sink: a CSV file (resumed) or a Kafka topic (transactional, skipping
     the epochs already in the topic; a stable transactional id per topic, so a
