@@ -233,16 +233,10 @@ class JoinNode:
         """This node's number in its tree (parents first), the suffix of its names in
         the tree's generated code."""
         # The namespace of the tree's generated code (nodecode.compile_tree), shared by
-        # its nodes. Its calls out (emit_n, notify_n, live_n, dead_n, support_n) are
-        # names there, resolved per call: bind_emit, bind_notify and bind_walks rebind
-        # them in code already compiled.
+        # its nodes. Its calls out (emit_n, keyhook_n, notify_n) are names there,
+        # resolved per call: bind_emit and bind_keyhook rebind them in code already
+        # compiled.
         self._env: dict[str, Any] = {}
-        # A top node's semi-join updates, liveness walks and support change.
-        self._sj_insert: Callable[[Any], None]
-        self._sj_delete: Callable[[Any], None]
-        self._make_live: Callable[[Any], None]
-        self._make_dead: Callable[[Any], None]
-        self._child_support: Callable[[int, Any, bool], None]
 
     # -- wiring --------------------------------------------------------------------
     def attach_child(self, child: JoinNode, key_attrs: tuple[str, ...]) -> None:
@@ -332,25 +326,6 @@ class JoinNode:
         return nodecode.tree_nodes(root)
 
     # -- binding the generated code's calls out ------------------------------------
-    def walk_source(self, env: dict[str, Any], name: Callable[[str, JoinNode], str]) -> str:
-        """Bind this top node's liveness walks and support change in ``env`` as
-        ``name(kind, node)`` (kind ``live``, ``dead``, ``support``), for a caller that
-        binds them (:meth:`bind_walks`), and return the source to define there: none,
-        as they are compiled with the tree (:mod:`operators.nodewalks`)."""
-        for kind in ("live", "dead", "support"):
-            env[name(kind, self)] = self._env[f"{kind}_{self.num}"]
-        return ""
-
-    def bind_walks(self, make_live: Callable[[Any], None], make_dead: Callable[[Any], None],
-                   child_support: Callable[[int, Any, bool], None]) -> None:
-        """Make the tree's code call these liveness walks and this support change of
-        this top node."""
-        self._make_live, self._make_dead = make_live, make_dead
-        self._child_support = child_support
-        n = self.num
-        self._env[f"live_{n}"], self._env[f"dead_{n}"] = make_live, make_dead
-        self._env[f"support_{n}"] = child_support
-
     def _emit_via_hook(self, t: Any, factor: Any) -> None:
         """What generated code calls for a changed live tuple until :meth:`bind_emit`:
         the :attr:`on_tuple` hook, looked up per call."""
@@ -367,11 +342,11 @@ class JoinNode:
         the replacement must do the same)."""
         self._env[f"emit_{self.num}"] = emit
 
-    def bind_notify(self, notify: Callable[[int, Any, Any, Any], None]) -> None:
-        """Make this lower node's generated code call ``notify(pos, key, old, new)`` when
-        its projection changes, in place of the parent's boundary change (or lower-child
-        change); the replacement must do what that does."""
-        self._env[f"notify_{self.num}"] = notify
+    def bind_keyhook(self, keyhook: Callable[[int, Any, Any], None]) -> None:
+        """Make this top node's generated code call ``keyhook(i, k, factor)`` for a
+        changed boundary key (lower child ``i``'s projection at ``k``), in place of
+        ``on_key(node, i, k, factor)`` (the replacement must do the same)."""
+        self._env[f"keyhook_{self.num}"] = keyhook
 
     # -- reads -------------------------------------------------------------------
     def support_count(self, t: Any) -> int:

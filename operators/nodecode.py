@@ -5,7 +5,7 @@ generated code: the one definition, run as Python (interpreted) or translated by
 A tree's code is one namespace, compiled once when its last node is finished
 (:func:`compile_tree`); node ``n``'s functions and maps are named with the suffix
 ``_n``, and a node calls another's functions by name, so a binding replaced later
-(``bind_emit``, ``bind_notify``) is seen by every caller:
+(``bind_emit``, ``bind_keyhook``) is seen by every caller:
 
 * ``apply_n(t, dm)``: the R-update of an atom node (children unrolled, keys inlined):
   its multiplicity, index buckets and counter, then, when every child supports the
@@ -194,8 +194,8 @@ def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
 
 
 def compile_tree(root: JoinNode) -> None:
-    """Compile :func:`tree_source` and bind it: each node's ``apply``, its semi-join
-    and walk functions, and each lower node's ``notify_n`` (its parent's handler)."""
+    """Compile :func:`tree_source` and bind it: each node's ``apply`` and namespace,
+    and each lower node's ``notify_n`` (its parent's handler)."""
     text, env = tree_source(root)
     define(text, f"<nodes {root.name}>", env)
     for node in tree_nodes(root):
@@ -203,10 +203,6 @@ def compile_tree(root: JoinNode) -> None:
         node._env = env
         if not node.generalized:
             node.apply = env[f"apply_{n}"]
-        if node.top:
-            node._sj_insert, node._sj_delete = env[f"sj_insert_{n}"], env[f"sj_delete_{n}"]
-            node._make_live, node._make_dead = env[f"live_{n}"], env[f"dead_{n}"]
-            node._child_support = env[f"support_{n}"]
         parent = node.parent
         if not node.top and parent is not None:
             env[f"notify_{n}"] = env[f"boundary_{parent.num}" if parent.top

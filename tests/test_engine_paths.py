@@ -1,5 +1,5 @@
 """The CROWN engine's two ways of passing a node's changes to the enumeration: its
-generated delta walks bound into the node code (``bind_emit``, ``bind_notify``:
+generated delta walks bound into the node code (``bind_emit``, ``bind_keyhook``:
 integer payloads) against the nodes' ``on_tuple``/``on_key`` hooks
 (``generated_hooks=False``, what ring payloads take): the same row changes epoch by
 epoch and the same full result, on the property tests' seeded-random queries and

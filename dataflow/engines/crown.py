@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from core.codegen import Bindings, define
+from core.codegen import Bindings
 from core.graph import Dataflow
 from core.native import NativeBuild, NativeNamespace
 from operators.aggregate import AggregateLayout
@@ -63,8 +63,9 @@ class Engine:
 
     def __init__(self, plan: Plan, dataflow: Dataflow, state: State | None = None, *,
                  generated_hooks: bool = True, keep_leaf_tuples: bool = True) -> None:
-        """``generated_hooks=False`` keeps the generic liveness, support and hook methods
-        (the same results, slower; tests compare the two). ``keep_leaf_tuples=False``:
+        """``generated_hooks=False`` passes the changes to the enumeration through the
+        nodes' ``on_tuple``/``on_key`` hooks instead of generated delta walks (the same
+        results, slower; tests compare the two). ``keep_leaf_tuples=False``:
         lower leaves keep their payload sums only (:attr:`JoinNode.sum_leaf`), for a
         caller that checks deletes itself."""
         self.plan = plan
@@ -121,73 +122,30 @@ class Engine:
         for node in top:
             node.on_tuple = on_tuple
             node.on_key = on_key
-        if generated_hooks:
-            self._compile_walks(top)
         # Generated node code calls its own delta walks directly (no hook in between);
         # their globals hold ``acc``, rebound whenever it is.
         if generated_hooks and isinstance(self.ring, IntRing):
             self._bind_direct(top)
 
-    @staticmethod
-    def _compile_walks(top: list[JoinNode]) -> None:
-        """Liveness walks and support changes of the top nodes as generated code, one
-        shared namespace (a node's walk calls its children's by name)."""
-        env: dict[str, Any] = {}
-
-        def name(kind: str, node: JoinNode) -> str:
-            return f"{kind}_{node.id}"
-
-        src = "\n".join(node.walk_source(env, name) for node in top)
-        define(src, "<live walks>", env)
-        for node in top:
-            node.bind_walks(env[name("live", node)], env[name("dead", node)],
-                            env[name("support", node)])
-
     def _bind_direct(self, top: list[JoinNode]) -> None:
-        """Bind, for integer payloads, each top node's changed-tuple walk and each
-        boundary (a lower child's projection changing at a key) to generated code that
-        does what ``on_tuple`` / ``_boundary_change`` + ``on_key`` do."""
+        """Bind, for integer payloads, each top node's changed-tuple walk and its key
+        hook (a lower child's projection changed at a key: the tree's generated
+        ``boundary_n`` changes the support, then calls it) to generated delta walks that
+        do what ``on_tuple`` / ``on_key`` do."""
         enum = self.enumerator
         for node in top:
             if not node.generalized:
                 walk, env = enum.delta_walk(node, "tuple")
                 self._acc_envs.append(env)
                 node.bind_emit(walk)
+            walks: dict[int, Callable[..., None]] = {}
             for i, child in enumerate(node.children):
-                if child.top:
-                    continue
-                walk, env = enum.delta_walk(node, f"key {i}")
-                self._acc_envs.append(env)
-                child.bind_notify(self._boundary_handler(node, i, walk))
+                if not child.top:
+                    walks[i], env = enum.delta_walk(node, f"key {i}")
+                    self._acc_envs.append(env)
+            if walks:
+                node.bind_keyhook(_key_walks(node.live_read, walks))
         self.acc = self._acc  # (binds it in every walk)
-
-    @staticmethod
-    def _boundary_handler(node: JoinNode, i: int,
-                          walk: Callable[..., None]) -> Callable[[int, Any, Any, Any], None]:
-        """``JoinNode._boundary_change`` of ``node``'s lower child ``i`` followed by the
-        key walk, as one generated function (integer payloads or supports)."""
-        env: dict[str, Any] = {"support": node._child_support, "live": node.live_read[i],
-                               "walk": walk}
-        counting = node.counting
-        lines = [
-            "def boundary(pos, k, old, new):",
-            "    if old is None:",
-            "        support(pos, k, True)",
-            "        cands = live(k)",
-            "        if cands:",
-            f"            walk(k, cands, {'1' if counting else 'new'})",
-            "    elif new is None:",
-            "        cands = live(k)",
-            "        if cands:",
-            f"            walk(k, cands, {'-1' if counting else '-old'})",
-            "        support(pos, k, False)",
-        ]
-        if not counting:  # (a counting child reports only appearances and removals)
-            lines += ["    else:", "        cands = live(k)", "        if cands:",
-                      "            walk(k, cands, new - old)"]
-        define("\n".join(lines), f"<boundary {node.name} {i}>", env)
-        fn: Callable[[int, Any, Any, Any], None] = env["boundary"]
-        return fn
 
     def register_native(self, bindings: Bindings, prefix: str) -> None:
         """Register the namespaces ``acc`` is bound in: a native build swaps each for its
@@ -292,6 +250,21 @@ class Engine:
 
     def state_entries(self) -> int:
         return self.state.entries()
+
+
+def _key_walks(live_read: list[Callable[[Any], Any]], walks: dict[int, Callable[..., None]]
+               ) -> Callable[[int, Any, Any], None]:
+    """A top node's key hook: the live tuples with key ``k`` for lower child ``i``, if
+    any, to that child's delta walk (``on_key`` without the walk lookup)."""
+    reads = tuple(live_read)
+    by_child = tuple(walks.get(i) for i in range(len(reads)))
+
+    def keyhook(i: int, k: Any, factor: Any) -> None:
+        cands = reads[i](k)
+        if cands:
+            by_child[i](k, cands, factor)  # type: ignore[misc]
+
+    return keyhook
 
 
 def _compiled_namespace(env: object, build: NativeBuild) -> Any:
