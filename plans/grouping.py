@@ -20,10 +20,13 @@ combine as their cross product, duplicate sets kept, as DuckDB does), a branch:
 ``ORDER BY``, ``LIMIT``, ``OFFSET`` and ``WITH`` go on ``SELECT * FROM (<the union>)
 AS _gs`` (so does the file's top-level SELECT), each ``ORDER BY`` term that is a select
 item (its expression or name) ordering by that output column. A ``GROUPING()`` alone
-(a plain ``GROUP BY``: 0) is a constant the same way. Refused with the node: a
-``GROUPING()`` argument that is not a grouping expression, ``GROUPING()`` outside the
-select list, ``HAVING`` and ``ORDER BY``, a window function or ``QUALIFY`` in the same
-SELECT, more than :data:`MAX_SETS` sets.
+(a plain ``GROUP BY``: 0) is a constant the same way. Window functions beside grouping
+sets apply over the union (SQL computes them after the grouping): the grouped SELECT
+becomes a derived table holding the window functions' inputs, the windows a SELECT over
+it (:func:`_windowed`; TPC-DS Q70, Q86). Refused with the node: a ``GROUPING()``
+argument that is not a grouping expression, ``GROUPING()`` outside the select list,
+``HAVING`` and ``ORDER BY``, ``QUALIFY`` in the same SELECT, more than
+:data:`MAX_SETS` sets.
 
 Example:
     >>> import sqlglot
@@ -46,7 +49,7 @@ from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
 
 from core.errors import QueryError
-from plans.exprtypes import ExprError
+from plans.exprtypes import ExprError, map_args
 from plans.sqlcheck import describe
 from plans.sqlparse import ParsedQuery, offset_of
 
@@ -159,10 +162,8 @@ def _expand(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select | exp.
         if select.args.get(arg):
             raise ExprError(select.args[arg] if arg == "qualify" else select,
                             f"{arg.upper()} beside grouping sets is not supported")
-    window = select.find(exp.Window)
-    if window is not None:
-        raise ExprError(window, "a window function in a SELECT with grouping sets is not "
-                                "supported yet: apply it in a SELECT over a derived table")
+    if any(w.find_ancestor(exp.Select) is select for w in select.find_all(exp.Window)):
+        return _windowed(select, sets)
     grouped = _distinct([e for s in sets for e in s])
     _check_groupings(select, grouped)
     distinct = bool(select.args.get("distinct")) and len(sets) > 1
@@ -186,6 +187,98 @@ def _expand(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select | exp.
         wrapper.set(arg, _ordered_by_output(value.copy(), select) if arg == "order"
                     else value.copy())
     return wrapper
+
+
+def _windowed(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select:
+    """A SELECT with grouping sets and window functions: the windows over the union of
+    the grouping sets' branches, as SQL applies them after the grouping. The grouped
+    SELECT keeps the window-free select items (by their names) and each window-free
+    part of a window function (its argument, PARTITION BY, ORDER BY: ``_g0, _g1, ...``;
+    an equal select item's column where there is one), GROUPING() constants per
+    branch; ``SELECT <the items, windows over those columns> FROM (<the grouped>) AS
+    _gw`` holds the window functions, DISTINCT, ORDER BY, LIMIT, OFFSET and WITH."""
+    names: list[str] = []
+    bodies: list[exp.Expr] = []
+    for item in select.expressions:
+        body = item.this if isinstance(item, exp.Alias) else item
+        names.append(item.alias if isinstance(item, exp.Alias) else (
+            body.name if isinstance(body, exp.Column) else body.sql()))
+        bodies.append(body)
+    inner_items: dict[str, tuple[str, exp.Expr]] = {}
+    """SQL text -> (the grouped SELECT's column, its expression)"""
+    for name, body in zip(names, bodies):
+        if body.find(exp.Window) is None:
+            inner_items.setdefault(body.sql("duckdb"), (name, body))
+
+    def column(name: str) -> exp.Column:
+        return exp.column(name, quoted=not exp.SAFE_IDENTIFIER_RE.match(name))
+
+    def lift(node: exp.Expr) -> exp.Expr:
+        """``node`` with its largest window-free subexpressions that read a column, an
+        aggregate or GROUPING() replaced by a column of the grouped SELECT."""
+        if node.find(exp.Window) is None:
+            if not any(True for _ in node.find_all(exp.Column, exp.AggFunc, exp.Grouping)):
+                return node
+            text = node.sql("duckdb")
+            if text not in inner_items:
+                inner_items[text] = (f"_g{len(inner_items)}", node.copy())
+            return column(inner_items[text][0])
+        if isinstance(node, exp.Window):
+            func = node.this
+            for key, value in list(func.args.items()):
+                if isinstance(value, exp.Expr):
+                    func.set(key, lift(value))
+            node.set("partition_by", [lift(e) for e in node.args.get("partition_by") or []])
+            if node.args.get("order") is not None:
+                for ordered in node.args["order"].expressions:
+                    ordered.set("this", lift(ordered.this))
+            return node
+        return map_args(node, lift)
+
+    outer_items: list[exp.Expr] = []
+    for name, body in zip(names, bodies):
+        if body.find(exp.Window) is None:
+            outer_items.append(column(name) if inner_items[body.sql("duckdb")][0] == name
+                               else exp.alias_(column(inner_items[body.sql("duckdb")][0]),
+                                               name))
+        else:
+            outer_items.append(exp.alias_(lift(body.copy()), name, quoted=not
+                                          exp.SAFE_IDENTIFIER_RE.match(name)))
+    order = select.args.get("order")
+    if order is not None:
+        order = order.copy()
+        texts = {b.sql("duckdb"): n for n, b in zip(names, bodies)}
+
+        def by_output(node: exp.Expr) -> exp.Expr:
+            text = node.sql("duckdb")
+            if text in texts and not isinstance(node, exp.Literal) and any(
+                    True for _ in node.find_all(exp.Column, exp.AggFunc, exp.Grouping,
+                                                exp.Window)):
+                return column(texts[text])
+            if isinstance(node, exp.Column) and not node.table and \
+                    node.name.lower() in {n.lower() for n in names}:
+                return node
+            if node.find(exp.Window) is None and isinstance(
+                    node, (exp.Column, exp.AggFunc, exp.Grouping)):
+                return lift(node)
+            return map_args(node, by_output)
+
+        for ordered in order.expressions:
+            if not (isinstance(ordered.this, exp.Literal) and ordered.this.is_int):
+                ordered.set("this", by_output(ordered.this))
+    grouped = select.copy()
+    for arg in (*_OUTER, "distinct"):
+        grouped.set(arg, None)
+    grouped.set("expressions", [exp.alias_(e.copy(), n, quoted=not
+                                           exp.SAFE_IDENTIFIER_RE.match(n))
+                                for n, e in inner_items.values()])
+    outer = exp.select(*outer_items).from_(exp.Subquery(
+        this=_expand(grouped, sets), alias=exp.TableAlias(this=exp.to_identifier("_gw"))))
+    for arg in (*_OUTER, "distinct"):
+        value = order if arg == "order" else select.args.get(arg)
+        if value is not None:
+            outer.set(arg, value if arg == "order" else value.copy())
+    return outer
 
 
 def _check_groupings(select: exp.Select, grouped: list[exp.Expr]) -> None:

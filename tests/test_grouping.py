@@ -1,6 +1,7 @@
 """Grouping sets (issue 42, item 3): ROLLUP, CUBE, GROUPING SETS and GROUPING(), as a
-UNION ALL of one GROUP BY per set (plans/grouping.py), equal to DuckDB after every
-epoch of random streams with deletes; bad input refused with its position."""
+UNION ALL of one GROUP BY per set (plans/grouping.py), window functions beside them over
+that union, equal to DuckDB after every epoch of random streams with deletes; bad input
+refused with its position."""
 
 from __future__ import annotations
 
@@ -52,6 +53,16 @@ QUERIES = [
     "SELECT DISTINCT a, GROUPING(b) AS gb FROM t GROUP BY ROLLUP(a, b)",
     "SELECT a, b FROM t GROUP BY ROLLUP(a, b)",
     "SELECT a, GROUPING(a) AS g, COUNT(*) AS n FROM t GROUP BY a",
+    # window functions over the union of the sets (TPC-DS Q70, Q86): GROUPING() in the
+    # PARTITION BY, an aggregate in the ORDER BY, ORDER BY ... LIMIT over the windows
+    "SELECT a, b, SUM(c) AS total, GROUPING(a) + GROUPING(b) AS lvl, "
+    "RANK() OVER (PARTITION BY GROUPING(a) + GROUPING(b), CASE WHEN GROUPING(b) = 0 "
+    "THEN a END ORDER BY SUM(c) DESC) AS r FROM t GROUP BY ROLLUP(a, b) "
+    "ORDER BY lvl DESC, CASE WHEN GROUPING(a) + GROUPING(b) = 0 THEN a END NULLS FIRST, "
+    "r, a NULLS FIRST, b NULLS FIRST LIMIT 5",
+    "SELECT s, COUNT(*) AS n, SUM(COUNT(*)) OVER (PARTITION BY GROUPING(s)) AS all_n, "
+    "ROW_NUMBER() OVER (ORDER BY COUNT(*), s NULLS FIRST, GROUPING(s)) AS rn "
+    "FROM t GROUP BY CUBE(s)",
 ]
 
 
@@ -93,8 +104,8 @@ def test_a_rollup_is_one_aggregate_per_set_under_a_union_all() -> None:
      r"GROUPING\(\): GROUPING\(\) is allowed in the select list, HAVING and ORDER BY"),
     ("SELECT a, COUNT(*) FROM t GROUP BY CUBE(a, b, c, p, s, a + 1, b + 1)",
      r"grouping sets: 128 grouping sets: at most 64"),
-    ("SELECT a, RANK() OVER (ORDER BY COUNT(*)) FROM t GROUP BY ROLLUP(a)",
-     r"grouping sets: a window function in a SELECT with grouping sets"),
+    ("SELECT a, RANK() OVER (ORDER BY COUNT(*)) AS r FROM t GROUP BY ROLLUP(a) "
+     "QUALIFY r < 2", r"grouping sets: QUALIFY beside grouping sets is not supported"),
     ("SELECT a, (SELECT COUNT(*) FROM u WHERE u.d = t.a) AS k FROM t GROUP BY ROLLUP(a)",
      r"column 113: grouping sets: a subquery reading a grouping expression"),
 ])
