@@ -36,6 +36,12 @@ from plans.expr import ExprError
 def rewrite_subqueries(select: exp.Select) -> exp.Select:
     """``select`` with its NOT IN subqueries and its EXISTS correlated by ``<>`` in the
     forms above (in place; returned for chaining). ``select`` is qualified."""
+    for cmp in list(select.find_all(exp.GT, exp.LT)):
+        _count_positive(cmp)
+    for sub in list(select.find_all(exp.Select)):
+        if sub is not select and sub.args.get("where") is not None:
+            sub.args["where"].set("this", _factored(sub.args["where"].this))
+            _inner_disjunctions(sub)
     for exists in list(select.find_all(exp.Exists)):
         _neq_exists(exists)
     for node in list(select.find_all(exp.Not)):
@@ -45,6 +51,81 @@ def rewrite_subqueries(select: exp.Select) -> exp.Select:
         if isinstance(inner, exp.In) and inner.args.get("query") is not None:
             node.replace(_not_in(inner))
     return select
+
+
+def _count_positive(node: exp.Expr) -> None:
+    """``(SELECT COUNT(*) FROM S WHERE p) > 0`` (or ``0 < (...)``) is ``EXISTS (SELECT
+    1 FROM S WHERE p)``: sqlglot decorrelates an EXISTS into a semi-join on its
+    correlation columns (TPC-DS Q41)."""
+    sub, zero = (node.this, node.expression) if isinstance(node, exp.GT) else (
+        node.expression, node.this)
+    if not (isinstance(sub, exp.Subquery) and isinstance(zero, exp.Literal)
+            and not zero.is_string and zero.name == "0"):
+        return
+    query = sub.this
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1 or any(
+            query.args.get(a) for a in ("group", "having", "limit", "offset", "distinct",
+                                        "qualify", "with_")):
+        return
+    count = query.expressions[0]
+    count = count.this if isinstance(count, exp.Alias) else count
+    if not (isinstance(count, exp.Count) and isinstance(count.this, exp.Star)):
+        return
+    q = query.copy()
+    q.set("expressions", [exp.Literal.number(1)])
+    node.replace(exp.Exists(this=q))
+
+
+def _inner_disjunctions(sub: exp.Select) -> None:
+    """A correlated subquery over one table whose WHERE holds an OR (over that table
+    only: sqlglot does not decorrelate a WHERE with an OR) reads a derived table of
+    that table filtered by its conjuncts over that table alone; the correlation stays
+    in its WHERE (TPC-DS Q41)."""
+    where = sub.args["where"].this
+    from_ = sub.args.get("from_")
+    if where.find(exp.Or) is None or from_ is None or sub.args.get("joins") or \
+            not isinstance(from_.this, exp.Table):
+        return
+    table = from_.this
+    alias = table.alias_or_name
+    conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    own = [c for c in conjuncts if all(col.table == alias for col in c.find_all(exp.Column))
+           and c.find(exp.Select) is None]
+    rest = [c for c in conjuncts if not any(c is o for o in own)]
+    if not rest or any(c.find(exp.Or) is not None for c in rest):
+        return
+    names = sorted({col.name for col in sub.find_all(exp.Column) if col.table == alias})
+    inner = exp.select(*[exp.alias_(exp.column(n, table=alias), n) for n in names]).from_(
+        table.copy()).where(exp.and_(*[c.copy() for c in own]))
+    table.replace(exp.Subquery(this=inner, alias=exp.TableAlias(
+        this=exp.to_identifier(alias))))
+    sub.args["where"].set("this", exp.and_(*[c.copy() for c in rest]))
+
+
+def _factored(cond: exp.Expr) -> exp.Expr:
+    """A subquery's WHERE with the conjuncts common to all branches of an OR factored
+    out: ``(a AND x) OR (a AND y)`` is ``a AND (x OR y)`` (and ``a OR (a AND y)`` is
+    ``a``: both laws hold in SQL's three-valued logic), so that a correlation written
+    in every branch (TPC-DS Q41) is a conjunct sqlglot's unnesting decorrelates."""
+    def strip(n: exp.Expr) -> exp.Expr:
+        while isinstance(n, exp.Paren):
+            n = n.this
+        return n
+
+    node = strip(cond)
+    if not isinstance(node, exp.Or):
+        return cond
+    branches = [[strip(c) for c in strip(b).flatten()] if isinstance(strip(b), exp.And)
+                else [strip(b)] for b in node.flatten()]
+    common = [c for c in branches[0] if all(any(c == d for d in b) for b in branches[1:])]
+    if not common:
+        return cond
+    rest = [[c for c in b if not any(c == d for d in common)] for b in branches]
+    parts = [c.copy() for c in common]
+    if all(rest):
+        parts.append(exp.Paren(this=exp.or_(*[exp.and_(*[c.copy() for c in r])
+                                              for r in rest])))
+    return exp.and_(*parts)
 
 
 def _subquery_select(node: exp.Expr) -> exp.Select:
