@@ -249,7 +249,8 @@ def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
                                   parsed.source)) from None
     if parsed.select.find(exp.Window) is not None:  # (window functions: plans.windows)
         try:
-            items = lift_windows(items if items is not None else lift_items(parsed.select))
+            items = lift_windows(items if items is not None else lift_items(parsed.select),
+                                 parsed.schema)
         except ExprError as err:
             raise QueryError(describe([(offset_of(err.node), "window function", str(err))],
                                       parsed.text, parsed.source)) from None

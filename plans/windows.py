@@ -132,11 +132,19 @@ class _Lifted:
     inner: list[exp.Expr]
     windows: dict[tuple[str, str], list[tuple[exp.Window, WindowFunc, int]]]
     count: int = 0
+    from_columns: frozenset[str] | None = None
+    """The names of the columns of the SELECT's FROM items, where all are base tables
+    (None: not known here)."""
 
 
-def lift_windows(items: list[Item]) -> list[Item]:
+def lift_windows(items: list[Item], schema: Schema | None = None) -> list[Item]:
     """``items`` with every SELECT holding window functions lifted into an inner view,
-    its window views and the outer SELECT (unchanged when none has any)."""
+    its window views and the outer SELECT (unchanged when none has any); ``schema``
+    holds the base tables (what an ORDER BY name may be a column of)."""
+    views = {it.name.lower() for it in items if it.name}
+    tables = {} if schema is None else {
+        name.lower(): frozenset(c.name.lower() for c in rel.columns)
+        for name, rel in schema.relations.items() if name.lower() not in views}
     if not any(it.select is not None and it.select.find(exp.Window) is not None
                for it in items):
         return items
@@ -153,7 +161,7 @@ def lift_windows(items: list[Item]) -> list[Item]:
             if not _own_windows(node):
                 continue
             n = next(counter)
-            lifted, outer = _lift(node, n)
+            lifted, outer = _lift(node, n, tables)
             if node is not select:
                 limit = _top_k(node, outer, lifted[-1].window)
                 if limit is not None:
@@ -207,9 +215,10 @@ def _own_windows(select: exp.Select) -> list[exp.Window]:
     return [w for w in select.find_all(exp.Window) if w.find_ancestor(exp.Select) is select]
 
 
-def _lift(select: exp.Select, n: int) -> tuple[list[Item], exp.Select]:
+def _lift(select: exp.Select, n: int, tables: dict[str, frozenset[str]]
+          ) -> tuple[list[Item], exp.Select]:
     """The inner view and the window views of windowed ``select`` (as items), and the
-    outer SELECT over the last window view."""
+    outer SELECT over the last window view (``tables``: the base tables' columns)."""
     for arg in ("qualify", "windows"):
         if select.args.get(arg):
             raise ExprError(select, "QUALIFY and named windows (WINDOW w AS ...) are not "
@@ -217,7 +226,11 @@ def _lift(select: exp.Select, n: int) -> tuple[list[Item], exp.Select]:
     if select.args.get("with_") is not None:
         raise ExprError(select, "a WITH inside a windowed derived table is not "
                                 "supported: move it to the query's WITH")
-    lifted = _Lifted([], {})
+    sources = [s.this for s in [select.args.get("from_")] if s is not None] + [
+        j.this for j in select.args.get("joins") or []]
+    lifted = _Lifted([], {}, from_columns=frozenset().union(
+        *(tables[t.name.lower()] for t in sources)) if sources and all(
+        isinstance(t, exp.Table) and t.name.lower() in tables for t in sources) else None)
     outer_items: list[exp.Expr] = []
     for item in select.expressions:
         body = item.this if isinstance(item, exp.Alias) else item
@@ -400,26 +413,36 @@ def _order_over(select: exp.Select, outer_items: list[exp.Expr], lifted: _Lifted
 def _order_expr(node: exp.Expr, select: exp.Select, outer_items: list[exp.Expr],
                 lifted: _Lifted) -> exp.Expr:
     """An ORDER BY expression that is no select item, over the outer view: its parts
-    that are select items (by text, or a select alias a FROM column does not shadow)
-    read the outer items' columns, so the ORDER BY is an expression over output
-    columns (``CASE WHEN lochierarchy = 0 THEN i_category END``); any other column,
-    aggregate or window function is an inner column or window marker (the outer query
-    refuses to order by one not in its output)."""
+    that are select items (by text, or by a name that only a select item has) read the
+    outer items' columns, so the ORDER BY is an expression over output columns (``CASE
+    WHEN lochierarchy = 0 THEN i_category END``); any other column, aggregate or window
+    function is an inner column or window marker (the outer query refuses to order by
+    one not in its output). Inside an expression DuckDB reads a name as the FROM's
+    column first, the SELECT alias only when the FROM has none: a name the SELECT reads
+    as a column is that column; a SELECT alias of another expression is that item where
+    the FROM items are base tables without such a column, else refused (the FROM's
+    columns are not known here)."""
     bodies = [e.this if isinstance(e, exp.Alias) else e for e in outer_items]
     aliases = [e.alias.lower() if isinstance(e, exp.Alias) else "" for e in outer_items]
-    texts = [(i.this if isinstance(i, exp.Alias) else i).sql("duckdb")
-             for i in select.expressions]
-    inputs = {c.name.lower() for c in select.find_all(exp.Column)
-              if c.find_ancestor(exp.Select) is select
-              and not isinstance(c.parent, exp.Alias)} - set(aliases)
+    items = [i.this if isinstance(i, exp.Alias) else i for i in select.expressions]
+    texts = [i.sql("duckdb") for i in items]
+    bare = select.copy()
+    bare.set("order", None)
+    read = {c.name.lower() for c in bare.find_all(exp.Column)
+            if c.find_ancestor(exp.Select) is bare}
 
     def over(sub: exp.Expr) -> exp.Expr:
         text = sub.sql("duckdb")
         if text in texts and (sub.find(exp.Column) or sub.find(exp.AggFunc)):
             return bodies[texts.index(text)].copy()
-        if isinstance(sub, exp.Column) and not sub.table and \
-                sub.name.lower() in aliases and sub.name.lower() not in inputs:
-            return bodies[aliases.index(sub.name.lower())].copy()
+        name = sub.name.lower() if isinstance(sub, exp.Column) and not sub.table else ""
+        if name in aliases and name not in read and (
+                lifted.from_columns is None or name not in lifted.from_columns):
+            if lifted.from_columns is not None:
+                return bodies[aliases.index(name)].copy()
+            raise ExprError(sub, f"ORDER BY {node.sql()!r}: {sub.name!r} names a SELECT "
+                                 "item beside window functions (and may name a column "
+                                 "of the FROM): write the item's expression")
         if isinstance(sub, (exp.Column, exp.AggFunc, exp.Window)):
             return _outer_expr(sub, lifted)
         return map_args(sub, over)
@@ -427,4 +450,5 @@ def _order_expr(node: exp.Expr, select: exp.Select, outer_items: list[exp.Expr],
     return over(node)
 
 
+from core.schema import Schema  # noqa: E402
 from plans.setops import Item  # noqa: E402  (setops imports this module for typing only)
