@@ -49,6 +49,7 @@ from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
 
 from core.errors import QueryError
+from core.schema import Schema
 from plans.exprtypes import ExprError, map_args
 from plans.sqlcheck import describe
 from plans.sqlparse import ParsedQuery, offset_of
@@ -70,7 +71,7 @@ def expand_grouping(parsed: ParsedQuery) -> ParsedQuery:
     if not any(True for _ in parsed.select.find_all(exp.Grouping, *_SETS)):
         return parsed
     try:
-        select = expand_grouping_sets(parsed.select)
+        select = expand_grouping_sets(parsed.select, parsed.schema)
     except ExprError as err:
         what = "GROUPING()" if isinstance(err.node, exp.Grouping) else "grouping sets"
         raise QueryError(describe([(offset_of(err.node), what, str(err))], parsed.text,
@@ -79,18 +80,23 @@ def expand_grouping(parsed: ParsedQuery) -> ParsedQuery:
     return ParsedQuery(parsed.text, parsed.source, parsed.schema, select)
 
 
-def expand_grouping_sets(expression: exp.Expr) -> exp.Expr:
+def expand_grouping_sets(expression: exp.Expr, schema: Schema | None = None) -> exp.Expr:
     """``expression`` (not changed) with every SELECT that has grouping sets or
     ``GROUPING()`` rewritten as a UNION ALL of plain ``GROUP BY``s (see the module);
-    a SELECT stays a SELECT (wrapped), a nested one's place takes the union."""
+    a SELECT stays a SELECT (wrapped), a nested one's place takes the union.
+    ``schema`` holds the base tables (what a name in an ORDER BY may be a column of)."""
     root = expression.copy()
+    ctes = {c.alias_or_name.lower() for c in root.find_all(exp.CTE)}
+    tables = {} if schema is None else {
+        name.lower(): frozenset(c.name.lower() for c in rel.columns)
+        for name, rel in schema.relations.items() if name.lower() not in ctes}
     for select in reversed(list(root.find_all(exp.Select, bfs=False))):
         group = select.args.get("group")
         sets = _sets(group) if group is not None else None
         if sets is None and select.find(exp.Grouping) is None:
             continue
         plain = list(group.expressions) if group is not None else []
-        new = _expand(select, sets if sets is not None else [plain])
+        new = _expand(select, sets if sets is not None else [plain], tables)
         if select is root:
             root = new
         else:
@@ -157,13 +163,14 @@ def _same(a: exp.Expr, b: exp.Expr) -> bool:
     return a == b
 
 
-def _expand(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select | exp.Union:
+def _expand(select: exp.Select, sets: list[list[exp.Expr]],
+            tables: dict[str, frozenset[str]] | None = None) -> exp.Select | exp.Union:
     for arg in ("qualify", "windows"):
         if select.args.get(arg):
             raise ExprError(select.args[arg] if arg == "qualify" else select,
                             f"{arg.upper()} beside grouping sets is not supported")
     if any(w.find_ancestor(exp.Select) is select for w in select.find_all(exp.Window)):
-        return _windowed(select, sets)
+        return _windowed(select, sets, tables or {})
     grouped = _distinct([e for s in sets for e in s])
     _check_groupings(select, grouped)
     distinct = bool(select.args.get("distinct")) and len(sets) > 1
@@ -189,14 +196,19 @@ def _expand(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select | exp.
     return wrapper
 
 
-def _windowed(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select:
+def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
+              tables: dict[str, frozenset[str]]) -> exp.Select:
     """A SELECT with grouping sets and window functions: the windows over the union of
     the grouping sets' branches, as SQL applies them after the grouping. The grouped
     SELECT keeps the window-free select items (by their names) and each window-free
     part of a window function (its argument, PARTITION BY, ORDER BY: ``_g0, _g1, ...``;
     an equal select item's column where there is one), GROUPING() constants per
     branch; ``SELECT <the items, windows over those columns> FROM (<the grouped>) AS
-    _gw`` holds the window functions, DISTINCT, ORDER BY, LIMIT, OFFSET and WITH."""
+    _gw`` holds the window functions, DISTINCT, ORDER BY, LIMIT, OFFSET and WITH. In
+    its ORDER BY a name alone is the output column of that name; inside an expression
+    it is the FROM's column first (DuckDB's reading), the SELECT alias where the FROM's
+    items are base tables (``tables``: their columns) without such a column, else
+    refused."""
     names: list[str] = []
     bodies: list[exp.Expr] = []
     for item in select.expressions:
@@ -249,15 +261,38 @@ def _windowed(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select:
         order = order.copy()
         texts = {b.sql("duckdb"): n for n, b in zip(names, bodies)}
 
-        def by_output(node: exp.Expr) -> exp.Expr:
+        aliases = {n.lower() for n in names}
+        bare = select.copy()
+        bare.set("order", None)
+        read = {c.name.lower() for c in bare.find_all(exp.Column)
+                if c.find_ancestor(exp.Select) is bare}
+        sources = [f.this for f in [select.args.get("from_")] if f is not None] + [
+            j.this for j in select.args.get("joins") or []]
+        from_columns = frozenset().union(*(tables[t.name.lower()] for t in sources)) \
+            if sources and all(isinstance(t, exp.Table) and t.name.lower() in tables
+                               for t in sources) else None
+
+        def by_output(node: exp.Expr, alone: bool = False) -> exp.Expr:
             text = node.sql("duckdb")
             if text in texts and not isinstance(node, exp.Literal) and any(
                     True for _ in node.find_all(exp.Column, exp.AggFunc, exp.Grouping,
                                                 exp.Window)):
                 return column(texts[text])
-            if isinstance(node, exp.Column) and not node.table and \
-                    node.name.lower() in {n.lower() for n in names}:
+            name = node.name.lower() if isinstance(node, exp.Column) and \
+                not node.table else ""
+            if name in aliases and alone:
                 return node
+            if name in aliases and name not in read and from_columns is not None \
+                    and name not in from_columns:
+                # (the item itself: a window function's alias is not known to the
+                # windows' rewrite of the SELECT over the grouped one)
+                item = outer_items[[n.lower() for n in names].index(name)]
+                return (item.this if isinstance(item, exp.Alias) else item).copy()
+            if name in aliases and name not in read and from_columns is None:
+                raise ExprError(node, f"ORDER BY: {node.name!r} inside an expression "
+                                      "names a SELECT item beside grouping sets and "
+                                      "window functions (and may name a column of the "
+                                      "FROM): write the item's expression")
             if node.find(exp.Window) is None and isinstance(
                     node, (exp.Column, exp.AggFunc, exp.Grouping)):
                 return lift(node)
@@ -265,7 +300,7 @@ def _windowed(select: exp.Select, sets: list[list[exp.Expr]]) -> exp.Select:
 
         for ordered in order.expressions:
             if not (isinstance(ordered.this, exp.Literal) and ordered.this.is_int):
-                ordered.set("this", by_output(ordered.this))
+                ordered.set("this", by_output(ordered.this, alone=True))
     grouped = select.copy()
     for arg in (*_OUTER, "distinct"):
         grouped.set(arg, None)

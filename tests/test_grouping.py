@@ -60,6 +60,8 @@ QUERIES = [
     "THEN a END ORDER BY SUM(c) DESC) AS r FROM t GROUP BY ROLLUP(a, b) "
     "ORDER BY lvl DESC, CASE WHEN GROUPING(a) + GROUPING(b) = 0 THEN a END NULLS FIRST, "
     "r, a NULLS FIRST, b NULLS FIRST LIMIT 5",
+    "SELECT a AS k, SUM(c) AS total, RANK() OVER (ORDER BY SUM(c) DESC) AS r FROM t "
+    "GROUP BY ROLLUP(a) ORDER BY total - r NULLS FIRST, k NULLS FIRST LIMIT 2",
     "SELECT s, COUNT(*) AS n, SUM(COUNT(*)) OVER (PARTITION BY GROUPING(s)) AS all_n, "
     "ROW_NUMBER() OVER (ORDER BY COUNT(*), s NULLS FIRST, GROUPING(s)) AS rn "
     "FROM t GROUP BY CUBE(s)",
@@ -106,6 +108,10 @@ def test_a_rollup_is_one_aggregate_per_set_under_a_union_all() -> None:
      r"grouping sets: 128 grouping sets: at most 64"),
     ("SELECT a, RANK() OVER (ORDER BY COUNT(*)) AS r FROM t GROUP BY ROLLUP(a) "
      "QUALIFY r < 2", r"grouping sets: QUALIFY beside grouping sets is not supported"),
+    ("WITH v AS (SELECT a, c FROM t) SELECT a, SUM(c) AS total, RANK() OVER (ORDER BY "
+     "SUM(c)) AS r FROM v GROUP BY ROLLUP(a) ORDER BY total + r",
+     r"column 223: grouping sets: ORDER BY: 'total' inside an expression names a SELECT "
+     r"item beside grouping sets and window functions"),
     ("SELECT a, (SELECT COUNT(*) FROM u WHERE u.d = t.a) AS k FROM t GROUP BY ROLLUP(a)",
      r"column 113: grouping sets: a subquery reading a grouping expression"),
 ])
