@@ -191,7 +191,7 @@ def _expand(select: exp.Select, sets: list[list[exp.Expr]],
     wrapper = exp.select("*").from_(exp.Subquery(
         this=body, alias=exp.TableAlias(this=exp.to_identifier("_gs"))))
     for arg, value in outer.items():
-        wrapper.set(arg, _ordered_by_output(value.copy(), select) if arg == "order"
+        wrapper.set(arg, _ordered_by_output(value.copy(), select, tables) if arg == "order"
                     else value.copy())
     return wrapper
 
@@ -262,15 +262,7 @@ def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
         texts = {b.sql("duckdb"): n for n, b in zip(names, bodies)}
 
         aliases = {n.lower() for n in names}
-        bare = select.copy()
-        bare.set("order", None)
-        read = {c.name.lower() for c in bare.find_all(exp.Column)
-                if c.find_ancestor(exp.Select) is bare}
-        sources = [f.this for f in [select.args.get("from_")] if f is not None] + [
-            j.this for j in select.args.get("joins") or []]
-        from_columns = frozenset().union(*(tables[t.name.lower()] for t in sources)) \
-            if sources and all(isinstance(t, exp.Table) and t.name.lower() in tables
-                               for t in sources) else None
+        read, from_columns = _read_columns(select), _from_columns(select, tables)
 
         def by_output(node: exp.Expr, alone: bool = False) -> exp.Expr:
             text = node.sql("duckdb")
@@ -289,10 +281,7 @@ def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
                 item = outer_items[[n.lower() for n in names].index(name)]
                 return (item.this if isinstance(item, exp.Alias) else item).copy()
             if name in aliases and name not in read and from_columns is None:
-                raise ExprError(node, f"ORDER BY: {node.name!r} inside an expression "
-                                      "names a SELECT item beside grouping sets and "
-                                      "window functions (and may name a column of the "
-                                      "FROM): write the item's expression")
+                raise _ambiguous(node)
             if node.find(exp.Window) is None and isinstance(
                     node, (exp.Column, exp.AggFunc, exp.Grouping)):
                 return lift(node)
@@ -433,23 +422,71 @@ def _one_row(branch: exp.Select) -> exp.Select:
     return outer
 
 
-def _ordered_by_output(order: exp.Expr, select: exp.Select) -> exp.Expr:
+def _ordered_by_output(order: exp.Expr, select: exp.Select,
+                       tables: dict[str, frozenset[str]] | None = None) -> exp.Expr:
     """``ORDER BY`` of the grouped SELECT as the wrapper's: a term that is a select
-    item (its expression or its name) orders by that output column."""
+    item (its expression or its name) orders by that output column. Inside an
+    expression a name is the FROM's column first (DuckDB's reading): the output column
+    of that name where the FROM's base tables (``tables``) have no such column, refused
+    where the FROM's column is not an output column or the FROM's columns are not
+    known."""
     names = []
     for item in select.expressions:
         names.append(item.alias if isinstance(item, exp.Alias) else (
             item.name if isinstance(item, exp.Column) else item.sql()))
+    lowered = [n.lower() for n in names]
+    read, from_columns = _read_columns(select), _from_columns(select, tables or {})
 
-    def output(node: exp.Expr) -> exp.Expr | None:
+    def column(name: str) -> exp.Expr:
+        return exp.column(name, quoted=not exp.SAFE_IDENTIFIER_RE.match(name))
+
+    def output(node: exp.Expr, top: exp.Expr) -> exp.Expr | None:
         for item, name in zip(select.expressions, names):
-            inner = item.this if isinstance(item, exp.Alias) else item
-            if _same(node, inner) or (isinstance(node, exp.Column) and not node.table
-                                      and node.name.lower() == name.lower()):
-                return exp.column(name, quoted=not exp.SAFE_IDENTIFIER_RE.match(name))
-        return None
+            if _same(node, item.this if isinstance(item, exp.Alias) else item):
+                return column(name)
+        name = node.name.lower() if isinstance(node, exp.Column) and not node.table \
+            else ""
+        if name not in lowered:
+            return None
+        if node is top or (name not in read and from_columns is not None
+                           and name not in from_columns):
+            return column(names[lowered.index(name)])
+        if name in read or from_columns is not None:
+            raise ExprError(node, f"ORDER BY: {node.name!r} inside an expression is the "
+                                  "FROM's column, which is not an output column beside "
+                                  "grouping sets: order by output columns")
+        raise _ambiguous(node)
 
     for ordered in order.expressions:
         if not (isinstance(ordered.this, exp.Literal) and ordered.this.is_int):
-            ordered.set("this", _outside_aggregates(ordered.this, output))
+            ordered.set("this", _outside_aggregates(
+                ordered.this, functools.partial(output, top=ordered.this)))
     return order
+
+
+def _read_columns(select: exp.Select) -> set[str]:
+    """The names of the columns ``select`` reads outside its ORDER BY (its FROM has
+    them)."""
+    bare = select.copy()
+    bare.set("order", None)
+    return {c.name.lower() for c in bare.find_all(exp.Column)
+            if c.find_ancestor(exp.Select) is bare}
+
+
+def _from_columns(select: exp.Select, tables: dict[str, frozenset[str]]
+                  ) -> frozenset[str] | None:
+    """The names of the columns of ``select``'s FROM items where all are base tables
+    (``tables``: their columns), else None."""
+    sources = [f.this for f in [select.args.get("from_")] if f is not None] + [
+        j.this for j in select.args.get("joins") or []]
+    if not sources or not all(isinstance(t, exp.Table) and t.name.lower() in tables
+                              for t in sources):
+        return None
+    return frozenset().union(*(tables[t.name.lower()] for t in sources))
+
+
+def _ambiguous(node: exp.Expr) -> ExprError:
+    return ExprError(node, f"ORDER BY: {node.name!r} inside an expression names a "
+                           "SELECT item beside grouping sets (and may name a column of "
+                           "the FROM, which DuckDB reads first): write the item's "
+                           "expression")

@@ -60,6 +60,8 @@ QUERIES = [
     "THEN a END ORDER BY SUM(c) DESC) AS r FROM t GROUP BY ROLLUP(a, b) "
     "ORDER BY lvl DESC, CASE WHEN GROUPING(a) + GROUPING(b) = 0 THEN a END NULLS FIRST, "
     "r, a NULLS FIRST, b NULLS FIRST LIMIT 5",
+    "SELECT b AS x, SUM(c) AS total, COUNT(*) AS n FROM t GROUP BY ROLLUP(a, b) "
+    "ORDER BY -x NULLS FIRST, total NULLS FIRST, n, x NULLS FIRST LIMIT 3",
     "SELECT a AS k, SUM(c) AS total, RANK() OVER (ORDER BY SUM(c) DESC) AS r FROM t "
     "GROUP BY ROLLUP(a) ORDER BY total - r NULLS FIRST, k NULLS FIRST LIMIT 2",
     "SELECT s, COUNT(*) AS n, SUM(COUNT(*)) OVER (PARTITION BY GROUPING(s)) AS all_n, "
@@ -111,7 +113,12 @@ def test_a_rollup_is_one_aggregate_per_set_under_a_union_all() -> None:
     ("WITH v AS (SELECT a, c FROM t) SELECT a, SUM(c) AS total, RANK() OVER (ORDER BY "
      "SUM(c)) AS r FROM v GROUP BY ROLLUP(a) ORDER BY total + r",
      r"column 223: grouping sets: ORDER BY: 'total' inside an expression names a SELECT "
-     r"item beside grouping sets and window functions"),
+     r"item beside grouping sets \(and may name a column of the FROM"),
+    # inside an ORDER BY expression a name is the FROM's column first (DuckDB's
+    # reading): here t.a, not the output column a (t.b)
+    ("SELECT b AS a, COUNT(*) AS n FROM t GROUP BY ROLLUP(a, b) ORDER BY a + 0 LIMIT 1",
+     r"column 162: grouping sets: ORDER BY: 'a' inside an expression is the FROM's "
+     r"column, which is not an output column"),
     ("SELECT a, (SELECT COUNT(*) FROM u WHERE u.d = t.a) AS k FROM t GROUP BY ROLLUP(a)",
      r"column 113: grouping sets: a subquery reading a grouping expression"),
 ])
