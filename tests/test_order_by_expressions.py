@@ -13,13 +13,15 @@ from decimal import Decimal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from oracle import DuckDBOracle, check_stream, normalise_row
+from oracle import DuckDBOracle, check_stream, local_deltas, normalise_row
 from test_windows import ALL, DDL, streams
 
 from core.consolidate import ComputedKey
+from core.epochs import EpochCursor
 from core.errors import QueryError
-from core.records import Record, Update
+from core.records import EPOCH_END, Record, Update
 from dataflow.api import compile_query
+from dataflow.distributed.stages import StagePlan, run_stages
 
 QUERIES = [
     # Q47/Q57/Q89: the difference of two output columns, then every column (no ties)
@@ -91,3 +93,19 @@ def test_an_order_key_over_a_column_not_in_the_output_is_refused(query: str,
                                                                  says: str) -> None:
     with pytest.raises(QueryError, match=says):
         compile_query(DDL + query)
+
+
+def test_a_computed_key_picks_the_same_rows_staged() -> None:
+    """On the distributed runners the top-k is one stage after the query's partitions:
+    its computed key travels with the plan (3 partitions, shuffles done by hand)."""
+    q = compile_query(DDL + QUERIES[0])
+    rows = [(g, o, Decimal(p), s) for g, o, p, s in [
+        (1, 1, "1.50", "x"), (1, 2, "2.00", "y"), (2, 1, "0.25", "x"), (None, 3, "1.00", None),
+        (2, 4, "2.00", "z"), (1, None, "0.25", "x"), (0, 2, "1.50", "y")]]
+    ups: list[Record] = [*(Update("+", "a", r) for r in rows), EPOCH_END,
+                         Update("-", "a", rows[1]),
+                         Update("+", "a", (2, 0, Decimal("5.00"), "y")), EPOCH_END,
+                         Update("-", "a", rows[4]), Update("-", "a", rows[0]), EPOCH_END]
+    staged = run_stages(StagePlan.of(q, 3), list(EpochCursor().number(ups)))
+    got = {k: sorted(v, key=repr) for k, v in staged.items() if k[0] == "delta"}
+    assert got == local_deltas(q.maintain(), ups)
