@@ -232,11 +232,12 @@ class JoinNode:
         self.num = 0
         """This node's number in its tree (parents first), the suffix of its names in
         the tree's generated code."""
-        # The namespace of the tree's generated code (nodecode.compile_tree), shared by
-        # its nodes. Its calls out (emit_n, keyhook_n, notify_n) are names there,
-        # resolved per call: bind_emit and bind_keyhook rebind them in code already
-        # compiled.
-        self._env: dict[str, Any] = {}
+        self.env: dict[str, Any] = {}
+        """The namespace of the tree's generated code, shared by its nodes (set by
+        :func:`operators.nodecode.compile_tree`). Its calls out (``emit_n``,
+        ``keyhook_n``, ``notify_n``) are names there, resolved per call:
+        :meth:`bind_emit` and :meth:`bind_keyhook` rebind them in code already
+        compiled."""
 
     # -- wiring --------------------------------------------------------------------
     def attach_child(self, child: JoinNode, key_attrs: tuple[str, ...]) -> None:
@@ -340,13 +341,13 @@ class JoinNode:
         """Make this top node's generated code call ``emit(t, factor)`` for a changed
         live tuple, in place of ``on_tuple(node, t, factor)`` (one call less per change;
         the replacement must do the same)."""
-        self._env[f"emit_{self.num}"] = emit
+        self.env[f"emit_{self.num}"] = emit
 
     def bind_keyhook(self, keyhook: Callable[[int, Any, Any], None]) -> None:
         """Make this top node's generated code call ``keyhook(i, k, factor)`` for a
         changed boundary key (lower child ``i``'s projection at ``k``), in place of
         ``on_key(node, i, k, factor)`` (the replacement must do the same)."""
-        self._env[f"keyhook_{self.num}"] = keyhook
+        self.env[f"keyhook_{self.num}"] = keyhook
 
     # -- reads -------------------------------------------------------------------
     def support_count(self, t: Any) -> int:

@@ -200,7 +200,7 @@ def compile_tree(root: JoinNode) -> None:
     define(text, f"<nodes {root.name}>", env)
     for node in tree_nodes(root):
         n = node.num
-        node._env = env
+        node.env = env
         if not node.generalized:
             node.apply = env[f"apply_{n}"]
         parent = node.parent
