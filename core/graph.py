@@ -1,7 +1,14 @@
-"""The Dataflow: a frozen graph of operator specs that runners interpret.
+"""The Dataflow: a frozen graph of operator specs, the description of one compiled
+join block that ``ivmflow explain`` prints.
 
-Building it never touches an execution engine. It renders to deterministic text
-(golden tests) and converts to a networkx DiGraph.
+Each query kind describes its plan as one (:func:`plans.dag.compile_dataflow` for
+CROWN, ``compile_triangle_dataflow``, ``compile_ghd_dataflow`` and
+``compile_hierarchical_dataflow`` in :mod:`plans.triangle`, :mod:`plans.ghd` and
+:mod:`plans.hierarchical`). It is not what runs: a query runs as the circuit of
+:mod:`dataflow.circuit.graph`, whose nodes the kinds build from their plans (the
+CROWN engine names its join-tree nodes after the DAG's semi-join steps). Building it
+never touches an execution engine. It renders to deterministic text (golden tests) and
+converts to a networkx DiGraph.
 
 Example:
     >>> g = Dataflow("demo", (Op("source", "source", ()), Op("sink", "sink", ())),

@@ -1,4 +1,6 @@
-"""Compile a :class:`plans.plan.Plan` into the operator :class:`core.graph.Dataflow`.
+"""Describe a :class:`plans.plan.Plan` as the operator :class:`core.graph.Dataflow`
+(what ``ivmflow explain`` prints for a CROWN block; the triangle, GHD and
+hierarchical kinds describe theirs with the shared prelude and epilogue here).
 
 One input operator per FROM item (filters, self-join fan-out), the partitioner, then per
 join-tree node a semi-join (with counters; an intersection at generalized nodes) and a

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from core.errors import UnsupportedQueryError
-from core.graph import Dataflow
+from core.graph import Dataflow, Edge, Op
 from core.schema import Column, Relation, Schema
 from plans.cq import Atom, ConjunctiveQuery, OutputColumn, column_type_of
+from plans.dag import compile_dataflow, finalize_mode, partition_prelude
 from plans.jointree import is_acyclic
 from plans.plan import Mode, Plan, build_plan
 from plans.triangle import ROLE_NAMES, TrianglePlan, recognise_triangle
@@ -461,3 +462,39 @@ def explain_ghd(gp: GhdPlan, dataflow: Dataflow, eps: float, parallelism: int = 
         out.append(f"partitioning: {partitions} (each partition keeps its own bags)")
     out.append(dataflow.render())
     return "\n".join(out)
+
+
+def _bag_op(bag: Bag, names: list[str]) -> Op:
+    how = {"triangle": "ivm-eps listing", "deltajoin": "delta join", "atom": "pass-through"}
+    return Op(f"bag_{bag.name}", "bag", (
+        ("atoms", tuple(names[a] for a in bag.atoms)),
+        ("vars", bag.vars),
+        ("maintained", how[bag.kind]),
+    ))
+
+
+def compile_ghd_dataflow(gp: GhdPlan) -> Dataflow:
+    """The operator DAG: inputs -> bag operators -> CROWN over the bags -> finalizer."""
+    cq = gp.cq
+    inner = compile_dataflow(gp.bag_plan)
+    ops, edges = partition_prelude(cq)
+    names = [a.alias for a in cq.atoms]
+    for bag in gp.bags:
+        ops.append(_bag_op(bag, names))
+        for a in bag.atoms:
+            edges.append(Edge("partition", f"bag_{bag.name}", names[a]))
+    skip = {"source", "validate", "partition"} | {f"input_{b.name}" for b in gp.bags}
+    ops.extend(op for op in inner.ops if op.id not in skip)
+    for e in inner.edges:
+        if e.src in skip:
+            if e.src == "partition":
+                edges.append(Edge(f"bag_{e.label}", e.dst, f"delta {e.label}"))
+            continue
+        edges.append(e)
+    mode = finalize_mode(gp.plan)
+    ops = [
+        Op(op.id, op.kind, tuple((k, mode if k == "mode" else v) for k, v in op.params))
+        if op.kind == "finalize" else op
+        for op in ops
+    ]
+    return Dataflow("ghd_" + "_".join(names), tuple(ops), tuple(edges))

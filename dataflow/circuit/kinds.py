@@ -34,7 +34,7 @@ from core.records import Record, Update
 from dataflow.circuit.hypercube import Partitioner
 from dataflow.engines import PartitionEngine
 from dataflow.engines.crown import Engine
-from dataflow.engines.ghd import GhdEngine, compile_ghd_dataflow
+from dataflow.engines.ghd import GhdEngine
 from dataflow.engines.hierarchical import HierarchicalEngine
 from dataflow.engines.triangle import TriangleEngine
 from operators.input import RelationInput
@@ -42,7 +42,7 @@ from operators.state import State
 from plans.cq import ConjunctiveQuery
 from plans.dag import compile_dataflow
 from plans.explain import explain
-from plans.ghd import GhdPlan, explain_ghd
+from plans.ghd import GhdPlan, compile_ghd_dataflow, explain_ghd
 from plans.hierarchical import (
     HierarchicalPlan,
     compile_hierarchical_dataflow,

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.graph import Dataflow, Edge, Op
 from dataflow.engines import InterpretedEngine
 from dataflow.engines.crown import Engine
 from dataflow.engines.triangle import TriangleEngine
 from operators.deltajoin import DeltaJoin
 from operators.state import DictState, State, count_entries
-from plans.dag import compile_dataflow, finalize_mode, partition_prelude
-from plans.ghd import Bag, GhdPlan
+from plans.dag import compile_dataflow
+from plans.ghd import GhdPlan
 
 
 class PrefixedState:
@@ -194,38 +193,3 @@ class GhdEngine(InterpretedEngine):
     def state_entries(self) -> int:
         return self.state.entries()
 
-
-def _bag_op(bag: Bag, names: list[str]) -> Op:
-    how = {"triangle": "ivm-eps listing", "deltajoin": "delta join", "atom": "pass-through"}
-    return Op(f"bag_{bag.name}", "bag", (
-        ("atoms", tuple(names[a] for a in bag.atoms)),
-        ("vars", bag.vars),
-        ("maintained", how[bag.kind]),
-    ))
-
-
-def compile_ghd_dataflow(gp: GhdPlan) -> Dataflow:
-    """The operator DAG: inputs -> bag operators -> CROWN over the bags -> finalizer."""
-    cq = gp.cq
-    inner = compile_dataflow(gp.bag_plan)
-    ops, edges = partition_prelude(cq)
-    names = [a.alias for a in cq.atoms]
-    for bag in gp.bags:
-        ops.append(_bag_op(bag, names))
-        for a in bag.atoms:
-            edges.append(Edge("partition", f"bag_{bag.name}", names[a]))
-    skip = {"source", "validate", "partition"} | {f"input_{b.name}" for b in gp.bags}
-    ops.extend(op for op in inner.ops if op.id not in skip)
-    for e in inner.edges:
-        if e.src in skip:
-            if e.src == "partition":
-                edges.append(Edge(f"bag_{e.label}", e.dst, f"delta {e.label}"))
-            continue
-        edges.append(e)
-    mode = finalize_mode(gp.plan)
-    ops = [
-        Op(op.id, op.kind, tuple((k, mode if k == "mode" else v) for k, v in op.params))
-        if op.kind == "finalize" else op
-        for op in ops
-    ]
-    return Dataflow("ghd_" + "_".join(names), tuple(ops), tuple(edges))
