@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from connectors.generators import fifo_window_stream
 from core.records import Update
 
 QUERY_NAMES: tuple[str, ...] = ("hop3_full", "hop4_project", "star_count", "comb2")
@@ -103,17 +104,11 @@ def make_graph(
 def fifo_stream(edges: tuple[Edge, ...] | list[Edge], window: int, seed: int = 0,
                 relation: str = "G") -> list[Update]:
     """The FIFO sliding-window stream: insert in a random order, delete each edge right
-    after ``window`` later insertions (the last ``window`` edges stay)."""
-    if window < 1:
-        raise ValueError("window must be at least 1")
+    after ``window`` later insertions (the last ``window`` edges stay):
+    :func:`connectors.generators.fifo_window_stream` over the shuffled edges."""
     order = list(edges)
     random.Random(seed + 1).shuffle(order)
-    out: list[Update] = []
-    for j, e in enumerate(order):
-        out.append(Update("+", relation, e))
-        if j >= window:
-            out.append(Update("-", relation, order[j - window]))
-    return out
+    return [Update(op, relation, e) for op, e in fifo_window_stream(order, window)]
 
 
 def vertex_updates(n_nodes: int, seed: int = 0) -> list[Update]:

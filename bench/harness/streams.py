@@ -68,15 +68,8 @@ def zipf_stream(window: int, updates: int, seed: int = 0) -> ZipfStream:
                     break
     dst_sorted = sorted(d for _, d in edges)
     threshold = dst_sorted[int(0.9 * len(dst_sorted))]
-    warm = [Update("+", "G", e) for e in edges[:window]]
-    timed: list[Update] = []
-    j = window
-    while len(timed) < updates:
-        timed.append(Update("+", "G", edges[j]))
-        if len(timed) < updates:
-            timed.append(Update("-", "G", edges[j - window]))
-        j += 1
-    return ZipfStream(window, nodes, threshold, warm, timed)
+    stream = [Update(op, "G", e) for op, e in fifo_window_stream(edges, window)]
+    return ZipfStream(window, nodes, threshold, stream[:window], stream[window:window + updates])
 
 
 def window_files(window: int, steady_edges: int, directory: Path, sql: str, epoch: int
