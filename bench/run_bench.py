@@ -57,6 +57,8 @@ class Maintained(Protocol):
 
     def end_epoch(self) -> Any: ...
 
+    def state_entries(self) -> int: ...
+
 
 # -- systems -------------------------------------------------------------------------
 
@@ -91,12 +93,6 @@ def make_system(system: str, wl: Workload, early_projection: bool = False) -> Ma
     if system == "duckdb":
         return DuckDBRecompute(wl.sql)
     raise ValueError(f"unknown system {system!r}; expected one of {SYSTEMS}")
-
-
-def state_entries(obj: object) -> int | None:
-    """``obj.state_entries()`` if the system has it."""
-    fn = getattr(obj, "state_entries", None)
-    return int(fn()) if callable(fn) else None
 
 
 @dataclass
@@ -175,7 +171,7 @@ def run_system(system: str, wl: Workload, epochs: Sequence[Sequence[Update]],
         run.updates += len(ep)
     run.epochs = stop - first
     run.seconds = total
-    run.state_entries = state_entries(inst)
+    run.state_entries = inst.state_entries()
     if isinstance(inst, DuckDBRecompute):
         run.mem_peak_bytes = inst.memory_bytes()
         run.mem_kind = "duckdb_memory() total at end"

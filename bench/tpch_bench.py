@@ -127,11 +127,11 @@ def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
         latencies.append((size, len(chunk), time.perf_counter() - t))
         deltas.append(list(d.rows))
     refresh_cpu_s = time.process_time() - cpu0
-    entries = view.state_entries() if hasattr(view, "state_entries") else None
+    entries = view.state_entries()
     return {"load_s": load_s, "load_updates": loaded, "latencies": latencies,
             "refresh_cpu_s": refresh_cpu_s,
             "state_entries": entries, "state_mib": state_mib, "peak_mib": _peak_mib(),
-            "native": getattr(view, "native_note", None), "deltas": deltas}
+            "native": view.native_note, "deltas": deltas}
 
 
 def run_duckdb(data: Path, name: str, sizes: list[int], most: int) -> dict[str, Any]:
