@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from bench.baseline_scp import CQ, Bag, Row, _atom_check, _distinct, render
+from bench.baseline_scp import CQ, Bag, Row, _atom_check, _distinct, render, render_delta
 from core.records import Update
 
 Index = dict[Any, dict[Row, int]]
@@ -191,27 +191,8 @@ class DeltaIVM:
         if self._bag:
             acc, self._acc = self._acc, {}
             return {o: c for o, c in acc.items() if c}
-        res = self._result
-        pre = self._pre
-        self._pre = {}
-        delta: Bag = {}
-        cq = self.cq
-        for o, before in pre.items():
-            now = res.get(o, 0)
-            if now == before:
-                continue
-            if cq.count:
-                if before:
-                    delta[o + (before,)] = -1
-                if now:
-                    delta[o + (now,)] = 1
-            elif cq.distinct:
-                d = (now > 0) - (before > 0)
-                if d:
-                    delta[o] = d
-            else:
-                delta[o] = now - before
-        return delta
+        pre, self._pre = self._pre, {}
+        return render_delta(self.cq, pre, self._result)
 
     def snapshot(self) -> Bag:
         """The current rendered result (not kept for bag queries, which only emit

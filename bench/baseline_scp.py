@@ -284,27 +284,8 @@ class SCP:
 
     def end_epoch(self) -> Bag:
         """The consolidated delta of the rendered result since the last call."""
-        res = self._result
-        pre = self._pre
-        self._pre = {}
-        delta: Bag = {}
-        cq = self.cq
-        for o, before in pre.items():
-            now = res.get(o, 0)
-            if now == before:
-                continue
-            if cq.count:
-                if before:
-                    delta[o + (before,)] = -1
-                if now:
-                    delta[o + (now,)] = 1
-            elif cq.distinct:
-                d = (now > 0) - (before > 0)
-                if d:
-                    delta[o] = d
-            else:
-                delta[o] = now - before
-        return delta
+        pre, self._pre = self._pre, {}
+        return render_delta(self.cq, pre, self._result)
 
     # -- inspection ------------------------------------------------------------------
 
@@ -330,6 +311,28 @@ def render(cq: CQ, bag: Mapping[Row, int]) -> Bag:
     if cq.distinct:
         return {o: 1 for o, c in bag.items() if c > 0}
     return {o: c for o, c in bag.items() if c}
+
+
+def render_delta(cq: CQ, before: Mapping[Row, int], now: Mapping[Row, int]) -> Bag:
+    """The change of the rendered result (bag / DISTINCT / COUNT) where the derivation
+    counts of the output rows in ``before`` went from those values to ``now``'s."""
+    delta: Bag = {}
+    for o, was in before.items():
+        count = now.get(o, 0)
+        if count == was:
+            continue
+        if cq.count:
+            if was:
+                delta[o + (was,)] = -1
+            if count:
+                delta[o + (count,)] = 1
+        elif cq.distinct:
+            d = (count > 0) - (was > 0)
+            if d:
+                delta[o] = d
+        else:
+            delta[o] = count - was
+    return delta
 
 
 def diff(new: Mapping[Row, int], old: Mapping[Row, int]) -> Bag:
