@@ -18,8 +18,8 @@ import pytest
 from sqlglot.parser import Parser
 
 from core.epochs import EpochCursor
-from dataflow import distributed
 from dataflow.api import compile_query
+from dataflow.distributed import partitions
 from dataflow.distributed.partitions import (
     StateLayoutError,
     WorkerPlan,
@@ -57,7 +57,7 @@ def test_a_worker_compiles_the_shipped_plan_without_parsing(
             for d in local.run(records) if d.rows}
     blob = pickle.dumps(WorkerPlan.of(local, 2))
     assert b"SELECT" not in blob and b"CREATE TABLE" not in blob
-    monkeypatch.setattr(distributed, "_COMPILED", {})  # (a worker's fresh process)
+    monkeypatch.setattr(partitions, "_COMPILED", {})  # (a worker's fresh process)
     _no_parsing(monkeypatch)
     shipped: WorkerPlan = pickle.loads(blob)
     assert shipped.layout_stamp() == WorkerPlan.of(local, 2).layout_stamp()
