@@ -39,13 +39,11 @@ from typing import Any
 
 from core.records import Update
 from core.schema import Row
-from operators.node import BatchNode, Change, HostedNode, TaggedTuple
+from operators.node import BatchNode, Change
 from operators.state import DictState, State
 from plans.setops import SetOperation
 
-__all__ = ["SetOpState", "SetOpTask", "multiplicity"]
-
-_ATOM, _T, _DM = 4, 5, 6  # (TaggedRow's fields)
+__all__ = ["SetOpState", "multiplicity"]
 
 
 def _union_all(c: Sequence[int]) -> int:
@@ -169,19 +167,3 @@ class SetOpState(BatchNode):
     def restore_checkpoint(self, blob: Any) -> None:
         self.pending = blob or {}
 
-
-class SetOpTask(HostedNode):
-    """One partition of a set operation's stage: the rows its partition owns (rows are
-    routed by their value, so a row of every input meets in one partition), its
-    counts in ``state``'s maps. A row's atom is its input's position."""
-
-    def __init__(self, spec: SetOperation, state: State) -> None:
-        self.view: SetOpState = SetOpState(spec, state)
-        self.state = state
-        self.slots = tuple((0,) if self.view.summed else (i,)
-                           for i in range(len(spec.inputs)))
-
-    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
-        add, slots = self.view.add, self.slots
-        for r in batch:
-            add(slots[r[_ATOM]], r[_T], r[_DM])

@@ -60,13 +60,12 @@ from sortedcontainers import SortedKeyList, SortedList
 
 from core.records import Update
 from core.schema import Row
-from operators.node import BatchNode, Change, HostedNode, TaggedTuple
+from operators.node import BatchNode, Change
 from operators.state import DictState, State
 from plans.windows import WindowFunc, WindowOp
 
-__all__ = ["WindowState", "WindowTask", "order_key"]
+__all__ = ["WindowState", "order_key"]
 
-_T, _DM = 5, 6  # (TaggedRow's fields)
 _CUMULATIVE = ("sum", "count", "count_star", "avg", "min", "max")
 
 
@@ -525,16 +524,3 @@ def ntile(buckets: int, i: int, n: int) -> int:
 def partial_ntile(buckets: int) -> Callable[[_Part, int, _Entry, int, dict[Any, Any]], Any]:
     return lambda part, i, e, n, cache: ntile(buckets, i, n)
 
-
-class WindowTask(HostedNode):
-    """One partition of a window view's stage: the rows of the window partitions it
-    owns (routed by their PARTITION BY values), its rows in ``state``'s maps."""
-
-    def __init__(self, spec: WindowOp, state: State) -> None:
-        self.view: WindowState = WindowState(spec, state)
-        self.state = state
-
-    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
-        add = self.view.add
-        for r in batch:
-            add(r[_T], r[_DM])

@@ -1,7 +1,7 @@
 """A set operation as a node of the circuit (:mod:`dataflow.circuit.graph`): live on the local
 runner (:class:`operators.setop.SetOpState`) and as a stage on Spark and Flink, its
 inputs' rows partitioned by their value, so that a row of every input meets in one
-partition (:class:`operators.setop.SetOpTask`): O(the changed rows) per epoch on every
+partition (:class:`dataflow.circuit.stagenodes.SetOpTask`): O(the changed rows) per epoch on every
 runner.
 
 Example:
@@ -21,9 +21,9 @@ from decimal import Decimal
 from typing import Any
 
 from core.schema import Row
-from dataflow.circuit.stagenodes import InputLayout, KeyRouter, WholeRow
+from dataflow.circuit.stagenodes import InputLayout, KeyRouter, SetOpTask, WholeRow
 from operators.node import PartitionNode
-from operators.setop import SetOpState, SetOpTask
+from operators.setop import SetOpState
 from operators.state import State
 from plans.logical import SetOpNode
 

@@ -1,9 +1,12 @@
 """The views that are not compiled queries as stages on Spark and Flink: a keyed view
-(:mod:`operators.keyedview`, the sides of outer joins and anti-joins) and a threshold
-view (:mod:`operators.threshold`). Each gets a stage layout (its inputs, whole rows,
-partitioned by its key, so that a key's rows of both inputs meet in one partition) and
-a task per partition (a node of tagged rows, :mod:`operators.node`: its delta at each
-close, its state per key in the partition's maps: O(changes) per epoch), which
+(:mod:`operators.keyedview`, the sides of outer joins and anti-joins), a threshold
+view (:mod:`operators.threshold`), a set operation (:mod:`operators.setop`) and a
+window view (:mod:`operators.window`). Each gets a stage layout (its inputs, whole
+rows, partitioned by its key, so that a key's rows of every input meet in one
+partition; the set operation's and window's layouts are theirs,
+:mod:`dataflow.circuit.setops` and :mod:`dataflow.circuit.windows`) and a task per
+partition (a node of tagged rows, :mod:`operators.node`: its delta at each close, its
+state per key in the partition's maps: O(changes) per epoch), which
 :mod:`dataflow.distributed.stages` hosts as it hosts a compiled query.
 
 Example:
@@ -26,11 +29,15 @@ from typing import Any
 from core.schema import Row
 from operators.keyedview import CompiledKeyedView, KeyedViewState
 from operators.node import HostedNode, TaggedTuple
+from operators.setop import SetOpState
 from operators.state import State
 from operators.threshold import CompiledThreshold, ThresholdState
+from operators.window import WindowState
+from plans.setops import SetOperation
+from plans.windows import WindowOp
 
-__all__ = ["InputLayout", "KeyRouter", "KeyedViewTask", "ThresholdTask", "WholeRow",
-           "partition_of", "stage_layout", "stage_task"]
+__all__ = ["InputLayout", "KeyRouter", "KeyedViewTask", "SetOpTask", "ThresholdTask",
+           "WholeRow", "WindowTask", "partition_of", "stage_layout", "stage_task"]
 
 _EPOCH, _ATOM, _T, _DM = 2, 4, 5, 6  # (TaggedRow's fields)
 OWN, OTHER = 0, 1
@@ -159,6 +166,38 @@ class ThresholdTask(_ViewTask):
             self.view.add_row(row, dm)
         else:
             self.view.add_scalar(row, dm)
+
+
+class SetOpTask(HostedNode):
+    """One partition of a set operation's stage: the rows its partition owns (rows are
+    routed by their value, so a row of every input meets in one partition), its
+    counts in ``state``'s maps. A row's atom is its input's position."""
+
+    def __init__(self, spec: SetOperation, state: State) -> None:
+        self.view: SetOpState = SetOpState(spec, state)
+        self.state = state
+        self.slots = tuple((0,) if self.view.summed else (i,)
+                           for i in range(len(spec.inputs)))
+
+    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
+        add, slots = self.view.add, self.slots
+        for r in batch:
+            add(slots[r[_ATOM]], r[_T], r[_DM])
+
+
+class WindowTask(HostedNode):
+    """One partition of a window view's stage: the rows of the window partitions it
+    owns (routed by their PARTITION BY values), its rows in ``state``'s maps."""
+
+    def __init__(self, spec: WindowOp, state: State) -> None:
+        self.view: WindowState = WindowState(spec, state)
+        self.state = state
+
+    def apply_batch(self, batch: Sequence[TaggedTuple]) -> None:
+        add = self.view.add
+        for r in batch:
+            add(r[_T], r[_DM])
+
 
 
 def stage_layout(node: CompiledKeyedView | CompiledThreshold, parallelism: int

@@ -2,7 +2,7 @@
 runner (:class:`operators.window.WindowState`) and as a stage on Spark and Flink, its
 input's rows partitioned by their PARTITION BY values (a window without PARTITION BY:
 one partition), so that a window partition's rows meet in one stage partition
-(:class:`operators.window.WindowTask`).
+(:class:`dataflow.circuit.stagenodes.WindowTask`).
 
 Example:
     >>> from dataflow.api import compile_query
@@ -21,10 +21,10 @@ from typing import Any
 
 from core.schema import Row
 from dataflow.circuit.setops import row_key
-from dataflow.circuit.stagenodes import InputLayout, KeyRouter, WholeRow
+from dataflow.circuit.stagenodes import InputLayout, KeyRouter, WholeRow, WindowTask
 from operators.node import PartitionNode
 from operators.state import State
-from operators.window import WindowState, WindowTask
+from operators.window import WindowState
 from plans.logical import WindowNode
 
 __all__ = ["CompiledWindow", "partition_key"]
