@@ -14,6 +14,8 @@ and UPD epochs), one by one:
   exact for integers and decimals, floats to 1e-9 relative).
 
 The record is rewritten after every query (``"complete": false`` until the last).
+``--merge`` keeps an existing record's other queries (a query whose run failed for a
+cause outside it, run again alone; the record lists every command merged).
 
     python -m bench.tpcds_accept [--sf 0.01] [--queries q01,q03] [--compile-only]
 
@@ -38,7 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.harness import RESULTS, ROOT, command_line, format_rows, result_record
+from bench.harness import RESULTS, ROOT, command_line, format_rows, git_state, result_record
 from bench.harness.files import cached_data
 
 QUERIES = [f"q{i:02d}" for i in range(1, 100)]
@@ -185,6 +187,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compile-timeout", type=float, default=60.0)
     ap.add_argument("--run-timeout", type=float, default=1800.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "tpcds_acceptance.json")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other queries' rows of an existing OUT (same stream), "
+                         "replacing those run now (a query whose run failed for a cause "
+                         "outside it, run again); the record lists every command merged")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -194,9 +200,20 @@ def main(argv: list[str] | None = None) -> None:
     data = args.data or ensure_data(args.sf, args.refresh_rounds)
     manifest = json.loads((data / "manifest.json").read_text())
     command = command_line("bench.tpcds_accept", argv)
-    extra = {"stream": manifest["spec"], "epochs": [e["name"] for e in manifest["epochs"]]}
-    rows: list[dict[str, Any]] = []
-    for name in args.queries.split(","):
+    extra: dict[str, Any] = {"stream": manifest["spec"],
+                             "epochs": [e["name"] for e in manifest["epochs"]]}
+    names = args.queries.split(",")
+    kept: list[dict[str, Any]] = []
+    if args.merge and args.out.exists():
+        old = json.loads(args.out.read_text())
+        if old.get("stream") != extra["stream"]:
+            raise SystemExit(f"{args.out}: another stream, cannot merge")
+        kept = [r for r in old["rows"] if r["query"] not in names]
+        extra["merged"] = [*old.get("merged", [{"command": old["command"],
+                                                  "commit": old["commit"]}]),
+                           {"command": command, "commit": git_state(ROOT)[0]}]
+    rows: list[dict[str, Any]] = list(kept)
+    for name in names:
         row = run_one(name, data, not args.compile_only, args.compile_timeout,
                       args.run_timeout)
         rows.append(row)
@@ -208,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         # keeps what it measured)
         result_record("tpcds_acceptance", rows, out=args.out, command=command, quiet=True,
                       extra={**extra, "summary": summarize(rows), "complete": False})
+    rows.sort(key=lambda r: QUERIES.index(r["query"]) if r["query"] in QUERIES else 99)
     summary = summarize(rows)
     columns = ["query", "status", "compile_s", "run_s", "equal", "construct"]
     table = (f"{construct_table(summary)}\n\n{format_rows(rows, columns)}\n\n"
