@@ -65,39 +65,57 @@ def define(source: str, filename: str, env: dict[str, Any]) -> dict[str, Any]:
 # -- emitter: source fragments the generators repeat ------------------------------------
 def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
             on_new: Sequence[str] = ()) -> list[str]:
-    """Lines (at ``indent``) adding ``elem`` to the set ``table[key]`` through local
-    ``var``, the set made when absent; ``on_new`` (relative to the new-set branch) runs
-    only then.
+    """Lines (at ``indent``) adding ``elem`` to the compact set bucket ``table[key]``
+    through local ``var``: absent, the element is stored bare (a set of one costs 216
+    bytes, the element a pointer; None, which reads as absent, goes in a set); a bare
+    element and a second one make a set. ``on_new`` (relative to the new-bucket branch)
+    runs only when the key was absent. Readers: ``operators.nodemaps.members``.
 
     >>> print("\\n".join(set_add("", "index", "k", "b", on_new=["seen(k)"])))
     b = index.get(k)
     if b is None:
-        index[k] = {t}
+        index[k] = t if t is not None else {t}
         seen(k)
-    else:
+    elif isinstance(b, set):
         b.add(t)
+    else:
+        index[k] = {b, t}
     """
     inner = indent + "    "
     return [f"{indent}{var} = {table}.get({key})", f"{indent}if {var} is None:",
-            f"{inner}{table}[{key}] = {{{elem}}}", *(inner + ln for ln in on_new),
-            f"{indent}else:", f"{inner}{var}.add({elem})"]
+            f"{inner}{table}[{key}] = {elem} if {elem} is not None else {{{elem}}}",
+            *(inner + ln for ln in on_new),
+            f"{indent}elif isinstance({var}, set):", f"{inner}{var}.add({elem})",
+            f"{indent}else:", f"{inner}{table}[{key}] = {{{var}, {elem}}}"]
 
 
 def set_discard(indent: str, table: str, key: str, var: str, elem: str = "t",
                 on_empty: Sequence[str] = ()) -> list[str]:
-    """Lines (at ``indent``) removing ``elem`` from the set ``table[key]`` (present)
-    through local ``var``, the key deleted when its set empties; ``on_empty`` (relative
-    to that branch) runs only then: the reverse of :func:`set_add`.
+    """Lines (at ``indent``) removing ``elem`` (present) from the compact set bucket
+    ``table[key]`` through local ``var``: a set of two or more loses it (and one left
+    not None is stored bare again), anything else was the last element, and the key is
+    deleted; ``on_empty`` (relative to that branch) runs only then: the reverse of
+    :func:`set_add`.
 
     >>> print("\\n".join(set_discard("", "index", "k", "b")))
     b = index[k]
-    b.discard(t)
-    if not b:
+    if isinstance(b, set) and len(b) > 1:
+        b.discard(t)
+        if len(b) == 1:
+            b_one = next(iter(b))
+            if b_one is not None:
+                index[k] = b_one
+    else:
         del index[k]
     """
     inner = indent + "    "
-    return [f"{indent}{var} = {table}[{key}]", f"{indent}{var}.discard({elem})",
-            f"{indent}if not {var}:", f"{inner}del {table}[{key}]",
+    one = f"{var}_one"
+    return [f"{indent}{var} = {table}[{key}]",
+            f"{indent}if isinstance({var}, set) and len({var}) > 1:",
+            f"{inner}{var}.discard({elem})", f"{inner}if len({var}) == 1:",
+            f"{inner}    {one} = next(iter({var}))", f"{inner}    if {one} is not None:",
+            f"{inner}        {table}[{key}] = {one}",
+            f"{indent}else:", f"{inner}del {table}[{key}]",
             *(inner + ln for ln in on_empty)]
 
 

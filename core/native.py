@@ -390,14 +390,22 @@ class _Translator:
     @staticmethod
     def _local_kinds(fdef: ast.FunctionDef, names: set[str]) -> dict[str, str]:
         """Locals used only as mutable sets or only as dicts, typed so (their other
-        uses, tests and iteration, work on any type)."""
+        uses, tests and iteration, work on any type); not a local whose type the code
+        tests (``isinstance(b, set)``: a compact bucket, a set or one bare tuple)."""
         methods: dict[str, set[str]] = {}
+        tested: set[str] = set()
         for node in ast.walk(fdef):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                     and node.value.id in names:
                 methods.setdefault(node.value.id, set()).add(node.attr)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "isinstance" and node.args \
+                    and isinstance(node.args[0], ast.Name):
+                tested.add(node.args[0].id)
         kinds: dict[str, str] = {}
         for name, used in methods.items():
+            if name in tested:
+                continue
             if used <= {"add", "discard"}:
                 kinds[name] = "set"
             elif used <= {"get"}:

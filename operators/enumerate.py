@@ -25,8 +25,8 @@ Example (the generated source for a 2-node path, bag semantics):
         for t0 in cands:
             k1 = t0[0]
             M1 = I1(k1)
-            for t1 in N1_live0(k1, EMPTY):
-                f2 = f0 * M1[t1]
+            for t1 in members(N1_live0(k1, EMPTY)):
+                f2 = f0 * bucket_count(M1, t1)
                 row = (t1[0], t0[0], t0[1],)
                 acc[row] = get(row, 0) + f2
 """
@@ -38,7 +38,7 @@ from typing import Any
 
 from core.codegen import define
 from operators.joinnode import JoinNode
-from operators.nodemaps import EMPTY, NO_MAP, key_expr
+from operators.nodemaps import EMPTY, NO_MAP, count_in, counted, key_expr, members
 
 EnumFn = Callable[[Any, Any, dict[Any, Any]], None]
 
@@ -136,10 +136,11 @@ class Enumerator:
                     # A top leaf's group maps each tuple to its multiplicity: read both
                     # in the loop, no lookup per tuple.
                     paired = True
-                    env["NO_ITEMS"] = NO_MAP
-                    lines.append(f"{indent}for t{j}, m{j} in {name}({k}, NO_ITEMS).items():")
+                    env["NO_ITEMS"], env["counted"] = NO_MAP, counted
+                    lines.append(f"{indent}for t{j}, m{j} in counted({name}({k}, NO_ITEMS)):")
                 else:
-                    lines.append(f"{indent}for t{j} in {name}({k}, EMPTY):")
+                    env["members"] = members
+                    lines.append(f"{indent}for t{j} in members({name}({k}, EMPTY)):")
             if not (single and how == "start"):
                 indent += "    "
             if counting:
@@ -147,7 +148,9 @@ class Enumerator:
             factors: list[str] = []
             own = not node.generalized and not (j == 0 and kind == "tuple")
             if own:
-                mult = (f"m{j}" if paired else f"M{j}[t{j}]" if hoisted
+                if hoisted:
+                    env["bucket_count"] = count_in
+                mult = (f"m{j}" if paired else f"bucket_count(M{j}, t{j})" if hoisted
                         else node.mult_expr(f"t{j}", env, f"B{j}"))
                 if ring:
                     env[f"P{j}"] = node.base_payload
@@ -227,6 +230,6 @@ class Enumerator:
     # -- entry points -----------------------------------------------------------------
     def full(self, acc: dict[Any, Any]) -> None:
         """All rows of the result, with their payloads (full enumeration)."""
-        cands = self.root.proj.get((), EMPTY)
+        cands = members(self.root.proj.get((), EMPTY))
         one = 1 if self.mode == "set" else self.ring.one
         self._fn(self.root, "full")(list(cands), one, acc)

@@ -74,8 +74,10 @@ from operators.nodemaps import (
     NoTuples,
     Projector,
     empty_key,
+    holds,
     key_expr,
     make_projector,
+    members,
 )
 from operators.ring import IntRing
 from operators.state import State, read_only_get
@@ -123,8 +125,7 @@ class LiveTuples(Mapping[Any, bool]):
     def __contains__(self, t: object) -> bool:
         node = self._node
         k = node.key_of(t)
-        group = node.proj_read(k)
-        return group is not None and t in group and node.key_live(k)
+        return holds(node.proj_read(k), t) and node.key_live(k)
 
     def __getitem__(self, t: Any) -> bool:
         if t in self:
@@ -135,7 +136,7 @@ class LiveTuples(Mapping[Any, bool]):
         node = self._node
         for k, group in list(node.proj.items()):
             if node.key_live(k):
-                yield from group
+                yield from members(group)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.codegen import define, set_add, set_discard
-from operators.nodemaps import NO_MAP, KeyedBase, key_expr
+from operators.nodemaps import KeyedBase, count_in, counted, key_expr, members
 from operators.nodewalks import boundary_lines, group_lines, live_test, sj_lines, walk_lines
 from operators.ring import IntRing
 from operators.state import read_only_get
@@ -110,16 +110,15 @@ class Payloads:
 
 def mult_expr(node: JoinNode, var: str, env: dict[str, Any], name: str) -> str:
     """Generated code for the multiplicity of this node's tuple ``var`` (present),
-    binding what it reads in ``env`` under ``name``: two C-level lookups where the
-    multiplicities live in the first index's buckets or in the groups, one
-    otherwise."""
-    if node.base_in_index:
-        env[name] = node.index_read[0]
-        k = key_expr(var, node.attrs, node.scalar, node.children[0].key_attrs)
-        return f"{name}({k})[{var}]"
-    if node.base_in_proj:
-        env[name] = node.proj_read
-        return f"{name}({key_expr(var, node.attrs, node.scalar, node.key_attrs)})[{var}]"
+    binding what it reads in ``env`` under ``name``: a lookup and a bucket read
+    (:func:`operators.nodemaps.count_in`) where the multiplicities live in the first
+    index's buckets or in the groups, one lookup otherwise."""
+    if node.base_in_index or node.base_in_proj:  # (a compact dict bucket)
+        env[name] = node.index_read[0] if node.base_in_index else node.proj_read
+        env["bucket_count"] = count_in
+        keys = node.children[0].key_attrs if node.base_in_index else node.key_attrs
+        k = key_expr(var, node.attrs, node.scalar, keys)
+        return f"bucket_count({name}({k}), {var})"
     env[name] = node.base
     return f"{name}[{var}]"
 
@@ -130,11 +129,7 @@ def count_expr(node: JoinNode, var: str, env: dict[str, Any], name: str) -> str:
     reads in ``env`` under names starting with ``name``: C-level lookups, no
     Python-level call (a view's delete check runs it per delete)."""
     if node.base_in_index or node.base_in_proj:
-        env[name] = node.index_read[0] if node.base_in_index else node.proj_read
-        env[f"{name}_none"] = NO_MAP
-        keys = node.children[0].key_attrs if node.base_in_index else node.key_attrs
-        k = key_expr(var, node.attrs, node.scalar, keys)
-        return f"({name}({k}) or {name}_none).get({var}, 0)"
+        return mult_expr(node, var, env, name)  # (bucket_count reads 0 when absent)
     if isinstance(node.base, KeyedBase):
         env[name] = node.proj_read
         return f"{name}({key_expr(var, node.attrs, node.scalar, node.key_attrs)}, 0)"
@@ -166,6 +161,7 @@ def bind_maps(node: JoinNode, env: dict[str, Any]) -> None:
         env[f"index_{n}_{i}"] = node.index[i]
         env[f"indexread_{n}_{i}"] = node.index_read[i]
         env[f"L_{n}_{i}"] = node.live_index[i]
+    env["members"], env["counted"], env["bucket_count"] = members, counted, count_in
     env[f"emit_{n}"] = node._emit_via_hook
     env[f"keyhook_{n}"] = node._key_via_hook
 
@@ -209,6 +205,39 @@ def compile_tree(root: JoinNode) -> None:
                                      else f"lower_{parent.num}_{node.pos_in_parent}"]
 
 
+# -- compact dict buckets (operators.nodemaps: a bare tuple is one of multiplicity 1) --
+def bucket_old_lines(indent: str, b: str) -> list[str]:
+    """``old``: the multiplicity of ``t`` in dict bucket ``b`` (None: absent)."""
+    i2 = indent + "    "
+    return [f"{indent}if {b} is None:", f"{i2}old = 0", f"{indent}elif isinstance({b}, dict):",
+            f"{i2}old = {b}.get(t, 0)", f"{indent}else:", f"{i2}old = 1 if {b} == t else 0"]
+
+
+def bucket_put_lines(indent: str, table: str, key: str, b: str) -> list[str]:
+    """Store multiplicity ``new`` (not 0, not ``old``) of ``t`` in ``table[key]``, whose
+    bucket was ``b`` (read before, holding ``t`` ``old`` times)."""
+    i2 = indent + "    "
+    return [f"{indent}if isinstance({b}, dict):", f"{i2}{b}[t] = new",
+            f"{indent}elif {b} is None:",
+            f"{i2}{table}[{key}] = t if new == 1 and t is not None else {{t: new}}",
+            f"{indent}elif old:", f"{i2}{table}[{key}] = {{t: new}}",
+            f"{indent}else:", f"{i2}{table}[{key}] = {{{b}: 1, t: new}}"]
+
+
+def bucket_remove_lines(indent: str, table: str, key: str, b: str,
+                        on_empty: list[str] | None = None) -> list[str]:
+    """Remove ``t`` (present) from the dict bucket ``b`` = ``table[key]``: one of one
+    multiplicity left (not None) is stored bare again; the last one deletes the key and
+    runs ``on_empty`` (relative)."""
+    i2 = indent + "    "
+    return [f"{indent}if isinstance({b}, dict) and len({b}) > 1:", f"{i2}del {b}[t]",
+            f"{i2}if len({b}) == 1:", f"{i2}    for {b}_one, {b}_m in {b}.items():",
+            f"{i2}        if {b}_m == 1 and {b}_one is not None:",
+            f"{i2}            {table}[{key}] = {b}_one",
+            f"{indent}else:", f"{i2}del {table}[{key}]",
+            *(i2 + ln for ln in on_empty or [])]
+
+
 # -- R-updates -----------------------------------------------------------------------
 def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
     """``apply_n(t, dm)``: add ``dm`` (signed) copies of ``t``; the caller has validated
@@ -231,11 +260,11 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
     if nc:
         # The multiplicity is kept in the first child index's bucket (tuple -> count).
         c0 = node.children[0].num
+        put = bucket_put_lines("            ", f"index_{n}_0", "k0", "b0")
         lines = [f"def apply_{n}(t, dm):", f"    k0 = {keys[0]}",
-                 f"    b0 = index_{n}_0.get(k0)", "    old = 0 if b0 is None else b0.get(t, 0)",
+                 f"    b0 = index_{n}_0.get(k0)", *bucket_old_lines("    ", "b0"),
                  "    new = old + dm", "    if old == 0:", "        c = 0",
-                 "        if b0 is None:", f"            index_{n}_0[k0] = {{t: new}}",
-                 "        else:", "            b0[t] = new", f"        if k0 in proj_{c0}:",
+                 *(ln[4:] for ln in put), f"        if k0 in proj_{c0}:",
                  "            c += 1"]
     else:
         # A leaf's counter would always be 0: it keeps none.
@@ -248,10 +277,10 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
         # One child: the count is whether the child's projection holds the key
         # (derived, not stored: one map less to write per tuple).
         lines += ["    else:", f"        c = 1 if k0 in proj_{c0} else 0", "        if new:",
-                  "            b0[t] = new", "    if c == 1:"]
+                  *put, "    if c == 1:"]
     elif nc:
         lines += [f"        counter_{n}[t] = c", "    else:", f"        c = counter_{n}[t]",
-                  "        if new:", "            b0[t] = new", f"    if c == {nc}:"]
+                  "        if new:", *put, f"    if c == {nc}:"]
     else:
         lines.append("    if True:")
     if node.top:
@@ -272,7 +301,7 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
         lines.append(f"        del counter_{n}[t]")
     if nc:
         # (old > 0 here, so b0 is the bucket that holds t)
-        lines += ["        del b0[t]", "        if not b0:", f"            del index_{n}_0[k0]"]
+        lines += bucket_remove_lines("        ", f"index_{n}_0", "k0", "b0")
     for i, k in enumerate(keys[1:], 1):
         lines += [f"        k = {k}", *set_discard("        ", f"index_{n}_{i}", "k", "b")]
     return lines
@@ -317,16 +346,19 @@ def proj_leaf_lines(node: JoinNode) -> list[str]:
     if node.parent is not None:
         call = f"support_{node.parent.num}({node.pos_in_parent}, k, "
         appear, disappear = [f"        {call}True)"], [f"            {call}False)"]
+    put = bucket_put_lines("        ", f"proj_{n}", "k", "group")
     lines = [f"def apply_{n}(t, dm):", f"    k = {k}", f"    group = proj_{n}.get(k)",
              "    if group is None:",
              "        new = dm",  # (a delete of an absent tuple was refused before)
-             f"        proj_{n}[k] = {{t: new}}", *appear, f"        if {live}:",
+             f"        proj_{n}[k] = t if new == 1 and t is not None else {{t: new}}",
+             *appear, f"        if {live}:",
              f"            emit_{n}(t, {one})", "        return",
-             "    old = group.get(t, 0)", "    new = old + dm", "    if old == 0:",
-             "        group[t] = new", f"        if {live}:", f"            emit_{n}(t, {one})",
+             *bucket_old_lines("    ", "group"), "    new = old + dm", "    if old == 0:",
+             *put, f"        if {live}:", f"            emit_{n}(t, {one})",
              "    elif new == 0:", f"        if {live}:", f"            emit_{n}(t, {minus_one})",
-             "        del group[t]", "        if not group:", f"            del proj_{n}[k]",
-             *disappear, "    else:", "        group[t] = new"]
+             *bucket_remove_lines("        ", f"proj_{n}", "k", "group",
+                                  [ln.strip() for ln in disappear]),
+             "    else:", *put]
     if not node.counting:
         lines += [f"        if {live}:", f"            emit_{n}(t, new - old)"]
     return lines
@@ -381,10 +413,10 @@ def lower_child_lines(node: JoinNode, i: int, pay: Payloads) -> list[str]:
     u = "k" if gen else "u"  # (a generalized node's one tuple with the key is the key)
     indent = "    "
     if not gen:
-        lines += [f"    bucket = indexread_{n}_{i}(k)", "    if not bucket:", "        return"]
+        lines += [f"    bucket = indexread_{n}_{i}(k)", "    if bucket is None:", "        return"]
         # (the loop changes projections above this node, never its index)
-        lines.append("    for u, m in bucket.items():" if i == 0 and not node.counting
-                     else "    for u in bucket:")
+        lines.append("    for u, m in counted(bucket):" if i == 0 and not node.counting
+                     else "    for u in members(bucket):")
         indent = "        "
     if nc > 1:
         c = f"counter_{n}[{u}]" if not gen else f"counter_{n}.get(k, 0)"
@@ -401,8 +433,8 @@ def lower_child_lines(node: JoinNode, i: int, pay: Payloads) -> list[str]:
         factors = []
         if not gen:
             m = "m" if i == 0 else (
-                f"indexread_{n}_0({key_expr('u', node.attrs, False, node.children[0].key_attrs)})"
-                "[u]")
+                "bucket_count(indexread_{n}_0({k}), u)".format(
+                    n=n, k=key_expr('u', node.attrs, False, node.children[0].key_attrs)))
             factors.append(pay.base("u", m))
         factors += [f"proj_{c.num}[{key_expr(u, node.attrs, node.scalar, c.key_attrs)}]"
                     for j, c in enumerate(node.children) if j != i]

@@ -1,13 +1,29 @@
 """What the join-tree nodes share besides the node itself: projectors from a node's
-tuple onto a key (as functions and as generated source), and the read-only views of a
-node's multiplicities (:class:`KeyedBase`, :class:`IndexedBase`), :data:`NO_TUPLES` for a
-sum leaf that keeps none, and :data:`NO_MAP` for a map a node does not keep.
+tuple onto a key (as functions and as generated source), compact buckets, and the
+read-only views of a node's multiplicities (:class:`KeyedBase`, :class:`IndexedBase`),
+:data:`NO_TUPLES` for a sum leaf that keeps none, and :data:`NO_MAP` for a map a node
+does not keep.
+
+**Compact buckets.** A node's indexes, live indexes and semi-join groups map a key to
+the node's tuples with that key: a set, or a dict tuple -> multiplicity where the
+bucket holds the multiplicities. Most keys hold one tuple (an order's key, a part's),
+and a one-element set costs 216 bytes in CPython, a one-item dict 184-232, the tuple
+itself a pointer: so a bucket of one tuple (of multiplicity 1, in a dict bucket) is the
+tuple itself, stored bare, and a container only from the second on (or a multiplicity
+above 1). A tuple is never a set or a dict, so the two read apart; an absent key reads
+None, and a bare member is never None (a NULL tuple of a one-variable node is kept in
+a container). :func:`members`, :func:`counted` and :func:`count_in` read any bucket;
+the generated code writes them (:func:`core.codegen.set_add`).
 
 Example:
     >>> make_projector(("a", "b", "c"), False, ("c", "a"))((1, 2, 3))
     (3, 1)
     >>> key_expr("t", ("a", "b"), False, ("b",))
     't[1]'
+    >>> list(members((1, 2))), sorted(members({(1, 2), (3, 4)}))
+    ([(1, 2)], [(1, 2), (3, 4)])
+    >>> count_in((1, 2), (1, 2)), count_in({(1, 2): 3}, (1, 2)), count_in(None, (1, 2))
+    (1, 3, 0)
 """
 
 from __future__ import annotations
@@ -21,6 +37,43 @@ from operators.state import read_only_get
 
 Projector = Callable[[Any], Any]
 EMPTY: frozenset[Any] = frozenset()
+
+CONTAINERS = (set, frozenset, dict, MappingProxyType)
+"""The types of a bucket that holds its tuples in a container (subclasses too: the
+runners' write-back cache tracks sets and dicts as subclasses); anything else is one
+bare tuple."""
+
+DICTS = (dict, MappingProxyType)
+"""The container types of a dict bucket (tuple -> multiplicity)."""
+
+
+def members(bucket: Any) -> Any:
+    """The tuples of a present bucket (a set, a dict's keys, or the one bare tuple)."""
+    return bucket if isinstance(bucket, CONTAINERS) else (bucket,)
+
+
+def counted(bucket: Any) -> Any:
+    """(tuple, multiplicity) pairs of a present dict bucket (a bare tuple counts 1)."""
+    return bucket.items() if isinstance(bucket, DICTS) else ((bucket, 1),)
+
+
+def count_in(bucket: Any, t: Any) -> int:
+    """The multiplicity of ``t`` in a dict bucket, or None (absent): 0 if not there."""
+    if bucket is None:
+        return 0
+    if isinstance(bucket, DICTS):
+        n: int = bucket.get(t, 0)
+        return n
+    return 1 if bucket == t else 0
+
+
+def holds(bucket: Any, t: Any) -> bool:
+    """Whether a bucket (None: absent) holds ``t``."""
+    if bucket is None:
+        return False
+    if isinstance(bucket, CONTAINERS):
+        return t in bucket
+    return bool(bucket == t)
 
 
 def empty_key(_t: Any) -> tuple[()]:
@@ -102,25 +155,23 @@ class IndexedBase(Mapping[Any, int]):
         self._key_of = key_of
 
     def __getitem__(self, t: Any) -> int:
-        bucket = self._get(self._key_of(t))
-        if bucket is None:
+        n = count_in(self._get(self._key_of(t)), t)
+        if not n:
             raise KeyError(t)
-        return bucket[t]
+        return n
 
     def get(self, t: Any, default: Any = None) -> Any:
-        bucket = self._get(self._key_of(t))
-        return default if bucket is None else bucket.get(t, default)
+        return count_in(self._get(self._key_of(t)), t) or default
 
     def __contains__(self, t: object) -> bool:
-        bucket = self._get(self._key_of(t))
-        return bucket is not None and t in bucket
+        return holds(self._get(self._key_of(t)), t)
 
     def __iter__(self) -> Iterator[Any]:
         for k in list(self._index):
-            yield from self._get(k)
+            yield from members(self._get(k))
 
     def __len__(self) -> int:
-        return sum(len(self._get(k)) for k in list(self._index))
+        return sum(len(members(self._get(k))) for k in list(self._index))
 
 
 class NoTuples:

@@ -19,15 +19,24 @@ Example (a root over (a, b), no parent: its tuples are live as they enter V_s):
         k = ()
         group = proj_0.get(k)
         if group is None:
-            proj_0[k] = {t}
-        else:
+            proj_0[k] = t if t is not None else {t}
+        elif isinstance(group, set):
             group.add(t)
+        else:
+            proj_0[k] = {group, t}
     def sj_delete_0(t):
         k = ()
         group = proj_0[k]
-        group.discard(t)
-        if not group:
+        if isinstance(group, set) and len(group) > 1:
+            group.discard(t)
+            if len(group) == 1:
+                group_one = next(iter(group))
+                if group_one is not None:
+                    proj_0[k] = group_one
+        else:
             del proj_0[k]
+
+Buckets are compact (:mod:`operators.nodemaps`): one tuple is stored bare.
 """
 
 from __future__ import annotations
@@ -99,8 +108,8 @@ def walk_lines(node: JoinNode) -> list[str]:
         walk_dead: list[str] = []
         if child.top:
             # (the walks below change live indexes only, never the group they read)
-            walk_live, walk_dead = ([f"g = projread_{child.num}(k)", "if g:", "    for u in g:",
-                                     f"        {kind}_{child.num}(u)"]
+            walk_live, walk_dead = ([f"g = projread_{child.num}(k)", "if g is not None:",
+                                     "    for u in members(g):", f"        {kind}_{child.num}(u)"]
                                     for kind in ("live", "dead"))
         lines += [f"    k = {k}", *set_add("    ", f"L_{n}_{i}", "k", "b", on_new=walk_live)]
         dead += [f"    k = {k}", *set_discard("    ", f"L_{n}_{i}", "k", "b",
@@ -118,10 +127,10 @@ def walk_lines(node: JoinNode) -> list[str]:
             sup += ["    if appear:", f"        {ins}(k)", "    else:", f"        {dels}(k)"]
         else:
             # (two loops, not one over a chosen function: each call stays direct)
-            sup += [f"    bucket = indexread_{n}_0(k)", "    if bucket:", "        if appear:",
-                    "            for u in list(bucket):", f"                {ins}(u)",
-                    "        else:", "            for u in list(bucket):",
-                    f"                {dels}(u)"]
+            sup += [f"    bucket = indexread_{n}_0(k)", "    if bucket is not None:",
+                    "        if appear:", "            for u in list(members(bucket)):",
+                    f"                {ins}(u)", "        else:",
+                    "            for u in list(members(bucket)):", f"                {dels}(u)"]
     elif node.generalized:
         sup += [f"    c = counter_{n}.get(k, 0)", "    if appear:", "        c += 1",
                 f"        counter_{n}[k] = c", f"        if c == {nc}:", f"            {ins}(k)",
@@ -131,8 +140,8 @@ def walk_lines(node: JoinNode) -> list[str]:
     else:
         # (indexreads_n: the read-only lookups of the node's indexes, by child)
         sup.append(f"    bucket = indexreads_{n}[i](k)")
-        sup += ["    if not bucket:", "        return", f"    counter = counter_{n}",
-                "    for u in list(bucket):", "        c = counter[u]",
+        sup += ["    if bucket is None:", "        return", f"    counter = counter_{n}",
+                "    for u in list(members(bucket)):", "        c = counter[u]",
                 "        if appear:", "            c += 1", "            counter[u] = c",
                 f"            if c == {nc}:", f"                {ins}(u)", "        else:",
                 f"            if c == {nc}:", f"                {dels}(u)",

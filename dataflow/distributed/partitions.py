@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 13
+STATE_LAYOUT = 14
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -255,7 +255,9 @@ whole rows in ``keyed.base``: :mod:`operators.deletecheck`; 12: the stamp digest
 query's logical plan, :meth:`~plans.logical.LogicalPlan.render`, not its SQL text; 13:
 the modules whose classes the checkpointed state pickles moved, ``dataflow.distributed``
 to :mod:`dataflow.distributed.partitions`, ``dataflow.stages`` to
-:mod:`dataflow.distributed.stages`), so that a checkpoint of another layout fails loud
+:mod:`dataflow.distributed.stages`; 14: compact buckets, a join node's index, live index
+or group of one tuple holds the tuple bare, :mod:`operators.nodemaps`), so that a
+checkpoint of another layout fails loud
 instead of being read wrongly."""
 
 

@@ -26,6 +26,7 @@ from core.native import NativeBuild, NativeNamespace
 from operators.aggregate import AggregateLayout
 from operators.enumerate import Enumerator
 from operators.joinnode import JoinNode
+from operators.nodemaps import members
 from operators.ring import IntRing, VectorRing
 from operators.state import DictState, State
 from plans.plan import Plan
@@ -116,8 +117,8 @@ class Engine:
         def on_key(node: JoinNode, child: int, key: Any, factor: Any) -> None:
             # Read-only: a walk must not make the runners write back the sets it read.
             cands = node.live_read[child](key)
-            if cands:
-                walk(node, f"key {child}")(list(cands), factor, self.acc)
+            if cands is not None:  # (a compact bucket: a set, or one bare tuple)
+                walk(node, f"key {child}")(list(members(cands)), factor, self.acc)
 
         for node in top:
             node.on_tuple = on_tuple
@@ -261,8 +262,8 @@ def _key_walks(live_read: list[Callable[[Any], Any]], walks: dict[int, Callable[
 
     def keyhook(i: int, k: Any, factor: Any) -> None:
         cands = reads[i](k)
-        if cands:
-            by_child[i](k, cands, factor)  # type: ignore[misc]
+        if cands is not None:  # (a compact bucket: a set, or one bare tuple)
+            by_child[i](k, members(cands), factor)  # type: ignore[misc]
 
     return keyhook
 
