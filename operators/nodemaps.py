@@ -24,6 +24,8 @@ Example:
     ([(1, 2)], [(1, 2), (3, 4)])
     >>> count_in((1, 2), (1, 2)), count_in({(1, 2): 3}, (1, 2)), count_in(None, (1, 2))
     (1, 3, 0)
+    >>> count_in((1, 2), (1, 3)), holds((1, 2), (1, 3)), holds(0, 0), holds(None, None)
+    (0, False, True, False)
 """
 
 from __future__ import annotations
