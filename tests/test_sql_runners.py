@@ -46,12 +46,17 @@ class _OnFirstUse(dict[str, Any]):
         return value
 
 
+def local_reference(data: Path, tmp: Path) -> dict[str, Counter[str]]:
+    """The local runner's deltas of each query of ``data/queries`` over
+    ``data/updates.csv`` (by query name), each run when first read."""
+    return _OnFirstUse(lambda name: _deltas(data / "queries" / f"{name}.sql",
+                                            data / "updates.csv", tmp / f"{name}.csv"))
+
+
 @pytest.fixture(scope="module")
 def local_deltas(tpch_sf001: Path, tmp_path_factory: pytest.TempPathFactory
                  ) -> dict[str, Counter[str]]:
-    tmp = tmp_path_factory.mktemp("local")
-    return _OnFirstUse(lambda name: _deltas(tpch_sf001 / "queries" / f"{name}.sql",
-                                            tpch_sf001 / "updates.csv", tmp / f"{name}.csv"))
+    return local_reference(tpch_sf001, tmp_path_factory.mktemp("local"))
 
 
 # The default slice: Q1 (one block, an aggregate) on Flink at P=1, Q5 (six tables) on
