@@ -465,8 +465,6 @@ class FlinkJob:
         self.checkpoint = checkpoint
         self.interval = checkpoint_interval_ms
         self.upsert_summary: Path | None = None
-        self._stop_marker: Path | None = None
-        """:data:`~dataflow.runners.flink.sinks.STOP_MARKER` in the checkpoint dir."""
 
     def _checkpoint_dir(self) -> tuple[Path, str | None]:
         import tempfile
@@ -474,8 +472,7 @@ class FlinkJob:
         ckpt = Path(self.checkpoint or tempfile.mkdtemp(prefix="ivmflow-flink-"))
         ckpt.mkdir(parents=True, exist_ok=True)
         restore = latest_checkpoint(str(ckpt))
-        self._stop_marker = ckpt / STOP_MARKER
-        self._stop_marker.unlink(missing_ok=True)  # (a stopped run's; this one goes on)
+        (ckpt / STOP_MARKER).unlink(missing_ok=True)  # (a stopped run's; this one goes on)
         stamp_checkpoint_dir(ckpt, self.plan.layout_stamp(), resuming=restore is not None,
                              where=f"flink --checkpoint {ckpt}")
         return ckpt, restore
@@ -543,7 +540,8 @@ class FlinkJob:
         tagged = source.key_by(lambda t: 0, key_type=Types.INT()).process(
             reader, output_type=Types.PICKLED_BYTE_ARRAY()
         ).set_parallelism(1)
-        self._partitions_and_merger(tagged, deltas, snapshots, kafka_options)
+        stop_marker = ckpt / STOP_MARKER
+        self._partitions_and_merger(tagged, deltas, snapshots, kafka_options, stop_marker)
         client = env.execute_async("ivmflow")
         # Wait for the result in a thread (the mini-cluster shuts down with the job, so
         # its status cannot be polled afterwards) while watching for a stop request.
@@ -559,8 +557,8 @@ class FlinkJob:
         waiter.start()
         while waiter.is_alive():
             if should_stop is not None and should_stop():
-                if self._stop_marker is not None:  # (the sinks stop at the next epoch)
-                    self._stop_marker.write_text("stop\n", encoding="utf-8")
+                # (the sinks stop at the next epoch)
+                stop_marker.write_text("stop\n", encoding="utf-8")
                 return self._cancel(client, waiter, failure)
             waiter.join(0.05)
         if failure:
@@ -626,16 +624,17 @@ class FlinkJob:
         return env
 
     def _partitions_and_merger(self, tagged: Any, deltas: str | None,
-                               snapshots: str | None, kafka_options: Sequence[str] = ()
-                               ) -> None:
+                               snapshots: str | None, kafka_options: Sequence[str],
+                               stop_marker: Path) -> None:
         """``(partition, TaggedRow)`` stream -> partition engines -> epoch merger/sink.
         A run's only partition writes the sinks itself: its output needs no merging,
-        and an epoch's rows then cross no operator boundary."""
+        and an epoch's rows then cross no operator boundary. The sinks write no epoch
+        once ``stop_marker`` exists."""
         from connectors.kafka.debezium_sink import output_key
 
         sinks = EpochSinks(deltas, snapshots, tuple(self.query.output_columns), kafka_options,
                            self.query.cq.order_by, output_key(self.query.cq),
-                           stop_marker=str(self._stop_marker))
+                           stop_marker=str(stop_marker))
         partitions = self.layout.partitions
         if self.stages is not None:
             outputs, partitions = self._stages(tagged, sinks)
