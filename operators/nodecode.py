@@ -126,8 +126,9 @@ def mult_expr(node: JoinNode, var: str, env: dict[str, Any], name: str) -> str:
 def count_expr(node: JoinNode, var: str, env: dict[str, Any], name: str) -> str:
     """Generated code for the stored multiplicity of this node's tuple ``var``, 0
     when it is absent (what :attr:`base` ``.get(var, 0)`` reads), binding what it
-    reads in ``env`` under names starting with ``name``: C-level lookups, no
-    Python-level call (a view's delete check runs it per delete)."""
+    reads in ``env`` under names starting with ``name``: C-level lookups, and where
+    the multiplicities live in buckets one call of
+    :func:`operators.nodemaps.count_in` (a bare tuple is compared, not looked up)."""
     if node.base_in_index or node.base_in_proj:
         return mult_expr(node, var, env, name)  # (bucket_count reads 0 when absent)
     if isinstance(node.base, KeyedBase):
@@ -161,7 +162,6 @@ def bind_maps(node: JoinNode, env: dict[str, Any]) -> None:
         env[f"index_{n}_{i}"] = node.index[i]
         env[f"indexread_{n}_{i}"] = node.index_read[i]
         env[f"L_{n}_{i}"] = node.live_index[i]
-    env["members"], env["counted"], env["bucket_count"] = members, counted, count_in
     env[f"emit_{n}"] = node._emit_via_hook
     env[f"keyhook_{n}"] = node._key_via_hook
 
@@ -169,7 +169,8 @@ def bind_maps(node: JoinNode, env: dict[str, Any]) -> None:
 def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
     """The source of every operation of ``root``'s tree (see the module doc) and the
     namespace it runs in."""
-    env: dict[str, Any] = {}
+    # (the readers of compact buckets, operators.nodemaps)
+    env: dict[str, Any] = {"members": members, "counted": counted, "bucket_count": count_in}
     lines: list[str] = []
     nodes = tree_nodes(root)
     for num, node in enumerate(nodes):
