@@ -226,17 +226,22 @@ def ensure_data(sf: float, pairs: int) -> Path:
                        lambda data: write_tpch(TpchSpec(sf=sf, refresh_pairs=pairs), data))
 
 
-def run_one(system: str, name: str, sizes: str | int, data: Path, most: int
-            ) -> dict[str, Any] | str:
+def run_one(system: str, name: str, sizes: str | int, data: Path, most: int,
+            timeout: float = 3600) -> dict[str, Any] | str:
     """One worker subprocess; ``sizes``: the epoch sizes, comma-separated (system
-    ``flink-sql``: :mod:`bench.tpch_flink_sql`'s worker, the same protocol)."""
+    ``flink-sql``: :mod:`bench.tpch_flink_sql`'s worker, the same protocol); the last
+    line of its error, or ``timed out after N s``, when it fails."""
     with tempfile.NamedTemporaryFile(suffix=".pickle") as out:
         env = {**os.environ, "PYTHONHASHSEED": "0",
                "IVMFLOW_NATIVE": "1" if system == "ivmflow-native" else "0"}
         module = "bench.tpch_flink_sql" if system == "flink-sql" else "bench.tpch_bench"
-        p = subprocess.run([sys.executable, "-m", module, "--max-epochs", str(most),
-                            "--worker", system, name, str(sizes), str(data), out.name],
-                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
+        try:
+            p = subprocess.run([sys.executable, "-m", module, "--max-epochs", str(most),
+                                "--worker", system, name, str(sizes), str(data), out.name],
+                               capture_output=True, text=True, env=env, cwd=ROOT,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"timed out after {timeout:.0f} s"
         if p.returncode != 0:
             return (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
         with open(out.name, "rb") as f:
