@@ -179,6 +179,12 @@ BEYOND_THE_SLICE: dict[str, str] = {
         "Spark killed mid-stream (95 s); the Flink cell, and the Spark source's restore "
         "and replay of a batch without a JVM (test_reader_gives_the_local_epochs_and_"
         "replays_any_batch)",
+    "tests/test_change_stream_parts.py::"
+    "test_runner_killed_inside_a_long_transaction_loses_and_repeats_nothing[flink]":
+        "Flink killed inside a transaction longer than its reads (30 s); the Spark cell, "
+        "the reader's restarts inside an epoch without a JVM (test_an_epoch_longer_than_a_"
+        "read_goes_in_parts: Flink's reader is Spark's), Flink over Debezium topics in "
+        "test_change_stream_runners.py",
     "tests/test_change_streams_tpch.py::test_tpch_debezium_stream_on_spark_and_flink"
     "[flink-key]": "TPC-H Q9 as Debezium events, key-only before-images, on Flink (30 s); "
                    "the [flink-full] cell (Flink reading TPC-H's events and writing "

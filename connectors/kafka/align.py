@@ -81,6 +81,18 @@ class EpochAligner(Generic[K, T]):
             out.append(AlignedEpoch(items, markers))
         return out
 
+    def take_head(self) -> dict[K, list[T]]:
+        """Each stream's records of the oldest epoch not yet released (its first closed
+        segment, else its open records), removed from the buffer: the epoch's later
+        records and its markers stay, so :meth:`pop_epochs` releases it, with what is
+        left of it, once every stream has closed it."""
+        out: dict[K, list[T]] = {}
+        for s in self.streams:
+            seg = self._closed[s][0][0] if self._closed[s] else self._open[s]
+            out[s] = list(seg)
+            seg.clear()
+        return out
+
     def tail(self) -> list[T]:
         """Everything not yet released, in stream order: each stream's closed segments
         (markers dropped) then its open one.  Call at the end of a bounded read, after

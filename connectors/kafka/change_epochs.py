@@ -7,17 +7,34 @@ records from the position's offsets, in stream order, and what it releases is nu
 (its epoch ends are the markers). The position after a read is the cutter's
 :meth:`~connectors.kafka.changes.ChangeCutter.positions`, each stream's oldest record
 not released, so the events a transaction still waits for (the cutter's held-back
-events) are simply read again next time: nothing of them is kept. Within a read, a
-transaction longer than the read's limit is not decoded again as the limit doubles
-(:class:`~connectors.kafka.epochs.EpochReader` fetches only the records it lacks and the
-cutter of the attempt, which released nothing, is fed them). Besides the offsets
-the position keeps, in its ``cut`` (plain data, in the runner's checkpoint):
+events) are simply read again next time: nothing of them is kept.
+
+An epoch longer than a read's limit (``max_records`` per stream, ``--batch-lines``:
+TPC-H SF 0.1's load is one transaction of 879,309 events) is released in parts: when a
+read fetched its limit of a stream that holds more and no whole epoch, it releases
+what of the oldest epoch may go before the epoch is complete
+(:meth:`~connectors.kafka.changes.ChangeCutter.release_partial`: updates without an
+epoch end; the end comes after the epoch's last event, in a later read), and the
+position moves past exactly those records. So a Spark micro-batch (a Flink tick) holds
+at most the limit's records per stream, the epochs are those of a whole release, and a
+restart from a position inside an epoch goes on inside it. Where nothing may go yet
+(the oldest transaction's END not fetched, events without a transaction held before
+it), the read's limit doubles until a whole epoch or a part of one arrives, as before;
+such a retry is not decoded again (:class:`~connectors.kafka.epochs.EpochReader`
+fetches only the records it lacks and the cutter of the attempt, which released
+nothing, is fed them). Besides the offsets the position keeps, in its ``cut`` (plain
+data, in the runner's checkpoint):
 
 * ``windows``: with ``--epoch-ms``, each stream's window of its last event released (a
   stream's windows never go back, so the next read must know where it stood);
-* ``fetched`` and ``idle``: the offsets the read fetched to and whether it had caught
-  up with the topics, so that :meth:`~connectors.kafka.epochs.EpochReader.read_between`
-  (a Spark micro-batch planned before a crash) cuts exactly the same epochs again.
+* ``open``: the epoch released in part, if any
+  (:meth:`~connectors.kafka.changes.ChangeCutter.open_state`: the events released in
+  it and its oldest transaction's per relation, checked against the END's counts;
+  with ``--epoch N`` each stream's events of it; with ``--epoch-ms`` its window);
+* ``fetched``, ``idle`` and ``partial``: the offsets the read fetched to, whether it
+  had caught up with the topics and whether it released part of an epoch, so that
+  :meth:`~connectors.kafka.epochs.EpochReader.read_between` (a Spark micro-batch
+  planned before a crash) cuts exactly the same records again.
 
 The upsert state (the current row per key of the keyed tables,
 :class:`~connectors.kafka.upsert.ChangeApplier`) lives in the reader across reads, and
@@ -43,7 +60,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -183,7 +200,7 @@ class ChangeReader(EpochReader):
         return numbered
 
     def _cut(self, pos: ReadPosition, fetched: Sequence[_Fetched], *, final: bool,
-             idle: bool, replay: ReadPosition | None = None
+             idle: bool, capped: bool = False, replay: ReadPosition | None = None
              ) -> tuple[list[Record], list[int], dict[str, Any] | None]:
         streams = self.streams()
         keys = list(pos.offsets)
@@ -199,6 +216,7 @@ class ChangeReader(EpochReader):
             windows = (pos.cut or {}).get("windows", {})
             for k in keys:
                 cutter.start(index[k], pos.offsets[k], windows.get(k))
+            cutter.resume(_indexed((pos.cut or {}).get("open"), index))
             fed = [0] * len(keys)
         now = time.monotonic()
         for j, (k, f) in enumerate(zip(keys, fetched)):
@@ -215,6 +233,20 @@ class ChangeReader(EpochReader):
             if isinstance(rec, InputError):
                 raise _stopping(rec)
             out.append(rec)
+        # An epoch longer than the read's limit goes in parts (its end after its last
+        # event): the read holds at most the limit's records per stream, never the
+        # whole epoch (a transaction of 879,309 events, TPC-H SF 0.1's load, planned as
+        # one Spark micro-batch ran the driver out of heap).
+        if replay is not None:
+            in_parts = bool((replay.cut or {}).get("partial"))
+        else:
+            in_parts = not out and capped and not final
+        if in_parts:
+            for rec in cutter.release_partial():
+                if isinstance(rec, InputError):
+                    raise _stopping(rec)
+                out.append(rec)
+            in_parts = bool(out)
         released = cutter.positions()
         nxt = [released.get(index[k], pos.offsets[k]) for k in keys]
         if not out and not final and nxt == list(pos.offsets.values()):
@@ -224,8 +256,17 @@ class ChangeReader(EpochReader):
                 del self._arrived[i, offset]
         by_key = {i: k for k, i in index.items()}
         cut = {"fetched": {k: f.end for k, f in zip(keys, fetched)}, "idle": idle,
-               "windows": {by_key[i]: w for i, w in cutter.windows().items()}}
+               "windows": {by_key[i]: w for i, w in cutter.windows().items()},
+               "open": _indexed(cutter.open_state(), by_key), "partial": in_parts}
         return out, nxt, cut
+
+
+def _indexed(state: dict[str, Any] | None, names: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """An open epoch's state (:meth:`ChangeCutter.open_state`) with its streams renamed
+    by ``names`` (stream index <-> ``topic:partition``, as the position names them)."""
+    if not state or "segments" not in state:
+        return state
+    return {**state, "segments": {names[s]: n for s, n in state["segments"].items()}}
 
 
 RUNNER_HINT = ("fix the event (the spark and flink runners stop at a bad event; the local "

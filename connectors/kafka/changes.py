@@ -31,6 +31,21 @@ Epochs:
 Offsets: :meth:`ChangeStreamSource.positions` is, per stream, the offset of the oldest
 record not yet released in an epoch (or the next to fetch), so that right after an
 epoch end it is where a restart must read from.
+
+An epoch in parts (the Spark and Flink runners' reader,
+:mod:`connectors.kafka.change_epochs`, whose reads hold at most ``--batch-lines``
+records per stream): :meth:`ChangeCutter.release_partial` releases the events of the
+oldest epoch not yet released that have arrived, without its end: with transactions,
+the group's complete transactions and, of the oldest END's transaction, each stream's
+leading events (only records from a stream's position on, so that the position moves
+past exactly them); with ``--epoch N``, every stream's events of the epoch fetched;
+with ``--epoch-ms``, the oldest window's events once every stream has reached it (no
+stream can still have an event of an earlier one). The epoch's end comes after its
+last event, as when it is released whole, so the epochs are the same.
+:meth:`ChangeCutter.open_state` is what a cutter started anew at the positions needs
+of the open epoch (:meth:`ChangeCutter.resume`): the events released in it and the
+transaction's per relation (transactions), each stream's events of it (``--epoch
+N``), its window (``--epoch-ms``).
 """
 
 from __future__ import annotations
@@ -38,7 +53,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +146,11 @@ class ChangeCutter:
         self._unplaced: list[ChangeError] = []
         """Refused events without a readable transaction id fed since the last
         :meth:`release` (raised there at once unless ``skip``)."""
+        self._open_segments: dict[int, int] | None = None
+        """``--epoch N``: an epoch is open (:meth:`release_partial`): per stream, its
+        events released."""
+        self._open_window: int | None = None
+        """``--epoch-ms``: the window of the open epoch (:meth:`release_partial`)."""
 
     # -- input -----------------------------------------------------------------------
 
@@ -276,11 +296,14 @@ class ChangeCutter:
             epochs = self._time_epochs(final)
         else:
             for ep in self.counts.pop_epochs():
-                epochs.append(TxnEpoch([i for i in ep.items if i is not None], [], []))
+                epochs.append(TxnEpoch([i for i in ep.items if i is not None], [], [],
+                                       self._open_segments is not None))
+                self._open_segments = None
             if final:
                 rest = [i for i in self.counts.tail() if i is not None]
-                if rest:
-                    epochs.append(TxnEpoch(rest, [], []))
+                if rest or self._open_segments is not None:
+                    epochs.append(TxnEpoch(rest, [], [], self._open_segments is not None))
+                    self._open_segments = None
         for epoch in epochs:
             if stop():
                 raise StopRequested
@@ -297,17 +320,25 @@ class ChangeCutter:
         out: list[TxnEpoch[_Item]] = []
         while True:
             heads = [q[0][0] for q in self._timed.values() if q]
+            if self._open_window is not None:
+                heads.append(self._open_window)  # (it may have no events left)
             if not heads or (below is not None and min(heads) >= below):
                 return out
             w = min(heads)
-            items = []
-            for s in self._data:
-                q = self._timed[s]
-                while q and q[0][0] == w:
-                    item = q.popleft()[1]
-                    items.append(item)
-                    self._item_window[s, item.offset] = w
-            out.append(TxnEpoch(items, [], []))
+            out.append(TxnEpoch(self._take_window(w), [], [], self._open_window == w))
+            if self._open_window == w:
+                self._open_window = None
+
+    def _take_window(self, w: int) -> list[_Item]:
+        """The events of window ``w`` in hand, stream by stream (removed)."""
+        items = []
+        for s in self._data:
+            q = self._timed[s]
+            while q and q[0][0] == w:
+                item = q.popleft()[1]
+                items.append(item)
+                self._item_window[s, item.offset] = w
+        return items
 
     def _where(self, item: _Item) -> str:
         return record_source(*self.streams[item.stream][:2], item.offset)
@@ -319,11 +350,19 @@ class ChangeCutter:
             yield ChangeError(src, shown(item.raw), expected, found)
 
     def _epoch(self, epoch: TxnEpoch[_Item]) -> Iterator[Out]:
-        if not epoch.items and not epoch.txids:
+        if not epoch.items and not epoch.txids and not epoch.open:
             for marker in epoch.markers:  # transactions without events for the query
                 self._done(marker)
             return
-        for item in epoch.items:
+        yield from self._apply(epoch.items)
+        for marker in epoch.markers:
+            self._done(marker)
+        last = epoch.markers[-1].payload if epoch.markers else None
+        yield EpochEnd(last.source if isinstance(last, TransactionEnd) else "")
+
+    def _apply(self, items: Iterable[_Item]) -> Iterator[Out]:
+        """The updates of released events (through the upsert state)."""
+        for item in items:
             self._done(item)
             p = item.payload
             if isinstance(p, ChangeError):
@@ -334,10 +373,83 @@ class ChangeCutter:
                 yield from self.applier.updates(p)
             except ChangeError as err:
                 yield err
-        for marker in epoch.markers:
-            self._done(marker)
-        last = epoch.markers[-1].payload if epoch.markers else None
-        yield EpochEnd(last.source if isinstance(last, TransactionEnd) else "")
+
+    # -- an epoch in parts ---------------------------------------------------------------
+
+    def release_partial(self) -> list[Out]:
+        """The events of the oldest epoch not yet released that may go before the
+        epoch is complete (module docstring, "An epoch in parts"), as updates without
+        an epoch end: call after :meth:`release` gave nothing. Empty: none may go yet
+        (nothing changed)."""
+        if self.fatal or self._unplaced:
+            return []
+        if self.transactional:
+            taken = self.txns.take_partial(self._releasable)
+            if taken is None:
+                return []
+            items, markers = taken
+            out = list(self._apply(items))
+            for marker in markers:
+                self._done(marker)
+            return out
+        if self.epoch_ms is not None:
+            heads = [q[0][0] for q in self._timed.values() if q]
+            if not heads or len(self._window) < len(self._data):
+                return []
+            w = min(heads)
+            if (self._open_window not in (None, w)
+                    or min(self._window[s] for s in self._data) < w):
+                return []  # a stream may still have events of an earlier window
+            self._open_window = w
+            return list(self._apply(self._take_window(w)))
+        head = self.counts.take_head()
+        items = [i for s in self._data for i in head[s] if i is not None]
+        if not items:
+            return []
+        released = self._open_segments or {}
+        self._open_segments = {s: released.get(s, 0) + len(head[s]) for s in self._data}
+        return list(self._apply(items))
+
+    def _releasable(self, stream: int, candidates: list[_Item]) -> int:
+        """How many of ``candidates`` (in order) are ``stream``'s oldest records not
+        released."""
+        done = self._released[stream]
+        unreleased = sorted(o for o in self._pending[stream] if o not in done)
+        n = 0
+        for item, offset in zip(candidates, unreleased):
+            if item.offset != offset:
+                break
+            n += 1
+        return n
+
+    def open_state(self) -> dict[str, Any] | None:
+        """The open epoch (module docstring), as plain data (streams by index); None:
+        no epoch is open."""
+        if self.transactional:
+            return self.txns.open_state()
+        if self.epoch_ms is not None:
+            return None if self._open_window is None else {"window": self._open_window}
+        if self._open_segments is None:
+            return None
+        return {"segments": dict(self._open_segments)}
+
+    def resume(self, state: Mapping[str, Any] | None) -> None:
+        """Go on with an open epoch (:meth:`open_state` of the cutter that read up to
+        the positions given to :meth:`start`), before any :meth:`feed`."""
+        if not state:
+            return
+        if self.transactional:
+            self.txns.resume(state)
+        elif self.epoch_ms is not None:
+            self._open_window = int(state["window"])
+        else:
+            segments = {int(s): int(n) for s, n in state["segments"].items()}
+            self._open_segments = segments
+            for s, n in segments.items():
+                self._in_segment[s] = n
+                if self.epoch_size is not None and n >= self.epoch_size:
+                    self.counts.mark(s, None)
+                    self._in_segment[s] = 0
 
     def _done(self, item: _Item) -> None:
         self._released[item.stream].add(item.offset)

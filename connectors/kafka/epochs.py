@@ -244,12 +244,14 @@ class EpochReader:
         return decode_update(message.value, self.schema, source=src, relation=relation)
 
     def _cut(self, pos: ReadPosition, fetched: Sequence[_Fetched], *, final: bool,
-             idle: bool, replay: ReadPosition | None = None
+             idle: bool, capped: bool = False, replay: ReadPosition | None = None
              ) -> tuple[list[Record], list[int], dict[str, Any] | None]:
         """The records of the whole epochs in ``fetched`` (read from ``pos``), the next
         offset of every stream, and the position's ``cut`` (:class:`ReadPosition`).
         ``final``: the stop offsets are reached; ``idle``: every stream was read to its
-        end; ``replay``: the position a previous cut of the same records ended at."""
+        end; ``capped``: a stream holds more records than the read's limit let it fetch
+        (a change stream's reader may then release part of an epoch);
+        ``replay``: the position a previous cut of the same records ended at."""
         recs, nxt = align(fetched, final=final)
         return recs, nxt, None
 
@@ -353,9 +355,9 @@ class EpochReader:
                 f.end >= pos.stop[k] for k, f in zip(keys, fetched)
             )
             idle = all(f.end >= ends.get(k, 0) for k, f in zip(keys, fetched))
-            recs, nxt, cut = self._cut(pos, fetched, final=at_stop, idle=idle)
             capped = any(f.end >= targets[k] and targets[k] < ends.get(k, 0)
                          for k, f in zip(keys, fetched))
+            recs, nxt, cut = self._cut(pos, fetched, final=at_stop, idle=idle, capped=capped)
             short = any(f.end < targets[k] for k, f in zip(keys, fetched))
             if recs or at_stop or not (capped or short) or nxt != list(pos.offsets.values()):
                 break

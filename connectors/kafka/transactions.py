@@ -36,7 +36,13 @@ event names its transaction (``transaction.id``). :class:`TransactionAligner`:
   END overdue). Where two or more transactions it may belong to lack events,
   :meth:`~TransactionAligner.suspects` names it for the oldest (the caller stops rather
   than release that transaction without it); one whose possible transactions were all
-  released complete is handed back in :attr:`~TransactionAligner.strays`.
+  released complete is handed back in :attr:`~TransactionAligner.strays`;
+* an epoch longer than a reader's batch may be released in parts
+  (:meth:`~TransactionAligner.take_partial`: the complete transactions of its group and
+  the events of the oldest END's transaction that have arrived, without the epoch's
+  end, which comes after the last one); a reader that cuts each read anew carries the
+  open epoch over in its position (:meth:`~TransactionAligner.open_state`,
+  :meth:`~TransactionAligner.resume`).
 
     >>> a: TransactionAligner[str] = TransactionAligner(["R", "S"], {"public.r": "R",
     ...                                                              "public.s": "S"})
@@ -54,9 +60,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from connectors.kafka.debezium import TransactionEnd
 
@@ -72,6 +78,9 @@ class TxnEpoch(Generic[T]):
     items: list[T]
     markers: list[T]
     txids: list[str]
+    open: bool = False
+    """It ends an epoch whose first events were released before (in parts,
+    :meth:`TransactionAligner.take_partial`): it has an end even with no events left."""
 
 
 @dataclass
@@ -144,6 +153,13 @@ class TransactionAligner(Generic[T]):
         self.strays: list[T] = []
         """Refused events without a transaction id whose possible transactions were all
         released without them (taken by the caller: they belong to no epoch)."""
+        self._open = False
+        """An epoch is open: some of its events were released (:meth:`take_partial`),
+        its end was not."""
+        self._carried: dict[str, Counter[str]] = {}
+        """Per transaction, its events (per relation) released in parts before."""
+        self._relation: dict[int, str] = {}
+        """Each data stream's relation (as its events said)."""
 
     # -- input -----------------------------------------------------------------------
 
@@ -158,6 +174,7 @@ class TransactionAligner(Generic[T]):
             else:
                 self._orphans.append(o)
         self._last[stream] = txid
+        self._relation[stream] = relation
         self._add(stream, relation, txid, item)
 
     def orphan(self, stream: int, relation: str, item: T) -> None:
@@ -178,6 +195,7 @@ class TransactionAligner(Generic[T]):
         p = self._pending.setdefault(txid, _Pending())
         p.by_stream.setdefault(stream, []).append(item)
         p.counts[relation] += 1
+        self._relation[stream] = relation
 
     def end(self, end: TransactionEnd, item: T, now: float | None = None) -> None:
         """An END record of the transaction topic (BEGIN records are not needed)."""
@@ -210,26 +228,26 @@ class TransactionAligner(Generic[T]):
             want = self.expected(end)
             self._place()
             p = self._pending.get(end.txid, _Pending())
-            over = [r for r in p.counts if p.counts[r] > want.get(r, 0)]
+            got = p.counts + self._carried.get(end.txid, Counter())
+            over = [r for r in got if got[r] > want.get(r, 0)]
             if over:
                 r = over[0]
                 self.problems.append((item, f"transaction {end.txid}: at most "
                                       f"{want.get(r, 0)} events of {r} (its END's count)",
-                                      f"{p.counts[r]} events"))
-            elif any(p.counts.get(r, 0) < n for r, n in want.items()):
+                                      f"{got[r]} events"))
+            elif any(got.get(r, 0) < n for r, n in want.items()):
                 break
             self._take_head()
             if self._group_events >= self.min_events:
-                out.extend(self._untransacted_epoch())
-                out.append(self._close_group())
-        if final and (self._group or self._group_markers):
-            out.extend(self._untransacted_epoch())
-            out.append(self._close_group())
+                out.extend(self._close())
+        if final and (self._group or self._group_markers or self._open):
+            out.extend(self._close())
         return out
 
     def _take_head(self) -> None:
         end, item, _t = self._ends.popleft()
         p = self._pending.pop(end.txid, _Pending())
+        self._carried.pop(end.txid, None)
         self._released[end.txid] = None
         if len(self._released) > self._released_memory:
             self._released.pop(next(iter(self._released)))
@@ -240,14 +258,93 @@ class TransactionAligner(Generic[T]):
             self._group.append((end.txid, p))
             self._group_events += n
 
+    def _close(self) -> list[TxnEpoch[T]]:
+        """The group as an epoch, after the events without a transaction as one of
+        their own; those go after it when the group's epoch was open (its first events
+        already released: the epoch they would precede has begun)."""
+        if self._open:
+            return [self._close_group(), *self._untransacted_epoch()]
+        return [*self._untransacted_epoch(), self._close_group()]
+
     def _close_group(self) -> TxnEpoch[T]:
         items: list[T] = []
         for _txid, p in self._group:
             for s in sorted(p.by_stream):
                 items.extend(p.by_stream[s])
-        epoch = TxnEpoch(items, self._group_markers, [t for t, _ in self._group])
+        epoch = TxnEpoch(items, self._group_markers, [t for t, _ in self._group], self._open)
         self._group, self._group_markers, self._group_events = [], [], 0
+        self._open = False
         return epoch
+
+    # -- an epoch in parts -------------------------------------------------------------
+
+    def take_partial(self, releasable: Callable[[int, list[T]], int]
+                     ) -> tuple[list[T], list[T]] | None:
+        """Release the head epoch's events that have arrived without ending it: the
+        group's complete transactions (all their events, or nothing is released) and,
+        of the oldest END's transaction, each stream's leading events that
+        ``releasable(stream, candidates)`` allows (how many of the stream's candidates,
+        in order, may go: a reader releases only a stream's oldest records, so that its
+        position can move past them). Returns (events, END records consumed), or None:
+        nothing to release (then nothing changed), e.g. no END waits, or events
+        without a transaction are held (they make an epoch of their own before the
+        group's). The epoch's end comes with its last transaction (:meth:`pop_epochs`:
+        :attr:`TxnEpoch.open`)."""
+        if (self._untransacted and not self._open) or self._orphans or any(
+                self._waiting.values()):
+            return None
+        by_stream: dict[int, list[T]] = {}
+        for _txid, p in self._group:
+            for s, evs in p.by_stream.items():
+                by_stream.setdefault(s, []).extend(evs)
+        whole = {s: len(evs) for s, evs in by_stream.items()}
+        head = self._pending.get(self._ends[0][0].txid) if self._ends else None
+        if head is not None:
+            for s, evs in head.by_stream.items():
+                by_stream.setdefault(s, []).extend(evs)
+        take = {s: releasable(s, evs) for s, evs in sorted(by_stream.items())}
+        if any(take[s] < n for s, n in whole.items()):
+            return None  # (a group's transaction is released whole or not at all)
+        from_head = {s: take[s] - whole.get(s, 0) for s in take}
+        if not self._group and not self._group_markers and not any(from_head.values()):
+            return None
+        items = [i for s in sorted(take) for i in by_stream[s][:take[s]]]
+        markers = self._group_markers
+        self._group, self._group_markers = [], []
+        if head is not None and self._ends:
+            txid = self._ends[0][0].txid
+            carried = self._carried.setdefault(txid, Counter())
+            for s, n in from_head.items():
+                if n:
+                    del head.by_stream[s][:n]
+                    relation = self._relation[s]
+                    head.counts[relation] -= n
+                    carried[relation] += n
+                    self._group_events += n
+            head.counts = +head.counts
+        self._open = True
+        return items, markers
+
+    def open_state(self) -> dict[str, Any] | None:
+        """What a reader that cuts each read anew carries over of an open epoch (plain
+        data; None: no epoch open): the events released in it, and the oldest END's
+        transaction's events released per relation."""
+        if not self._open:
+            return None
+        head = self._ends[0][0].txid if self._ends else None
+        counts = dict(self._carried.get(head, Counter())) if head is not None else {}
+        return {"events": self._group_events, "txid": head if counts else None,
+                "counts": counts}
+
+    def resume(self, state: Mapping[str, Any] | None) -> None:
+        """Go on with the open epoch of :meth:`open_state` (before any input)."""
+        if not state:
+            return
+        self._open = True
+        self._group_events = int(state["events"])
+        if state.get("txid") is not None:
+            self._carried[str(state["txid"])] = Counter(
+                {str(r): int(n) for r, n in state["counts"].items()})
 
     def _untransacted_epoch(self) -> list[TxnEpoch[T]]:
         if not self._untransacted:
@@ -259,12 +356,13 @@ class TransactionAligner(Generic[T]):
     def flush_untransacted(self) -> list[TxnEpoch[T]]:
         """The events without a transaction as an epoch, when no transaction is waiting
         (an idle source after a snapshot)."""
-        if self._pending or self._ends or self._group:
+        if self._pending or self._ends or self._group or self._open:
             return []
         return self._untransacted_epoch()
 
     def _short(self, end: TransactionEnd, relation: str) -> bool:
-        got = self._pending.get(end.txid, _Pending()).counts.get(relation, 0)
+        got = (self._pending.get(end.txid, _Pending()).counts.get(relation, 0)
+               + self._carried.get(end.txid, Counter()).get(relation, 0))
         return got < self.expected(end).get(relation, 0)
 
     def _place(self, settled: bool = False) -> bool:
@@ -332,7 +430,8 @@ class TransactionAligner(Generic[T]):
         lacks (of a relation it lacks events of, with nothing but released transactions
         or its own events before them in their stream), in stream order."""
         want = self.expected(end)
-        got = self._pending.get(end.txid, _Pending()).counts
+        got = self._pending.get(end.txid, _Pending()).counts + self._carried.get(
+            end.txid, Counter())
         short = {r for r, n in want.items() if got.get(r, 0) < n}
         waiting = [o for os in self._waiting.values() for o in os]
         return [o.item for o in sorted([*self._orphans, *waiting], key=lambda o: o.stream)
@@ -352,7 +451,7 @@ class TransactionAligner(Generic[T]):
             return None
         want = self.expected(end)
         got = self._pending.get(end.txid, _Pending()).counts
-        return end, item, want, Counter(got)
+        return end, item, want, got + self._carried.get(end.txid, Counter())
 
     def force_head(self) -> list[TxnEpoch[T]]:
         """Release the oldest END's transaction with the events that arrived (``--on-error
@@ -360,7 +459,7 @@ class TransactionAligner(Generic[T]):
         if not self._ends:
             return []
         self._take_head()
-        return [*self._untransacted_epoch(), self._close_group()]
+        return self._close()
 
     def open_transactions(self) -> int:
         """Transactions with events but no END yet (left unreleased at a bounded end)."""
