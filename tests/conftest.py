@@ -81,6 +81,9 @@ BEYOND_THE_SLICE: dict[str, str] = {
         "the Flink SQL peer end to end (31 s); its translations are tested apart",
     "tests/test_bench_tpch_smoke.py::test_tpch_bench_smoke":
         "the TPC-H bench's smoke run (28 s); TPC-H agrees with DuckDB in test_sql_layer.py",
+    "tests/test_bench_tpcds_latency_smoke.py::test_tpcds_latency_smoke":
+        "the TPC-DS latency bench's smoke run (17 s); its workers run in the TPC-H "
+        "bench's smoke run, TPC-DS equal to DuckDB by bench/tpcds_accept.py",
     "tests/test_bench_crossover_smoke.py::test_quick_run":
         "the crossover bench (20 s); the same engines in test_bench_smoke.py",
     "tests/test_bench_tpch_runners_smoke.py::test_tpch_runners_all_smoke":
