@@ -70,6 +70,16 @@ def _rss_mib() -> float:
 
 
 def _peak_mib() -> float:
+    """This process's peak RSS: its memory's high-water mark (``VmHWM``), which starts
+    anew at ``exec``; ``ru_maxrss`` carries a larger parent's peak over fork and exec
+    (a worker started by a parent that held a DuckDB load reported the parent's)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
