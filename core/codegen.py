@@ -63,58 +63,90 @@ def define(source: str, filename: str, env: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- emitter: source fragments the generators repeat ------------------------------------
+SMALL_BUCKET = 8
+"""A set bucket of 2 to this many elements is a list: a list of 4 costs 88 bytes in
+CPython, a set of 4 216 (a set of 5-8 472). Beyond it a set (an element test in a list
+is a scan); a set that shrinks to half of it is a list again."""
+
+
 def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
             on_new: Sequence[str] = ()) -> list[str]:
     """Lines (at ``indent``) adding ``elem`` to the compact set bucket ``table[key]``
     through local ``var``: absent, the element is stored bare (a set of one costs 216
     bytes, the element a pointer; None, which reads as absent, goes in a set); a bare
-    element and a second one make a set. ``on_new`` (relative to the new-bucket branch)
-    runs only when the key was absent. Readers: ``operators.nodemaps.members``.
+    element and a second one make a list, a list past :data:`SMALL_BUCKET` elements a
+    set. Adding an element already there changes nothing, as a set's ``add``.
+    ``on_new`` (relative to the new-bucket branch) runs only when the key was absent.
+    Readers: ``operators.nodemaps.members``.
 
     >>> print("\\n".join(set_add("", "index", "k", "b", on_new=["seen(k)"])))
     b = index.get(k)
     if b is None:
         index[k] = t if t is not None else {t}
         seen(k)
+    elif isinstance(b, list):
+        if t not in b:
+            if len(b) < 8:
+                b.append(t)
+            else:
+                index[k] = {*b, t}
     elif isinstance(b, set):
         b.add(t)
-    else:
-        index[k] = {b, t}
+    elif b != t:
+        index[k] = [b, t]
     """
     inner = indent + "    "
     return [f"{indent}{var} = {table}.get({key})", f"{indent}if {var} is None:",
             f"{inner}{table}[{key}] = {elem} if {elem} is not None else {{{elem}}}",
             *(inner + ln for ln in on_new),
+            f"{indent}elif isinstance({var}, list):", f"{inner}if {elem} not in {var}:",
+            f"{inner}    if len({var}) < {SMALL_BUCKET}:", f"{inner}        {var}.append({elem})",
+            f"{inner}    else:", f"{inner}        {table}[{key}] = {{*{var}, {elem}}}",
             f"{indent}elif isinstance({var}, set):", f"{inner}{var}.add({elem})",
-            f"{indent}else:", f"{inner}{table}[{key}] = {{{var}, {elem}}}"]
+            f"{indent}elif {var} != {elem}:", f"{inner}{table}[{key}] = [{var}, {elem}]"]
 
 
 def set_discard(indent: str, table: str, key: str, var: str, elem: str = "t",
                 on_empty: Sequence[str] = ()) -> list[str]:
     """Lines (at ``indent``) removing ``elem`` (present) from the compact set bucket
-    ``table[key]`` through local ``var``: a set of two or more loses it (and one left
-    not None is stored bare again), anything else was the last element, and the key is
-    deleted; ``on_empty`` (relative to that branch) runs only then: the reverse of
+    ``table[key]`` through local ``var``: a list or set of two or more loses it (one
+    left, not None, is stored bare again; a set down to half of :data:`SMALL_BUCKET` is
+    a list again), anything else was the last element, and the key is deleted;
+    ``on_empty`` (relative to that branch) runs only then: the reverse of
     :func:`set_add`.
 
     >>> print("\\n".join(set_discard("", "index", "k", "b")))
     b = index[k]
-    if isinstance(b, set) and len(b) > 1:
+    if isinstance(b, list):
+        if t in b:
+            b.remove(t)
+            if len(b) == 1:
+                b_one = b[0]
+                index[k] = b_one if b_one is not None else {b_one}
+    elif isinstance(b, set) and len(b) > 1:
         b.discard(t)
         if len(b) == 1:
             b_one = next(iter(b))
             if b_one is not None:
                 index[k] = b_one
+        elif len(b) <= 4:
+            index[k] = list(b)
     else:
         del index[k]
     """
     inner = indent + "    "
     one = f"{var}_one"
     return [f"{indent}{var} = {table}[{key}]",
-            f"{indent}if isinstance({var}, set) and len({var}) > 1:",
+            f"{indent}if isinstance({var}, list):", f"{inner}if {elem} in {var}:",
+            f"{inner}    {var}.remove({elem})", f"{inner}    if len({var}) == 1:",
+            f"{inner}        {one} = {var}[0]",
+            f"{inner}        {table}[{key}] = {one} if {one} is not None else {{{one}}}",
+            f"{indent}elif isinstance({var}, set) and len({var}) > 1:",
             f"{inner}{var}.discard({elem})", f"{inner}if len({var}) == 1:",
             f"{inner}    {one} = next(iter({var}))", f"{inner}    if {one} is not None:",
             f"{inner}        {table}[{key}] = {one}",
+            f"{inner}elif len({var}) <= {SMALL_BUCKET // 2}:",
+            f"{inner}    {table}[{key}] = list({var})",
             f"{indent}else:", f"{inner}del {table}[{key}]",
             *(inner + ln for ln in on_empty)]
 

@@ -20,23 +20,37 @@ Example (a root over (a, b), no parent: its tuples are live as they enter V_s):
         group = proj_0.get(k)
         if group is None:
             proj_0[k] = t if t is not None else {t}
+        elif isinstance(group, list):
+            if t not in group:
+                if len(group) < 8:
+                    group.append(t)
+                else:
+                    proj_0[k] = {*group, t}
         elif isinstance(group, set):
             group.add(t)
-        else:
-            proj_0[k] = {group, t}
+        elif group != t:
+            proj_0[k] = [group, t]
     def sj_delete_0(t):
         k = ()
         group = proj_0[k]
-        if isinstance(group, set) and len(group) > 1:
+        if isinstance(group, list):
+            if t in group:
+                group.remove(t)
+                if len(group) == 1:
+                    group_one = group[0]
+                    proj_0[k] = group_one if group_one is not None else {group_one}
+        elif isinstance(group, set) and len(group) > 1:
             group.discard(t)
             if len(group) == 1:
                 group_one = next(iter(group))
                 if group_one is not None:
                     proj_0[k] = group_one
+            elif len(group) <= 4:
+                proj_0[k] = list(group)
         else:
             del proj_0[k]
 
-Buckets are compact (:mod:`operators.nodemaps`): one tuple is stored bare.
+Buckets are compact (:mod:`operators.nodemaps`): one tuple is stored bare, 2-8 in a list.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class DictState:
 
 
 def count_entries(maps: Iterable[MutableMapping[Any, Any]]) -> int:
-    """Map keys plus the members of set/dict values, over ``maps``.
+    """Map keys plus the members of list/set/dict values, over ``maps``.
 
     >>> count_entries([{1: {2, 3}}, {4: 5}])
     4
@@ -62,7 +62,7 @@ def count_entries(maps: Iterable[MutableMapping[Any, Any]]) -> int:
     for m in maps:
         total += len(m)
         for v in m.values():
-            if isinstance(v, (set, frozenset, dict)):
+            if isinstance(v, (list, set, frozenset, dict)):
                 total += len(v)
     return total
 

@@ -240,6 +240,39 @@ def test_an_epoch_longer_than_a_read_goes_in_parts(
                 assert _by_epoch(rest) == _by_epoch(later)
 
 
+def test_a_stream_served_late_does_not_double_the_read(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A read whose transaction topic is served late (at TPC-H SF 0.1 the broker, busy
+    sending lineitem, served the END four retries late, and the first Spark micro-batch
+    held 426,030 events: the limit had doubled at each retry) waits for it at the same
+    limit, then releases part of the load: no stream moves past the limit."""
+    from connectors.kafka.epochs import _Fetched, stream_key
+
+    q, _u, url = _produce(kafka_bootstrap, tmp_path, "debezium-json", seed=5)
+    reader = ChangeReader(parse_kafka_url(url), compile_query(q.read_text()).schema)
+    fetch = reader._fetch
+    late = stream_key(url.split("transactions=")[1], 0)
+    calls: list[dict[str, int]] = []
+
+    def served_late(starts: dict[str, int], targets: dict[str, int], timeout_s: float,
+                    keep_from: dict[str, int] | None = None) -> list[_Fetched]:
+        got = fetch(starts, targets, timeout_s, keep_from)
+        calls.append(dict(targets))
+        if len(calls) > 3:
+            return got
+        keys = [stream_key(t, p) for t, p, _r in reader.streams()]
+        return [_Fetched([], starts[k]) if k == late else f for k, f in zip(keys, got)]
+
+    reader._fetch = served_late  # type: ignore[method-assign]
+    pos = reader.initial(stop_at_end=True)
+    numbered, end = reader.read(pos, max_records=LIMIT, timeout_s=0.1)
+    reader.close()
+    assert len(calls) >= 4 and numbered
+    moved = {k: o - pos.offsets[k] for k, o in end.offsets.items()}
+    assert max(moved.values()) <= LIMIT, moved
+    assert all(t - pos.offsets[k] <= LIMIT for c in calls for k, t in c.items()), calls
+
+
 def _spark_batches(ckpt: Path) -> list[dict[str, Any]]:
     """The source's offsets Spark logged, one per micro-batch, in batch order."""
     out = []

@@ -1,9 +1,9 @@
 """Compact buckets (operators/nodemaps.py): a join node's index, live index or group that
-holds one tuple stores it bare. The generated writes keep a bucket's members exactly
-(None, 0 and '' among them: falsy members are members, None is never bare), and whole
-queries whose keys go from one tuple to several and back, with NULLs and falsy values
-in the joined columns and multiplicities of two, equal DuckDB after every epoch, on the
-interpreted and the compiled build.
+holds one tuple stores it bare, 2-8 in a list, more in a set. The generated writes keep
+a bucket's members exactly (None, 0 and '' among them: falsy members are members, None
+is never bare), and whole queries whose keys go from one tuple to several and back, with
+NULLs and falsy values in the joined columns and multiplicities of two, equal DuckDB
+after every epoch, on the interpreted and the compiled build.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import bag_stream, check_stream
 
-from core.codegen import define, set_add, set_discard
+from core.codegen import SMALL_BUCKET, define, set_add, set_discard
 from core.native import native_available
 from dataflow.api import compile_query
 from operators.nodemaps import CONTAINERS, members
 
-MEMBERS = st.sampled_from([None, 0, "", 1, (1, 2), (1, None), ("", 0)])
+MEMBERS = st.sampled_from([None, 0, "", 1, (1, 2), (1, None), ("", 0), *range(2, 12)])
 
 
 def _bucket_ops() -> tuple[Callable[[Any, Any], None], Callable[[Any, Any], None], dict[Any, Any]]:
@@ -32,8 +32,8 @@ def _bucket_ops() -> tuple[Callable[[Any, Any], None], Callable[[Any, Any], None
     return env["add"], env["discard"], table
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 2), MEMBERS), max_size=60))
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 2), MEMBERS), max_size=120))
 def test_set_buckets_hold_their_members_exactly(ops: list[tuple[bool, int, Any]]) -> None:
     add, discard, table = _bucket_ops()
     truth: dict[int, set[Any]] = {}
@@ -51,9 +51,31 @@ def test_set_buckets_hold_their_members_exactly(ops: list[tuple[bool, int, Any]]
                 continue
             stored = table[k]
             assert set(members(stored)) == expected
-            # one member, not None: bare; else a container
+            # one member, not None: bare; else a container: a list up to SMALL_BUCKET
             bare = len(expected) == 1 and None not in expected
             assert isinstance(stored, CONTAINERS) != bare, (stored, expected)
+            if isinstance(stored, list):
+                assert 2 <= len(stored) <= SMALL_BUCKET, stored
+            elif len(expected) > SMALL_BUCKET:
+                assert isinstance(stored, set), stored
+
+
+def test_a_bucket_goes_bare_list_set_and_back() -> None:
+    add, discard, table = _bucket_ops()
+    kinds = []
+    for t in range(10):
+        add("k", t)
+        kinds.append(type(table["k"]).__name__)
+    add("k", 3)  # already there: nothing changes
+    assert kinds == ["int"] + ["list"] * (SMALL_BUCKET - 1) + ["set"] * (10 - SMALL_BUCKET)
+    assert sorted(members(table["k"])) == list(range(10))
+    shrinking = []
+    for t in range(9, -1, -1):
+        discard("k", t)
+        shrinking.append(type(table["k"]).__name__ if "k" in table else "-")
+    # a set goes back to a list at half of SMALL_BUCKET, a list of one to the bare tuple
+    assert shrinking == ["set"] * (9 - SMALL_BUCKET // 2) + ["list"] * (SMALL_BUCKET // 2 - 1) \
+        + ["int", "-"]
 
 
 SQL = ("CREATE TABLE R(a INT); CREATE TABLE S(a INT, b TEXT); CREATE TABLE T(b TEXT, c INT);\n"
@@ -69,9 +91,22 @@ def _row(table: str, draw: Any) -> tuple[Any, ...]:
     return {"R": (a,), "S": (a, b), "T": (b, c)}[table]
 
 
+def _wide_row(table: str, draw: Any) -> tuple[Any, ...]:
+    # (two join values, a dozen b's: a key's bucket grows past SMALL_BUCKET and back)
+    a = draw(st.sampled_from([0, 1, None]))
+    b = draw(st.sampled_from([None, "", *"bcdefghijkl"]))
+    c = draw(st.sampled_from([None, 0, 1]))
+    return {"R": (a,), "S": (a, b), "T": (b, c)}[table]
+
+
 @st.composite
 def _streams(draw: Any) -> list[Any]:
     return bag_stream(draw, "RSST", _row, epochs=6, per_epoch=14)
+
+
+@st.composite
+def _wide_streams(draw: Any) -> list[Any]:
+    return bag_stream(draw, "RSSSTT", _wide_row, epochs=5, per_epoch=30)
 
 
 BUILDS = [False, pytest.param(True, marks=pytest.mark.skipif(
@@ -83,6 +118,16 @@ BUILDS = [False, pytest.param(True, marks=pytest.mark.skipif(
 @settings(max_examples=40, deadline=None)
 @given(records=_streams())
 def test_queries_over_one_and_many_tuples_per_key_equal_duckdb(
+        sql: str, native: bool, records: list[Any]) -> None:
+    view = compile_query(sql).maintain(native=native)
+    check_stream(view, sql, records)
+
+
+@pytest.mark.parametrize("native", BUILDS, ids=["interpreted", "native"])
+@pytest.mark.parametrize("sql", [SQL, AGG], ids=["join", "aggregate"])
+@settings(max_examples=25, deadline=None)
+@given(records=_wide_streams())
+def test_queries_whose_buckets_pass_the_small_bucket_bound_equal_duckdb(
         sql: str, native: bool, records: list[Any]) -> None:
     view = compile_query(sql).maintain(native=native)
     check_stream(view, sql, records)

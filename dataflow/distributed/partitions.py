@@ -218,7 +218,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout14-'
+        'layout15-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning))
@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 14
+STATE_LAYOUT = 15
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -256,8 +256,8 @@ query's logical plan, :meth:`~plans.logical.LogicalPlan.render`, not its SQL tex
 the modules whose classes the checkpointed state pickles moved, ``dataflow.distributed``
 to :mod:`dataflow.distributed.partitions`, ``dataflow.stages`` to
 :mod:`dataflow.distributed.stages`; 14: compact buckets, a join node's index, live index
-or group of one tuple holds the tuple bare, :mod:`operators.nodemaps`), so that a
-checkpoint of another layout fails loud
+or group of one tuple holds the tuple bare, :mod:`operators.nodemaps`; 15: a set bucket
+of 2 to 8 tuples is a list), so that a checkpoint of another layout fails loud
 instead of being read wrongly."""
 
 
