@@ -236,8 +236,11 @@ class _Global:
 
 
 class _Translator:
-    def __init__(self, records: list[_Record]) -> None:
+    def __init__(self, records: list[_Record], typed_rows: bool = True) -> None:
         self.records = records
+        self.typed_rows = typed_rows
+        """Whether rows indexed by constants are typed ``tuple`` (not where a join
+        node's tuples may be packed rows, :mod:`core.native_rows`)."""
         self.by_fn: dict[int, str] = {}
         for r in records:
             for name, fn in r.functions.items():
@@ -337,7 +340,7 @@ class _Translator:
                 return translator.global_of(r, node.id)
 
         cname = f"_ivf{r.index}_{fdef.name}"
-        rows = self._tuple_vars(fdef, params)
+        rows = self._tuple_vars(fdef, params) if self.typed_rows else set()
         sig = ", ".join([_SELF, *(("tuple " if p in rows else "object ") + p
                                   + defaults.get(p, "") for p in params)])
         lines = [f"    cdef object {cname}({sig}):"]
@@ -459,6 +462,26 @@ def native_maps(on_compile: Callable[[], None] | None = None) -> ModuleType:
     2 128
     """
     module, _seconds = _build(MAPS_PYX.read_text(), on_compile)
+    return module
+
+
+ROWS_PYX = Path(__file__).with_name("native_rows.pyx")
+"""Join-node tuples packed in native fields (``PackedRow``, ``packer``), a Cython file
+shipped with the package and built alone by :func:`native_rows`."""
+
+
+def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
+    """The built module of ``core/native_rows.pyx``, as :func:`native_maps` builds its.
+
+    >>> if native_available() is None:
+    ...     from decimal import Decimal
+    ...     row = native_rows().packer(True)((600000, Decimal("23721.9360"), "x"))
+    ...     print(type(row).__name__, row[1], row == (600000, Decimal("23721.9360"), "x"))
+    ... else:
+    ...     print("PackedRow 23721.9360 True")
+    PackedRow 23721.9360 True
+    """
+    module, _seconds = _build(ROWS_PYX.read_text(), on_compile)
     return module
 
 
@@ -593,21 +616,24 @@ class NativeBuild:
         return self.namespaces.get(id(env))
 
 
-def native_source(entries: Sequence[Callable[..., Any]]) -> str:
+def native_source(entries: Sequence[Callable[..., Any]], typed_rows: bool = True) -> str:
     """The Cython source that :func:`nativize` builds for ``entries`` (raises
     :class:`NativeBuildError` when the code cannot be translated)."""
-    return _Translator(_collect(entries)).module()
+    return _Translator(_collect(entries), typed_rows).module()
 
 
 def nativize(entries: Sequence[Callable[..., Any]],
-             on_compile: Callable[[], None] | None = None) -> NativeBuild:
+             on_compile: Callable[[], None] | None = None,
+             typed_rows: bool = True) -> NativeBuild:
     """Compile the generated code reachable from ``entries`` (see the module doc);
     ``on_compile()`` is called before a C build starts (the module of this shape is not
-    cached yet: a few seconds).
+    cached yet: a few seconds). ``typed_rows=False`` where rows may be packed
+    (:mod:`core.native_rows`): a row indexed by a constant is then any object, not a
+    ``tuple``.
 
     Raises :class:`NativeBuildError` when the code cannot be translated or built."""
     records = _collect(entries)
-    translator = _Translator(records)
+    translator = _Translator(records, typed_rows)
     text = translator.module()
     module, seconds = _build(text, on_compile)
     instance = module.Compiled()

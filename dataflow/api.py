@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from core.errors import UnsupportedQueryError, UsageError
 from core.graph import Dataflow
@@ -138,7 +138,9 @@ class CompiledQuery:
             mode = native_mode(native)
         except UsageError as err:
             return f"a run fails: {err}"
-        view = View(self, parallelism, eps, native=False)
+        # (the code a native run generates, packed rows and all: nothing built here)
+        view = View(self, parallelism, eps, native=False,
+                    row_packer=None if mode == "off" else _unchanged)
         try:
             why = view._interpreted_because(mode, native)
         except NativeBuildError as err:
@@ -146,7 +148,7 @@ class CompiledQuery:
         if why is not None:
             return f"interpreted: {why}"
         try:
-            text = native_source(view._bindings.entries())
+            text = native_source(view._bindings.entries(), typed_rows=not view.packed_rows)
         except Exception as err:  # (the same fallback as View's)
             if mode == "on":
                 return f"a run fails: {one_line(err)}"
@@ -161,6 +163,10 @@ class CompiledQuery:
         """Per-epoch deltas of a stream: an epoch ends at a marker, after ``epoch_size``
         updates, and at the end of the stream (if it holds updates)."""
         yield from run_view(self.maintain(parallelism), records, epoch_size)
+
+
+def _unchanged(t: tuple[Any, ...]) -> tuple[Any, ...]:
+    return t
 
 
 def compile_query(

@@ -295,6 +295,13 @@ class JoinNode:
         if all(node.finished for node in tree):
             nodecode.compile_tree(tree[0])
 
+    @property
+    def keeps_tuples(self) -> bool:
+        """Whether the node stores the tuples it is given (an atom node that is neither
+        a sum leaf, which keeps sums, nor a key leaf, which keeps keys)."""
+        return (not self.generalized and not self.sum_leaf
+                and not isinstance(self.base, KeyedBase))
+
     def mult_expr(self, var: str, env: dict[str, Any], name: str) -> str:
         """Generated code for the multiplicity of tuple ``var`` (present):
         :func:`operators.nodecode.mult_expr`."""

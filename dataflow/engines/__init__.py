@@ -45,6 +45,12 @@ class AtomPort(Protocol):
         deletes with it), or None where the port does not keep them."""
         ...
 
+    @property
+    def keeps_tuples(self) -> bool:
+        """Whether the port stores the tuples it is given as they are (so a view that
+        packs them, :mod:`core.native_rows`, stores less)."""
+        ...
+
 
 class PartitionEngine(Protocol):
     """What every engine offers the runners (checked by mypy where kinds make engines)."""

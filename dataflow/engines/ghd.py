@@ -85,12 +85,18 @@ class _AtomPort:
         # out: its CROWN node's base holds the copy's multiplicities.
         self.base = self.node.base if self.project is None else None
 
+    @property
+    def keeps_tuples(self) -> bool:
+        return self.project is None and self.node.keeps_tuples
+
     def apply(self, t: tuple[Any, ...], dm: int) -> None:
         self.node.apply(t if self.project is None else self.project(t), dm)
 
 
 class _TrianglePort:
     """One FROM item of a triangle bag (IVM-epsilon listing, projected to the bag)."""
+
+    keeps_tuples = False  # (the triangle views key their maps by the tuples' parts)
 
     def __init__(
         self, tri: TriangleEngine, k: int, feed: _Feed, src: tuple[str, ...],
@@ -116,7 +122,9 @@ class _TrianglePort:
 
 
 class _JoinPort:
-    """One FROM item of a delta-join bag."""
+    """One FROM item of a delta-join bag (its relation copy counts the tuples)."""
+
+    keeps_tuples = True
 
     def __init__(self, join: DeltaJoin, k: int, feed: _Feed) -> None:
         self.join = join

@@ -26,6 +26,8 @@ from plans.hierarchical import HierarchicalPlan
 class _AtomPort:
     """One FROM item: reorders its projected tuple into its path order."""
 
+    keeps_tuples = False  # (it stores the reordered tuple)
+
     def __init__(self, views: HierarchicalViews, atom: int, perm: tuple[int, ...]) -> None:
         self.views = views
         self.atom = atom

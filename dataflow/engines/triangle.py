@@ -35,6 +35,8 @@ class _AtomPort:
     ``base`` reads the copy's multiplicities (the partitioned runners validate deletes
     with it)."""
 
+    keeps_tuples = False  # (it stores the tuple's parts)
+
     def __init__(self, op: TriangleOp, role: int, swapped: bool) -> None:
         self.op = op
         self.role = role
