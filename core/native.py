@@ -466,8 +466,11 @@ def native_maps(on_compile: Callable[[], None] | None = None) -> ModuleType:
 
 
 ROWS_PYX = Path(__file__).with_name("native_rows.pyx")
-"""Join-node tuples packed in native fields (``PackedRow``, ``packer``), a Cython file
-shipped with the package and built alone by :func:`native_rows`."""
+"""Join-node tuples packed in native fields (``PackedRow2`` ... ``PackedRow8``,
+``packer``), a Cython file shipped with the package and built alone by
+:func:`native_rows`, its row class once per size of :data:`ROW_SIZES`."""
+ROW_SIZES = (2, 4, 6, 8)
+"""The numbers of fields of the packed row classes (48, 64, 80 and 112 bytes a row)."""
 
 
 def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
@@ -478,10 +481,14 @@ def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
     ...     row = native_rows().packer(True)((600000, Decimal("23721.9360"), "x"))
     ...     print(type(row).__name__, row[1], row == (600000, Decimal("23721.9360"), "x"))
     ... else:
-    ...     print("PackedRow 23721.9360 True")
-    PackedRow 23721.9360 True
+    ...     print("PackedRow4 23721.9360 True")
+    PackedRow4 23721.9360 True
     """
-    module, _seconds = _build(ROWS_PYX.read_text(), on_compile)
+    head, rest = ROWS_PYX.read_text().split("# --- row class ---\n")
+    block, tail = rest.split("# --- end row class ---\n")
+    classes = [block.replace("ROW_CLASS", f"PackedRow{n}").replace("ROW_FIELDS", str(n))
+               for n in ROW_SIZES]
+    module, _seconds = _build(head + "\n\n".join(classes) + tail, on_compile)
     return module
 
 

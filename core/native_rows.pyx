@@ -2,15 +2,21 @@
 # node's tuples packed into fixed-width native fields. Built alone, once per Python and
 # Cython version, and cached like the generated modules.
 #
-# PackedRow: a tuple of 1 to 8 values in one object of 112 bytes. A 5-column lineitem
-# tuple as Python objects is the tuple (80 bytes) and its values: an int above 256 is
-# 28 bytes, a DECIMAL 104; together about 270 bytes. Here an int of 64 bits and a
-# DECIMAL whose coefficient fits 64 bits are stored in the row itself (8 bytes and an
-# exponent); anything else (a text, a date, None, a bigger number) as a reference to
-# the value, which the parser shares between rows. Reading a field makes the Python
-# value again (an int, or a Decimal with the same coefficient and exponent: equal,
-# and printed the same); the row hashes as the tuple of its values does and equals
-# that tuple, so a plain tuple finds a packed row in a dict and the other way round.
+# A row of n values (1 to 8) is one object of the smallest class that holds n:
+# PackedRow2 (48 bytes), PackedRow4 (64), PackedRow6 (80), PackedRow8 (112). As Python
+# objects a tuple of n is 40 + 8n bytes and each of its values apart: an int above 256
+# is 28 bytes, a DECIMAL 104 (a 5-column lineitem tuple of Q9 with its values: about
+# 270 bytes; here 80). A 64-bit int and a DECIMAL whose coefficient has at most 18
+# digits are stored in the row (8 bytes and a tag: the DECIMAL's exponent); anything
+# else (a text, a date, None, a bigger number) as a reference to the value, which the
+# parser shares between rows. Reading a field makes the Python value again (an int; a
+# Decimal with the same coefficient and exponent: equal, and printed the same). A row
+# hashes as the tuple of its values does and equals that tuple, so a plain tuple finds
+# a packed row in a dict and the other way round.
+#
+# The classes differ only in their number of fields: the text between the markers
+# below is written once per size by core/native.py (native_rows), with ROW_CLASS and
+# ROW_FIELDS replaced.
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, intptr_t
@@ -18,27 +24,17 @@ from libc.stdint cimport int64_t, intptr_t
 from decimal import Decimal
 
 cdef enum:
-    MAXF = 8
-    K_INT = 0
-    K_DEC = 1
-    K_OBJ = 2
+    T_INT = 255  # a field's tag: an int; T_OBJ a reference; 0-127 a DECIMAL's -exponent
+    T_OBJ = 254
 
 _Decimal = Decimal
 
 
-cdef inline object _field(PackedRow r, int i):
-    cdef int kind = r.kinds[i]
-    if kind == K_INT:
-        return r.vals[i]
-    if kind == K_DEC:
-        return _Decimal(r.vals[i]).scaleb(r.exps[i])
-    return <object><PyObject *><intptr_t>r.vals[i]
-
-
-cdef bint _pack_decimal(PackedRow r, int i, str text):
-    """Store a DECIMAL from its text when it reads ``[-]digits[.digits]`` with at most
-    18 digits and is not a negative zero; False (nothing stored) otherwise (an exponent
-    form, NaN, Infinity: kept as the object)."""
+cdef bint _decimal_fields(str text, int64_t *coef_out, unsigned char *tag_out):
+    """A DECIMAL's coefficient and tag from its text, when it reads
+    ``[-]digits[.digits]`` with at most 18 significant digits and 127 after the point
+    and is not a negative zero; False (nothing written) otherwise: an exponent form,
+    NaN, Infinity stay objects."""
     cdef Py_ssize_t k, n = len(text), start = 0, frac = -1
     cdef int64_t coef = 0
     cdef int digits = 0
@@ -65,63 +61,64 @@ cdef bint _pack_decimal(PackedRow r, int i, str text):
                 frac += 1
         else:
             return False
-    if negative and coef == 0:
+    if (negative and coef == 0) or frac > 127:
         return False
-    if frac > 127:
-        return False
-    r.kinds[i] = K_DEC
-    r.exps[i] = <signed char>(-frac if frac > 0 else 0)
-    r.vals[i] = -coef if negative else coef
+    coef_out[0] = -coef if negative else coef
+    tag_out[0] = <unsigned char>(frac if frac > 0 else 0)
     return True
 
 
-cdef tuple _values(PackedRow r):
+cdef inline object _value(int64_t val, unsigned char tag):
+    if tag == T_INT:
+        return val
+    if tag == T_OBJ:
+        return <object><PyObject *><intptr_t>val
+    return _Decimal(val).scaleb(-<int>tag)
+
+
+cdef inline int64_t _store(object v, bint decimals, unsigned char *tag) except? -1:
+    cdef int64_t coef
+    if type(v) is int and -9223372036854775807 <= v <= 9223372036854775807:
+        tag[0] = T_INT
+        return v
+    if decimals and type(v) is _Decimal and _decimal_fields(str(v), &coef, tag):
+        return coef
+    tag[0] = T_OBJ
+    Py_INCREF(v)
+    return <int64_t><intptr_t><PyObject *>v
+
+
+# --- row class ---
+cdef class ROW_CLASS
+
+
+cdef tuple _values_ROW_CLASS(ROW_CLASS r):
+    # (a function, not a cdef method: a method would add a table pointer to every row)
     cdef int i
-    return tuple([_field(r, i) for i in range(r.n)])
+    return tuple([_value(r.vals[i], r.tags[i]) for i in range(r.n)])
 
 
-cdef class PackedRow:
-    """A row of 1 to 8 values packed in native fields (see the module comment).
-
-    >>> from decimal import Decimal
-    >>> t = (1552, 93, None, Decimal("17.00"), Decimal("23721.9360"), "x")
-    >>> r = PackedRow(t, True)
-    >>> r == t, t == r, hash(r) == hash(t), r[4], r[-1], len(r), tuple(r) == t
-    (True, True, True, Decimal('23721.9360'), 'x', 6, True)
-    >>> r == PackedRow((1552, 93, None, Decimal("17.0"), Decimal("23721.936"), "x"), True)
-    True
-    """
+cdef class ROW_CLASS:
+    """A row of 1 to ROW_FIELDS values packed in native fields (see the module comment)."""
 
     cdef Py_hash_t h
-    cdef int64_t vals[MAXF]
-    cdef signed char exps[MAXF]
-    cdef unsigned char kinds[MAXF]
+    cdef int64_t vals[ROW_FIELDS]
+    cdef unsigned char tags[ROW_FIELDS]
     cdef unsigned char n
 
     def __cinit__(self, tuple t, bint decimals):
         cdef Py_ssize_t i, n = len(t)
-        cdef object v
-        if n < 1 or n > MAXF:
-            raise ValueError(f"a packed row holds 1 to {MAXF} values, not {n}")
+        if n < 1 or n > ROW_FIELDS:
+            raise ValueError(f"a ROW_CLASS holds 1 to ROW_FIELDS values, not {n}")
         self.h = hash(t)
-        self.n = <unsigned char>n
         for i in range(n):
-            v = t[i]
-            self.exps[i] = 0
-            if type(v) is int and -9223372036854775807 <= v <= 9223372036854775807:
-                self.kinds[i] = K_INT
-                self.vals[i] = v
-                continue
-            if decimals and type(v) is _Decimal and _pack_decimal(self, i, str(v)):
-                continue
-            self.kinds[i] = K_OBJ
-            Py_INCREF(v)
-            self.vals[i] = <int64_t><intptr_t><PyObject *>v
+            self.vals[i] = _store(t[i], decimals, &self.tags[i])
+            self.n = <unsigned char>(i + 1)  # (what __dealloc__ releases, if this fails)
 
     def __dealloc__(self):
         cdef int i
         for i in range(self.n):
-            if self.kinds[i] == K_OBJ:
+            if self.tags[i] == T_OBJ:
                 Py_DECREF(<object><PyObject *><intptr_t>self.vals[i])
 
     def __len__(self):
@@ -135,41 +132,38 @@ cdef class PackedRow:
                 i += self.n
             if i < 0 or i >= self.n:
                 raise IndexError("packed row index out of range")
-            return _field(self, <int>i)
-        return _values(self)[index]
+            return _value(self.vals[i], self.tags[i])
+        return _values_ROW_CLASS(self)[index]
 
     def __iter__(self):
-        return iter(_values(self))
-
-    def values(self):
-        """The row as a tuple of Python values."""
-        return _values(self)
+        return iter(_values_ROW_CLASS(self))
 
     def __hash__(self):
         return self.h
 
     def __richcmp__(self, other, int op):
-        cdef PackedRow o
+        cdef ROW_CLASS o
         cdef int i
         if op == 2 or op == 3:  # == / !=
-            if type(other) is PackedRow:
-                o = <PackedRow>other
+            if type(other) is ROW_CLASS:
+                o = <ROW_CLASS>other
                 if o.h != self.h or o.n != self.n:
                     return op == 3
                 for i in range(self.n):
-                    if self.kinds[i] == o.kinds[i] and self.exps[i] == o.exps[i]:
-                        if self.kinds[i] != K_OBJ:
-                            if self.vals[i] != o.vals[i]:
-                                return op == 3
-                            continue
-                    if not (_field(self, i) == _field(o, i)):
+                    if self.tags[i] == o.tags[i] and self.tags[i] != T_OBJ:
+                        if self.vals[i] != o.vals[i]:
+                            return op == 3
+                    elif not (_value(self.vals[i], self.tags[i])
+                              == _value(o.vals[i], o.tags[i])):
                         return op == 3
                 return op == 2
             if isinstance(other, tuple):
-                return (_values(self) == other) if op == 2 else (_values(self) != other)
+                return (_values_ROW_CLASS(self) == other) if op == 2 else (_values_ROW_CLASS(self) != other)
+            if type(other) in PACKED_TYPES:
+                return op == 3  # (another class: another number of values)
             return NotImplemented
-        mine = _values(self)
-        theirs = _values(<PackedRow>other) if type(other) is PackedRow else other
+        mine = _values_ROW_CLASS(self)
+        theirs = tuple(other) if type(other) in PACKED_TYPES else other
         if not isinstance(theirs, tuple):
             return NotImplemented
         if op == 0:
@@ -181,39 +175,56 @@ cdef class PackedRow:
         return mine >= theirs
 
     def __add__(self, other):
-        return _values(self) + (_values(<PackedRow>other) if type(other) is PackedRow else other)
+        return _values_ROW_CLASS(self) + (tuple(other) if type(other) in PACKED_TYPES else other)
 
     def __radd__(self, other):
-        return other + _values(self)
+        return other + _values_ROW_CLASS(self)
 
     def __repr__(self):
-        return repr(_values(self))
+        return repr(_values_ROW_CLASS(self))
 
     def __reduce__(self):
-        return (_unpickle, (_values(self), self.has_decimals()))
-
-    def has_decimals(self):
         cdef int i
+        cdef bint decimals = False
         for i in range(self.n):
-            if self.kinds[i] == K_DEC:
-                return True
-        return False
+            if self.tags[i] < T_OBJ:
+                decimals = True
+        return (_unpickle, (_values_ROW_CLASS(self), decimals))
+# --- end row class ---
+
+
+PACKED_TYPES = (PackedRow2, PackedRow4, PackedRow6, PackedRow8)
 
 
 def _unpickle(tuple t, bint decimals):
-    return PackedRow(t, decimals)
+    return pack_row(t, decimals)
+
+
+cpdef object pack_row(object t, bint decimals):
+    """``t`` as a packed row of the smallest class that holds it, when it is a tuple of
+    1 to 8 values (its DECIMALs in native fields when ``decimals``); else ``t``."""
+    cdef Py_ssize_t n
+    if type(t) is not tuple:
+        return t
+    n = len(<tuple>t)
+    if n == 0 or n > 8:
+        return t
+    if n <= 2:
+        return PackedRow2(t, decimals)
+    if n <= 4:
+        return PackedRow4(t, decimals)
+    if n <= 6:
+        return PackedRow6(t, decimals)
+    return PackedRow8(t, decimals)
 
 
 def packer(bint decimals):
-    """``pack(t)``: a tuple of 1 to 8 values as a :class:`PackedRow` (its DECIMALs in
-    native fields when ``decimals``); any other value unchanged (None, a longer tuple).
+    """``pack(t)``: :func:`pack_row` with ``decimals`` bound.
 
     >>> pack = packer(False)
-    >>> type(pack((1, 2))).__name__, pack(None), pack(tuple(range(9)))[8]
-    ('PackedRow', None, 8)
+    >>> type(pack((1, 2, 3))).__name__, pack(None), pack(tuple(range(9)))[8]
+    ('PackedRow4', None, 8)
     """
     def pack(t):
-        if type(t) is tuple and 0 < len(<tuple>t) <= MAXF:
-            return PackedRow(t, decimals)
-        return t
+        return pack_row(t, decimals)
     return pack

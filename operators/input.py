@@ -74,10 +74,10 @@ class RelationInput:
         """The compiled filter and projection (call it directly on hot paths)."""
 
     def pack_with(self, pack: Callable[[tuple[Any, ...]], Any]) -> None:
-        """Hand the atom's node its tuples packed by ``pack`` (the native build's
-        ``PackedRow``, :mod:`core.native_rows`: equal to the tuple and hashing as it
-        does, in a third of the bytes): :attr:`project` and :attr:`result_expr` (which
-        then calls ``PACK``, bound by :meth:`typed_test`) both."""
+        """Hand the atom's node its tuples packed by ``pack`` (the native build's packed
+        rows, :mod:`core.native_rows`: equal to the tuple and hashing as it does, in a
+        third of the bytes or less): :attr:`project` and :attr:`result_expr` (which then
+        calls ``PACK``, bound by :meth:`typed_test`) both."""
         self._pack_env = {"PACK": pack}
         self.result_expr = f"PACK({self.result_expr})"
         test, env = self.typed_test(frozenset(), "")

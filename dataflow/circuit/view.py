@@ -191,8 +191,8 @@ class View(UpdateNode):
                    packer: Callable[[tuple[Any, ...]], Any] | None) -> int:
         """Where the native build can run, a single partition's FROM items whose node
         keeps their tuples (not a sum leaf, not a key leaf: those keep sums and keys)
-        hand it each tuple packed (:class:`core.native_rows.PackedRow`: 112 bytes where
-        the tuple with its values is about 270 for a 5-column lineitem row). Not with
+        hand it each tuple packed (:mod:`core.native_rows`: 80 bytes where the tuple with
+        its values is about 270 for a 5-column lineitem row). Not with
         ``keep_rows`` (the local checkpoint writes a node's rows as they are), and not
         where the build cannot run (then nothing changes). ``packer`` stands in for the
         native one (``explain`` generates a native run's code without building).
