@@ -229,18 +229,21 @@ def measure(data: Path, name: str, refresh: Path, epoch: int, timeout: float
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The docs' table and its summary line."""
     lines = ["| query | ivmflow p50 ms | p99 ms | DuckDB p50 ms | p99 ms | DuckDB / ivmflow "
-             "| load upd/s | base tuples | B/tuple | peak MiB | deltas |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| load upd/s | base tuples | B/tuple | peak MiB | result changed | deltas |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: r["query"]):
         if "ratio_p50" not in r:
-            lines.append(f"| {r['query']} | - | - | - | - | - | - | - | - | - | "
+            lines.append(f"| {r['query']} | - | - | - | - | - | - | - | - | - | - | "
                          f"{r['check']} |")
             continue
+        ratio = r["ratio_p50"]
         lines.append(
             f"| {r['query']} | {r['ivm_p50_ms']:.2f} | {r['ivm_p99_ms']:.2f} | "
-            f"{r['duck_p50_ms']:.1f} | {r['duck_p99_ms']:.1f} | {r['ratio_p50']:.0f}x | "
+            f"{r['duck_p50_ms']:.1f} | {r['duck_p99_ms']:.1f} | "
+            f"{f'{ratio:.0f}' if ratio >= 10 else f'{ratio:.1f}'}x | "
             f"{r['ivm_load_updates_per_s']:,.0f} | {r['ivm_load_updates']:,} | "
-            f"{r['ivm_bytes_per_tuple']:.0f} | {r['ivm_peak_mib']:.0f} | {r['check']} |")
+            f"{r['ivm_bytes_per_tuple']:.0f} | {r['ivm_peak_mib']:.0f} | "
+            f"{r['changed_epochs']}/{r['duck_epochs']} | {r['check']} |")
     ran = [r for r in rows if r.get("ratio_p50")]
     if ran:
         ratios = [r["ratio_p50"] for r in ran]
@@ -249,7 +252,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{len(ran)} queries measured: median DuckDB / ivmflow p50 "
             f"{statistics.median(ratios):.0f}x (min {min(ratios):.1f}x, max "
             f"{max(ratios):.0f}x); ivmflow at least 10x faster on {sum(x >= 10 for x in ratios)}"
-            f"; deltas equal on {sum(r['check'] == 'equal' for r in ran)} of {len(ran)}.")
+            f"; deltas equal on {sum(r['check'] == 'equal' for r in ran)} of {len(ran)}; not "
+            f"finished: {', '.join(r['query'] for r in rows if r not in ran) or 'none'}.")
     return "\n".join(lines)
 
 
