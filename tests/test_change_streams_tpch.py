@@ -24,8 +24,11 @@ after that transaction (tests/tpch_oracle.py). Q9's deltas are written as Debezi
 events (``--deltas ...?format=debezium-json``) and read back by a consumer.
 
 On Spark and Flink (P = 2), Q9 over either stream, its deltas as Debezium events read
-back: the same. One cell (Flink, full before-images) is in CI's default slice, the
-others beyond it (tests/conftest.py).
+back: the same, with reads of at most ``BATCH_LINES`` records per stream, so that the
+load's transaction (8,695 events, about 3,000 of lineitem's per partition) goes in
+parts, as SF 0.1's does at the default 10,000 (tests/test_change_stream_parts.py). One
+cell (Flink, full before-images) is in CI's default slice, the others beyond it
+(tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from dataflow.cli import main
 SF = 0.001
 TRANSACTIONS = 7  # load, then (RF1, RF2, UPD) x 2
 QUERIES = (9, 10, 13)
+BATCH_LINES = 1000  # Spark's and Flink's reads: fewer than the load's lineitem events
 
 Epochs = dict[int, Counter[tuple[str, ...]]]
 
@@ -193,10 +197,10 @@ def test_tpch_debezium_stream_on_spark_and_flink(
         kafka_bootstrap: str, tpch_stream: Path, tmp_path: Path, runner: str,
         before_images: str, expected: dict[int, tuple[Epochs, list[list[to.Row]]]]) -> None:
     """Q9 over the full or the key-only stream (every table keyed but partsupp) on Spark
-    and Flink at P = 2, its deltas written as Debezium events (Spark's executors, Flink's
-    merger) and read back by a consumer: the update CSV's deltas epoch by epoch,
-    DuckDB's answer after every transaction (tests/test_change_stream_runners.py covers
-    both runners' reader)."""
+    and Flink at P = 2, the load's transaction read in parts (``BATCH_LINES``), its
+    deltas written as Debezium events (Spark's executors, Flink's merger) and read back
+    by a consumer: the update CSV's deltas epoch by epoch, DuckDB's answer after every
+    transaction (tests/test_change_stream_runners.py covers both runners' reader)."""
     import subprocess
     import sys
 
@@ -209,7 +213,8 @@ def test_tpch_debezium_stream_on_spark_and_flink(
         [sys.executable, "-m", "dataflow.cli", "run", str(query), "--updates", source,
          "--deltas", f"kafka://{kafka_bootstrap}/{topic}?format=debezium-json",
          "--runner", runner, "--parallelism", "2", "--stop-at-end",
-         "--checkpoint", str(tmp_path / "ckpt"), "--quiet"],
+         "--batch-lines", str(BATCH_LINES), "--checkpoint", str(tmp_path / "ckpt"),
+         "--quiet"],
         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
         text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
