@@ -48,8 +48,6 @@ class RelationInput:
         )
         self._not_null = not_null
         self._equal_pairs = equal_pairs
-        # Rows of any type here: every NULL test kept, the predicates called.
-        test, env = self.typed_test(frozenset(), "")
         # A derived variable is the compiled expression of a per-relation map.
         derived = {d.var: d.src for d in atom.derived}
         parts = [f"row[{first[v]}]" if v in first else derived[v] for v in atom.vars]
@@ -63,15 +61,22 @@ class RelationInput:
                                  and not atom.predicates)
         """Whether :attr:`project` passes a row unchanged or not at all (None only for a
         NULL in a join column): its node keeps every row it takes, whole."""
+        self.project: Callable[[Row], tuple[Any, ...] | None] = self._define_project()
+        """The compiled filter and projection (call it directly on hot paths)."""
+
+    def _define_project(self) -> Callable[[Row], tuple[Any, ...] | None]:
+        """Compile :attr:`project` from :meth:`typed_test` and :attr:`result_expr`
+        (setting :attr:`source`)."""
+        # Rows of any type here: every NULL test kept, the predicates called.
+        test, env = self.typed_test(frozenset(), "")
         lines = ["def project(row):"]
         if test:
-            lines.append(f"    if {test}:")
-            lines.append("        return None")
-        lines.append(f"    return {result}")
+            lines += [f"    if {test}:", "        return None"]
+        lines.append(f"    return {self.result_expr}")
         self.source = "\n".join(lines)
-        define(self.source, f"<input {atom.alias}>", env)
-        self.project: Callable[[Row], tuple[Any, ...] | None] = env["project"]
-        """The compiled filter and projection (call it directly on hot paths)."""
+        define(self.source, f"<input {self.atom.alias}>", env)
+        project: Callable[[Row], tuple[Any, ...] | None] = env["project"]
+        return project
 
     def pack_with(self, pack: Callable[[tuple[Any, ...]], Any]) -> None:
         """Hand the atom's node its tuples packed by ``pack`` (the native build's packed
@@ -80,15 +85,7 @@ class RelationInput:
         calls ``PACK``, bound by :meth:`typed_test`) both."""
         self._pack_env = {"PACK": pack}
         self.result_expr = f"PACK({self.result_expr})"
-        test, env = self.typed_test(frozenset(), "")
-        env["PACK"] = pack
-        lines = ["def project(row):"]
-        if test:
-            lines += [f"    if {test}:", "        return None"]
-        lines.append(f"    return {self.result_expr}")
-        self.source = "\n".join(lines)
-        define(self.source, f"<input {self.atom.alias}>", env)
-        self.project = env["project"]
+        self.project = self._define_project()
 
     def __call__(self, row: Row) -> tuple[Any, ...] | None:
         return self.project(row)

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_change_stream_runners import KEYED, MIXED, _by_epoch, _deltas, _records
+from test_change_stream_runners import _by_epoch, _deltas, _records
+from test_change_stream_runners import _produce as _produce_stream
 from test_change_streams import _kafka_epochs, _name, _reference
 
 from connectors.kafka import parse_kafka_url
@@ -142,19 +143,8 @@ def _long_stream(seed: int) -> str:
 
 
 def _produce(bootstrap: str, tmp: Path, fmt: str, seed: int) -> tuple[Path, Path, str]:
-    """The query, the update CSV and the URL of its events in ``fmt`` (Debezium: with
-    the transaction topic)."""
-    q, u = tmp / "q.sql", tmp / "u.csv"
-    q.write_text(MIXED if fmt == "debezium-json" else KEYED)
-    u.write_text(_long_stream(seed))
-    prefix = _name("pg" if fmt == "debezium-json" else "up")
-    assert main(["produce", str(u), f"kafka://{bootstrap}/{prefix}", "--format", fmt,
-                 "--query", str(q), "--partitions", "2", "--before-images", "key",
-                 "--quiet"]) == 0
-    url = f"kafka://{bootstrap}/{prefix}?format={fmt}"
-    if fmt == "debezium-json":
-        url += f"&transactions={prefix}.transaction"
-    return q, u, url
+    """:func:`test_change_stream_runners._produce` over :func:`_long_stream`."""
+    return _produce_stream(bootstrap, tmp, fmt, seed, _long_stream)
 
 
 def _local(q: Path, url: str, *args: str) -> Epochs:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,13 @@ KEYED = MIXED.replace("price DECIMAL(8,2));", "price DECIMAL(8,2), PRIMARY KEY (
 Epochs = dict[int, Counter[tuple[str, ...]]]
 
 
-def _produce(bootstrap: str, tmp: Path, fmt: str, seed: int) -> tuple[Path, Path, str]:
-    """The query, the update CSV and the source URL of its events in ``fmt``."""
+def _produce(bootstrap: str, tmp: Path, fmt: str, seed: int,
+             stream: Callable[[int], str] | None = None) -> tuple[Path, Path, str]:
+    """The query, the update CSV (``stream(seed)``, :func:`_stream` by default) and the
+    source URL of its events in ``fmt`` (Debezium: with the transaction topic)."""
     q, u = tmp / "q.sql", tmp / "u.csv"
     q.write_text(MIXED if fmt == "debezium-json" else KEYED)
-    u.write_text(_stream(seed))
+    u.write_text((stream or _stream)(seed))
     prefix = _name("pg" if fmt == "debezium-json" else "up")
     assert main(["produce", str(u), f"kafka://{bootstrap}/{prefix}", "--format", fmt,
                  "--query", str(q), "--partitions", "2", "--before-images", "key",
