@@ -217,6 +217,9 @@ class JoinNode:
         integer payloads: groups are tuple -> multiplicity dicts, not sets)."""
         # buckets: sets of tuples; dicts tuple -> multiplicity in the first (base_in_index)
         self.index: list[MutableMapping[Any, Any]] = []
+        self.index_shared: list[int | None] = []
+        """Per child, the earlier child whose index (on the same key) it reads, or None:
+        its own."""
         self.proj: MutableMapping[Any, Any] = state.map(f"{name}.proj")
         # Read-only lookups for walks that change nothing (see read_only_get).
         self.proj_read = read_only_get(self.proj)
@@ -246,11 +249,19 @@ class JoinNode:
         child.pos_in_parent = len(self.children)
         child.key_attrs = key_attrs
         child.key_of = make_projector(child.attrs, child.scalar, key_attrs)
+        # Children joined on the same key read one index of this node's tuples under
+        # that key, kept once (TPC-H Q21's lineitem joins four views on the order and
+        # two on order and supplier): a child's index is an earlier one's when its key
+        # is (the tuple goes into and out of both together).
+        shared = None if self.generalized else next(
+            (j for j, c in enumerate(self.children) if c.key_attrs == key_attrs), None)
+        self.index_shared.append(shared)
         self.children.append(child)
         self.child_key_of.append(make_projector(self.attrs, self.scalar, key_attrs))
         # A generalized node's one tuple with a key is the key (no index); only top
         # nodes go live (lower nodes keep no live index).
         self.index.append(NO_MAP if self.generalized  # type: ignore[arg-type]
+                          else self.index[shared] if shared is not None
                           else self.state.map(f"{self.name}.index.{child.name}"))
         self.index_read.append(read_only_get(self.index[-1]))
         self.live_index.append(self.state.map(f"{self.name}.live.{child.name}") if self.top

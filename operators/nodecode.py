@@ -272,8 +272,10 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
         lines = [f"def apply_{n}(t, dm):", f"    old = baseget_{n}(t, 0)", "    new = old + dm",
                  "    if old == 0 or new:", f"        base_{n}[t] = new"]
     for i, k in enumerate(keys[1:], 1):
-        lines += [f"        k = {k}", *set_add("        ", f"index_{n}_{i}", "k", "b"),
-                  f"        if k in proj_{node.children[i].num}:", "            c += 1"]
+        lines.append(f"        k = {k}")
+        if node.index_shared[i] is None:  # (else the earlier child's index holds it)
+            lines += set_add("        ", f"index_{n}_{i}", "k", "b")
+        lines += [f"        if k in proj_{node.children[i].num}:", "            c += 1"]
     if nc == 1:
         # One child: the count is whether the child's projection holds the key
         # (derived, not stored: one map less to write per tuple).
@@ -304,7 +306,8 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
         # (old > 0 here, so b0 is the bucket that holds t)
         lines += bucket_remove_lines("        ", f"index_{n}_0", "k0", "b0")
     for i, k in enumerate(keys[1:], 1):
-        lines += [f"        k = {k}", *set_discard("        ", f"index_{n}_{i}", "k", "b")]
+        if node.index_shared[i] is None:
+            lines += [f"        k = {k}", *set_discard("        ", f"index_{n}_{i}", "k", "b")]
     return lines
 
 

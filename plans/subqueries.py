@@ -19,6 +19,22 @@ of :mod:`plans.outerjoin`).
       (o.d IS NOT NULL AND (SELECT COUNT(s.c) FROM S WHERE p AND s.k = o.k)
                          > (SELECT COUNT(*) FROM S WHERE p AND s.k = o.k AND s.c = o.d))
 
+  Those two counts are grouped views LEFT JOINed to ``o``, and an outer join keeps
+  counts per key on both sides. When ``o`` is a row of ``S`` itself (``o`` reads S's
+  table, each ``s.k = o.k`` and ``s.c <> o.d`` pairs a column with itself, and ``o``'s
+  own WHERE conjuncts include every one of ``p``), both groups exist for every row of
+  ``o`` whose keys are not NULL, so the views are inner-joined instead, FROM items
+  beside ``o`` (:func:`_contained_neq_exists`): as an EXISTS a conjunct of the WHERE
+  (a NULL key drops the row either way); as a NOT EXISTS only when other conjuncts
+  reject NULL in ``o.k`` and ``o.d`` (Q21's joins with orders and supplier do)::
+
+      FROM .., o, (SELECT s.k, COUNT(*) AS _n FROM S WHERE p AND s.c IS NOT NULL
+                   GROUP BY s.k) AS some_,
+                  (SELECT s.k, s.c, COUNT(*) AS _n FROM S WHERE p AND s.c IS NOT NULL
+                   GROUP BY s.k, s.c) AS same_
+      WHERE .. AND some_.k = o.k AND same_.k = o.k AND same_.c = o.d
+               AND some_._n > same_._n           -- NOT EXISTS: <=
+
 Example:
     >>> import sqlglot
     >>> q = sqlglot.parse_one("SELECT r.a FROM r AS r WHERE NOT r.a IN (SELECT s.b FROM s AS s)")
@@ -43,7 +59,8 @@ def rewrite_subqueries(select: exp.Select) -> exp.Select:
             sub.args["where"].set("this", _factored(sub.args["where"].this))
             _inner_disjunctions(sub)
     for exists in list(select.find_all(exp.Exists)):
-        _neq_exists(exists)
+        if not _contained_neq_exists(exists):
+            _neq_exists(exists)
     for node in list(select.find_all(exp.Not)):
         inner = node.this
         while isinstance(inner, exp.Paren):
@@ -214,3 +231,131 @@ def _neq_exists(node: exp.Exists) -> None:
         exp.Not(this=exp.Is(this=o_col.copy(), expression=exp.Null())),
         exp.GT(this=exp.Coalesce(this=some, expressions=[exp.Literal.number(0)]),
                expression=exp.Coalesce(this=same, expressions=[exp.Literal.number(0)])))))
+
+
+def _strip(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _conjuncts(where: exp.Where | None) -> list[exp.Expr]:
+    if where is None:
+        return []
+    node = _strip(where.this)
+    return [_strip(c) for c in node.flatten()] if isinstance(node, exp.And) else [node]
+
+
+def _rejects_null(conjunct: exp.Expr, column: exp.Column) -> bool:
+    """``conjunct`` is not TRUE when ``column`` is NULL: an equality or order
+    comparison with the column as one side, or ``column IS NOT NULL``."""
+    if isinstance(conjunct, (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        return any(isinstance(side, exp.Column) and side == column
+                   for side in (conjunct.this, conjunct.expression))
+    if isinstance(conjunct, exp.Not):
+        inner = _strip(conjunct.this)
+        return (isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null)
+                and inner.this == column)
+    return False
+
+
+def _contained_neq_exists(node: exp.Exists) -> bool:
+    """The ``<>``-correlated EXISTS over the outer row's own table as inner joins with
+    the two count views (the module's docstring); ``False``, nothing changed, where the
+    conditions for it do not all hold."""
+    parent, negated = node.parent, False
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    owner: exp.Expr = node
+    if isinstance(parent, exp.Not):
+        negated, owner = True, parent
+        parent = parent.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+    outer = node.find_ancestor(exp.Select)
+    if outer is None or not any(c is owner for c in _conjuncts(outer.args.get("where"))):
+        return False
+    query = node.this.this if isinstance(node.this, exp.Subquery) else node.this
+    if not isinstance(query, exp.Select) or query.args.get("joins") or any(
+            query.args.get(a) is not None for a in ("group", "having", "limit", "offset",
+                                                      "order", "with_", "qualify")):
+        return False
+    from_ = query.args.get("from_")
+    if from_ is None or not isinstance(from_.this, exp.Table):
+        return False
+    table = from_.this
+    inner = table.alias_or_name
+    eqs: list[tuple[exp.Column, exp.Column]] = []
+    neqs: list[tuple[exp.Column, exp.Column]] = []
+    own: list[exp.Expr] = []
+    for c in _conjuncts(query.args.get("where")):
+        if c.find(exp.Select, exp.Exists) is not None:
+            return False
+        tables = {col.table for col in c.find_all(exp.Column)}
+        if tables <= {inner}:
+            own.append(c)
+            continue
+        if not (isinstance(c, (exp.EQ, exp.NEQ)) and isinstance(c.this, exp.Column)
+                and isinstance(c.expression, exp.Column)):
+            return False
+        a, b = c.this, c.expression
+        if b.table == inner:
+            a, b = b, a
+        if a.table != inner or b.table == inner or a.name != b.name:
+            return False  # (a column paired with another: o is not the row of S here)
+        (eqs if isinstance(c, exp.EQ) else neqs).append((a, b))
+    if len(neqs) != 1 or not eqs or len({b.table for _, b in eqs + neqs}) != 1:
+        return False
+    o_alias = neqs[0][1].table
+    o_table = next((t for t in outer.find_all(exp.Table) if t.alias_or_name == o_alias
+                    and t.find_ancestor(exp.Select) is outer), None)
+    if o_table is None or o_table.name != table.name or o_table.args.get("db") != \
+            table.args.get("db") or isinstance(o_table.parent, exp.Join) and (
+                o_table.parent.args.get("side") or o_table.parent.args.get("kind")):
+        return False
+    outer_where = [c for c in _conjuncts(outer.args.get("where")) if c is not owner]
+
+    def renamed(c: exp.Expr) -> exp.Expr:
+        c = c.copy()
+        for col in c.find_all(exp.Column):
+            col.set("table", exp.to_identifier(o_alias))
+        return c
+
+    if not all(any(renamed(c) == o for o in outer_where) for c in own):
+        return False  # (a row of o need not be a row of S)
+    d_col = neqs[0][1]
+    if negated and not all(any(_rejects_null(c, col) for c in outer_where)
+                           for col in [b for _, b in eqs] + [d_col]):
+        return False
+    taken = {t.alias_or_name for t in outer.find_all(exp.Table)} | {
+        s.alias_or_name for s in outer.find_all(exp.Subquery)}
+    names = []
+    for stem in ("some", "same"):
+        i = 0
+        while f"_{stem}{i}" in taken:
+            i += 1
+        names.append(f"_{stem}{i}")
+        taken.add(names[-1])
+    some, same = names
+    s_col = neqs[0][0]
+    keys = [a for a, _ in eqs]
+
+    def counted(alias: str, by: list[exp.Column]) -> exp.Join:
+        conds = [c.copy() for c in own] + [exp.Not(this=exp.Is(
+            this=s_col.copy(), expression=exp.Null()))]
+        q = exp.select(*[exp.alias_(k.copy(), k.name) for k in by],
+                       exp.alias_(exp.Count(this=exp.Star()), "_n")).from_(
+            table.copy()).where(exp.and_(*conds)).group_by(*[k.copy() for k in by])
+        return exp.Join(this=exp.Subquery(this=q, alias=exp.TableAlias(
+            this=exp.to_identifier(alias))))
+
+    outer.append("joins", counted(some, keys))
+    outer.append("joins", counted(same, keys + [s_col]))
+    links: list[exp.Expr] = [
+        exp.EQ(this=exp.column(a.name, table=alias), expression=b.copy())
+        for alias in (some, same) for a, b in eqs]
+    links.append(exp.EQ(this=exp.column(s_col.name, table=same), expression=d_col.copy()))
+    cmp = exp.LTE if negated else exp.GT
+    links.append(cmp(this=exp.column("_n", table=some), expression=exp.column("_n", table=same)))
+    owner.replace(exp.Paren(this=exp.and_(*links)))
+    return True

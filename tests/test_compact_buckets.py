@@ -131,3 +131,42 @@ def test_queries_whose_buckets_pass_the_small_bucket_bound_equal_duckdb(
         sql: str, native: bool, records: list[Any]) -> None:
     view = compile_query(sql).maintain(native=native)
     check_stream(view, sql, records)
+
+
+SHARED_DDL = "CREATE TABLE R(a INT, c INT); CREATE TABLE S(a INT, b TEXT);\n"
+SHARED = [SHARED_DDL + "SELECT S.b, SUM(R.c), SUM(R2.c) FROM S, R, R AS R2 "
+                       "WHERE R.a = S.a AND R2.a = S.a GROUP BY S.b",
+          SHARED_DDL + "SELECT S.b, COUNT(*) FROM S, R, (SELECT R2.a, COUNT(*) AS n "
+                       "FROM R AS R2 GROUP BY R2.a) AS t WHERE R.a = S.a AND t.a = S.a "
+                       "AND t.n > 1 GROUP BY S.b"]
+"""A node whose two children join it on one key: they read one index (the first
+child's, whose buckets hold the multiplicities)."""
+
+
+def _shared_row(table: str, draw: Any) -> tuple[Any, ...]:
+    a = draw(st.sampled_from([None, 0, 1, 2]))
+    return {"R": (a, draw(st.sampled_from([None, 0, 1]))),
+            "S": (a, draw(st.sampled_from([None, "", "x", "y"])))}[table]
+
+
+@st.composite
+def _shared_streams(draw: Any) -> list[Any]:
+    return bag_stream(draw, "RRS", _shared_row, epochs=6, per_epoch=16)
+
+
+def _shared_indexes(view: Any) -> int:
+    views = getattr(view, "views", None)
+    live = [v for _, v in views] + [view.outer] if views else [view]
+    return sum(1 for v in live for engine in v.engines for node in engine.nodes
+               for shared in node.index_shared if shared is not None)
+
+
+@pytest.mark.parametrize("native", BUILDS, ids=["interpreted", "native"])
+@pytest.mark.parametrize("sql", SHARED, ids=["two-sums", "count-view"])
+@settings(max_examples=30, deadline=None)
+@given(records=_shared_streams())
+def test_children_on_one_key_share_one_index_and_equal_duckdb(
+        sql: str, native: bool, records: list[Any]) -> None:
+    view = compile_query(sql).maintain(native=native)
+    assert _shared_indexes(view) == 1
+    check_stream(view, sql, records)

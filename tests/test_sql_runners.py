@@ -161,7 +161,9 @@ def test_set_operations_grouping_sets_and_windows_on_runners(tmp_path: Path,
 # then ORDER BY ... LIMIT: views and the global top-k stage) and Q3 (top-k).
 _STAGED = ("q03", "q04", "q17", "q18")
 _KEYED = ("q13", "q16", "q21", "q22")
-"""Outer joins and anti-joins: keyed views as stages (operators/keyedview.py)."""
+"""Outer joins and anti-joins: keyed views as stages (operators/keyedview.py); Q21's
+EXISTS and NOT EXISTS, over lineitem as its outer row is, are inner joins with count
+views (plans/subqueries.py), four view stages."""
 
 
 def _staged_outputs(tpch: Path, name: str, out: Path, *args: str) -> tuple[Counter[str], str]:
