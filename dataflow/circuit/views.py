@@ -158,6 +158,9 @@ class DagView(UpdateNode):
             rel: [self.nodes[v.index] for v in circuit.readers_of(rel)] for rel in self._base}
         self.readers = {rel: nodes for rel, nodes in self.readers.items() if nodes}
         self.pending = 0
+        self.feed_every = FEED_EVERY
+        """Base updates of an epoch after which the inner views' changes so far reach
+        their readers (and at the epoch's end)."""
         read = {rel.name: rel for name, rel in self._base.items() if name in self.readers}
         mode: CheckMode = "rows" if keep_rows else "digests" if validate else "off"
         self.validator = DeleteCheck(
@@ -198,14 +201,28 @@ class DagView(UpdateNode):
         for node in nodes:
             node.apply_batch(batch)
         self.pending += 1
+        if not self.pending % self.feed_every and self.closing:
+            # A long epoch (the load) reaches the views' readers in parts: an inner
+            # view's delta is a Z-set, so its parts sum to the epoch's, and the query's
+            # own delta is still the epoch's whole; no view holds more than a part's
+            # changes at once (a view grouped per lineitem row would hold the table's).
+            self._feed_views()
 
-    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
+    def _feed_views(self) -> None:
+        """Close every inner node's changes so far and hand them to its readers, in
+        closing order (a reader of a view is closed after it)."""
         for name, node, readers in self.closing:
             delta = node.close_epoch()
             if delta and readers:
-                batch = [_update(name, row, mult) for mult, row in delta]
-                for reader in readers:
-                    reader.apply_batch(batch)
+                source = f"view {name}"
+                for start in range(0, len(delta), _FEED_SLICE):
+                    batch = [Update("+" if mult > 0 else "-", name, row, abs(mult), source)
+                             for mult, row in delta[start:start + _FEED_SLICE]]
+                    for reader in readers:
+                        reader.apply_batch(batch)
+
+    def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
+        self._feed_views()
         self.pending = 0
         out: EpochDelta = self.outer.end_epoch(closed_by_marker=closed_by_marker)
         self.open_epoch(out.epoch + 1)
@@ -260,5 +277,8 @@ def circuit_of(query: Any) -> Circuit:
     return query.circuit if isinstance(query, CompiledDag) else build_circuit((), query)
 
 
-def _update(view: str, row: Row, mult: int) -> Update:
-    return Update("+" if mult > 0 else "-", view, row, abs(mult), f"view {view}")
+FEED_EVERY = 1 << 15
+"""A DAG's inner views hand their changes on every this many base updates of an epoch."""
+
+_FEED_SLICE = 4096
+"""Updates of a view's delta handed to its readers at a time."""

@@ -26,7 +26,7 @@ from core.native import NativeBuild, NativeNamespace
 from operators.aggregate import AggregateLayout
 from operators.enumerate import Enumerator
 from operators.joinnode import JoinNode
-from operators.nodemaps import members
+from operators.nodemaps import count_in, members
 from operators.ring import IntRing, VectorRing
 from operators.state import DictState, State
 from plans.plan import Plan
@@ -229,13 +229,26 @@ class Engine:
             return None
         root = top[0]
         group = tuple(cq.group_by)
-        if not root.generalized or sorted(root.attrs) != sorted(group):
+        if sorted(root.attrs) != sorted(group):
             return None
         pos = [group.index(v) for v in root.attrs]
+        scalar = root.scalar
+        if not root.generalized:
+            if not root.base_in_proj or root.mode != "bag":
+                return None
+            # A top leaf whose tuple is the group (a count per key of one table: the
+            # views of an EXISTS over the outer row's own table): its groups hold each
+            # tuple's multiplicity, the COUNT.
+            key_of, proj = root.key_of, root.proj_read
+
+            def multiplicity(key: tuple[Any, ...]) -> Any:
+                t = key[pos[0]] if scalar else tuple(key[p] for p in pos)
+                return count_in(proj(key_of(t)), t) or None
+
+            return multiplicity
         reads = [(child.proj_read, root.child_key_of[i])
                  for i, child in enumerate(root.children)]
         one, mul = self.ring.one, self.ring.mul
-        scalar = root.scalar
 
         def payload(key: tuple[Any, ...]) -> Any:
             t = key[pos[0]] if scalar else tuple(key[p] for p in pos)
