@@ -12,11 +12,13 @@ A node keeps, over the State protocol:
   only the maps it uses (:data:`NO_MAP`),
 * ``counter``: tuple -> number of children whose projection holds the tuple's key
   (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
-  exactly the keys of its children's projections). Stored only by nodes with two or
-  more children: a leaf's count is always 0, a one-child node's is whether the child's
-  projection holds the key (:meth:`JoinNode.support_count` reads either),
+  exactly the keys of its children's projections). Stored only by generalized nodes
+  with two or more children: a leaf's count is always 0, and an atom's is read from its
+  children's projections when needed (one lookup per child, where a stored counter
+  would hold a dict entry per tuple of the node: TPC-H Q8's and Q9's lineitem, whose
+  part filter leaves most tuples without support; :meth:`JoinNode.support_count`),
 * ``index.<child>``: child key -> tuples of this node with that key (for P-updates;
-  atoms only),
+  atoms only; children on one key share one),
 * ``proj``: this node's projection on its key to the parent. Top nodes keep it as
   key -> set of semi-join tuples (V_s grouped by key, used for enumeration; a top leaf
   over integer payloads, all of whose tuples are in V_s, keeps key -> {tuple: multiplicity}
@@ -273,7 +275,7 @@ class JoinNode:
         # A leaf's count is always 0 and a one-child node's (generalized or not) is
         # whether the child's projection holds its key: only nodes with two or more
         # children store counters.
-        self.keeps_counter = self.nchildren > 1
+        self.keeps_counter = self.nchildren > 1 and self.generalized
         if self.keeps_counter:
             self.counter = self.state.map(f"{self.name}.counter")
         # (A lower leaf over integer payloads is a key leaf, as the planner projects a
@@ -385,9 +387,8 @@ class JoinNode:
         """
         if self.keeps_counter:
             return int(self.counter.get(t, 0))
-        if not self.nchildren:
-            return 0
-        return 1 if self.child_key_of[0](t) in self.children[0].proj else 0
+        return sum(1 for key_of, child in zip(self.child_key_of, self.children)
+                   if key_of(t) in child.proj)
 
     def key_live(self, k: Any) -> bool:
         """Whether tuples of V_s with key ``k`` are live: ``k`` is in the parent's live

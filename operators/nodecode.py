@@ -187,7 +187,20 @@ def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
                 lines += lower_child_lines(node, i, pay)
         if not node.generalized:
             lines += apply_lines(node, pay)
+            if len(node.children) > 1:
+                lines += supported_lines(node)
     return "\n".join(lines), env
+
+
+def supported_lines(node: JoinNode) -> list[str]:
+    """``supported_n(t)``: how many children's projections hold ``t``'s key (CROWN's
+    counter, read where an atom with two or more children would store it)."""
+    n = node.num
+    lines = [f"def supported_{n}(t):", "    c = 0"]
+    for child in node.children:
+        k = key_expr("t", node.attrs, node.scalar, child.key_attrs)
+        lines += [f"    if {k} in proj_{child.num}:", "        c += 1"]
+    return lines + ["    return c"]
 
 
 def compile_tree(root: JoinNode) -> None:
@@ -282,8 +295,10 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
         lines += ["    else:", f"        c = 1 if k0 in proj_{c0} else 0", "        if new:",
                   *put, "    if c == 1:"]
     elif nc:
-        lines += [f"        counter_{n}[t] = c", "    else:", f"        c = counter_{n}[t]",
-                  "        if new:", *put, f"    if c == {nc}:"]
+        # (how many children support t is read from their projections, not stored: a
+        # counter would hold an entry per tuple of the node)
+        lines += ["    else:", f"        c = supported_{n}(t)", "        if new:", *put,
+                  f"    if c == {nc}:"]
     else:
         lines.append("    if True:")
     if node.top:
@@ -300,8 +315,6 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
     lines += ["    if new == 0:"]
     if not nc:
         lines.append(f"        del base_{n}[t]")
-    if nc > 1:
-        lines.append(f"        del counter_{n}[t]")
     if nc:
         # (old > 0 here, so b0 is the bucket that holds t)
         lines += bucket_remove_lines("        ", f"index_{n}_0", "k0", "b0")
@@ -422,14 +435,16 @@ def lower_child_lines(node: JoinNode, i: int, pay: Payloads) -> list[str]:
         lines.append("    for u, m in counted(bucket):" if i == 0 and not node.counting
                      else "    for u in members(bucket):")
         indent = "        "
-    if nc > 1:
-        c = f"counter_{n}[{u}]" if not gen else f"counter_{n}.get(k, 0)"
-        lines += [f"{indent}c = {c}", f"{indent}was = c == {nc}"]
-        store = ([f"{indent}    counter_{n}[u] = c"] if not gen else
-                 [f"{indent}    if c:", f"{indent}        counter_{n}[k] = c",
-                  f"{indent}    else:", f"{indent}        del counter_{n}[k]"])
-        lines += [f"{indent}if step:", f"{indent}    c += step", *store,
+    if nc > 1 and not gen:
+        # (child i's projection already holds its change: c is the count after it)
+        lines += [f"{indent}c = supported_{n}(u)", f"{indent}was = c - step == {nc}",
                   f"{indent}if was or c == {nc}:"]
+        indent += "    "
+    elif nc > 1:
+        lines += [f"{indent}c = counter_{n}.get(k, 0)", f"{indent}was = c == {nc}",
+                  f"{indent}if step:", f"{indent}    c += step", f"{indent}    if c:",
+                  f"{indent}        counter_{n}[k] = c", f"{indent}    else:",
+                  f"{indent}        del counter_{n}[k]", f"{indent}if was or c == {nc}:"]
         indent += "    "
     if node.counting:
         d = "step"

@@ -136,7 +136,7 @@ def walk_lines(node: JoinNode) -> list[str]:
     sup = [f"def support_{n}(i, k, appear):"]
     if not node.children:
         sup.append("    pass")
-    elif not node.keeps_counter:  # one child: every tuple with the key turns over
+    elif nc == 1:  # one child: every tuple with the key turns over
         if node.generalized:  # (its one tuple with the key is the key itself)
             sup += ["    if appear:", f"        {ins}(k)", "    else:", f"        {dels}(k)"]
         else:
@@ -154,12 +154,11 @@ def walk_lines(node: JoinNode) -> list[str]:
     else:
         # (indexreads_n: the read-only lookups of the node's indexes, by child)
         sup.append(f"    bucket = indexreads_{n}[i](k)")
-        sup += ["    if bucket is None:", "        return", f"    counter = counter_{n}",
-                "    for u in list(members(bucket)):", "        c = counter[u]",
-                "        if appear:", "            c += 1", "            counter[u] = c",
-                f"            if c == {nc}:", f"                {ins}(u)", "        else:",
-                f"            if c == {nc}:", f"                {dels}(u)",
-                "            counter[u] = c - 1"]
+        # (child i's projection already holds its change: supported_n counts it)
+        sup += ["    if bucket is None:", "        return",
+                "    for u in list(members(bucket)):", f"        c = supported_{n}(u)",
+                "        if appear:", f"            if c == {nc}:", f"                {ins}(u)",
+                f"        elif c + 1 == {nc}:", f"            {dels}(u)"]
     return lines + dead + sup
 
 

@@ -478,16 +478,16 @@ def test_exists_over_the_rows_own_table_is_inner_joins_and_agrees_with_duckdb(
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**32))
 def test_views_hand_a_long_epoch_on_in_parts_and_agree_with_duckdb(seed: int) -> None:
-    """A DAG's inner views hand their changes so far to their readers every few base
-    updates of an epoch (``feed_every``; the load at scale: 2**15), not only at its
-    end: the parts of a view's delta sum to the epoch's, so the query's deltas still
-    equal DuckDB's result after every epoch."""
+    """A DAG's inner views hand their changes so far to their readers during a long
+    epoch (at scale once a view holds 2**18 changed rows, ``feed_rows``; here every 1-5
+    base updates), not only at its end: the parts of a view's delta sum to the epoch's,
+    so the query's deltas still equal DuckDB's result after every epoch."""
     rng = random.Random(seed)
     sql = rng.choice(_OUTER_QUERIES + _CHAIN_QUERIES + [q for q, _ in _CONTAINED_EXISTS])
     view = compile_query(_SCHEMA + sql).maintain()
-    if not hasattr(view, "feed_every"):
+    if not hasattr(view, "feed_rows"):
         return  # (one view: nothing to hand on)
-    view.feed_every = rng.choice([1, 2, 3, 5])
+    view.feed_rows, view.feed_check = 0, rng.choice([1, 2, 3, 5])
     _check_random_epochs(rng, view, sql, rng.randrange(1, 6), 16, 0.4,
                          rows=_random_rows_null_s)
 

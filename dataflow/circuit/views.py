@@ -158,9 +158,11 @@ class DagView(UpdateNode):
             rel: [self.nodes[v.index] for v in circuit.readers_of(rel)] for rel in self._base}
         self.readers = {rel: nodes for rel, nodes in self.readers.items() if nodes}
         self.pending = 0
-        self.feed_every = FEED_EVERY
-        """Base updates of an epoch after which the inner views' changes so far reach
-        their readers (and at the epoch's end)."""
+        self.feed_rows = FEED_ROWS
+        """Changed rows an inner view may hold before the views' changes so far reach
+        their readers (else at the epoch's end)."""
+        self.feed_check = FEED_CHECK
+        """Base updates between two looks at the inner views' changed rows."""
         read = {rel.name: rel for name, rel in self._base.items() if name in self.readers}
         mode: CheckMode = "rows" if keep_rows else "digests" if validate else "off"
         self.validator = DeleteCheck(
@@ -201,11 +203,15 @@ class DagView(UpdateNode):
         for node in nodes:
             node.apply_batch(batch)
         self.pending += 1
-        if not self.pending % self.feed_every and self.closing:
-            # A long epoch (the load) reaches the views' readers in parts: an inner
-            # view's delta is a Z-set, so its parts sum to the epoch's, and the query's
-            # own delta is still the epoch's whole; no view holds more than a part's
-            # changes at once (a view grouped per lineitem row would hold the table's).
+        if not self.pending % self.feed_check and self.closing and any(
+                sum(len(e.acc) for e in getattr(node, "engines", ())) >= self.feed_rows
+                for _, node, _ in self.closing):
+            # A long epoch (the load) reaches the views' readers in parts once a view
+            # holds feed_rows changed rows: an inner view's delta is a Z-set, so its
+            # parts sum to the epoch's, and the query's own delta is still the epoch's
+            # whole; a view grouped per lineitem row no longer holds the whole table's
+            # rows as changes at once. (Not every few updates: a view of few groups,
+            # an average per part, would hand on each group again with each part.)
             self._feed_views()
 
     def _feed_views(self) -> None:
@@ -277,8 +283,11 @@ def circuit_of(query: Any) -> Circuit:
     return query.circuit if isinstance(query, CompiledDag) else build_circuit((), query)
 
 
-FEED_EVERY = 1 << 15
-"""A DAG's inner views hand their changes on every this many base updates of an epoch."""
+FEED_ROWS = 1 << 18
+"""A DAG's inner views hand their changes on when one holds this many changed rows."""
+
+FEED_CHECK = 1 << 12
+"""Base updates between two looks at the views' changed rows."""
 
 _FEED_SLICE = 4096
 """Updates of a view's delta handed to its readers at a time."""

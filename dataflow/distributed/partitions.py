@@ -218,7 +218,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout16-'
+        'layout17-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning))
@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 16
+STATE_LAYOUT = 17
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
