@@ -200,6 +200,12 @@ class UpdateNode(Node[Update]):
     def close_epoch(self) -> list[Change]:
         return list(self.end_epoch().rows)
 
+    def held_changes(self) -> int:
+        """Changed rows held for the open epoch's delta (a DAG hands a view's on to its
+        readers once there are many: :class:`dataflow.circuit.views.DagView`)."""
+        pending = getattr(self, "pending", None)
+        return len(pending) if isinstance(pending, dict) else 0
+
 
 class BatchNode(UpdateNode):
     """A live node that nets an epoch's updates (``updates``: how many) and computes

@@ -515,6 +515,11 @@ class View(UpdateNode):
         """The open epoch's row changes, merged over the partitions, taken."""
         return self._merged([e.take_delta() for e in self.engines])
 
+    def held_changes(self) -> int:
+        """Changed result rows the engines hold for the open epoch's delta (the input
+        netted but not yet applied is bounded apart: applied every 2**15 updates)."""
+        return sum(len(e.acc) for e in self.engines)
+
     @property
     def epoch(self) -> int:
         """Closed epochs (the number of the last one)."""

@@ -204,7 +204,7 @@ class DagView(UpdateNode):
             node.apply_batch(batch)
         self.pending += 1
         if not self.pending % self.feed_check and self.closing and any(
-                sum(len(e.acc) for e in getattr(node, "engines", ())) >= self.feed_rows
+                isinstance(node, UpdateNode) and node.held_changes() >= self.feed_rows
                 for _, node, _ in self.closing):
             # A long epoch (the load) reaches the views' readers in parts once a view
             # holds feed_rows changed rows: an inner view's delta is a Z-set, so its
