@@ -2,12 +2,14 @@
 on the local runner (native build, the delete check on), before and after, at SF 0.1,
 and where measured at SF 1, against the 150-byte target.
 
-    python -m bench.state_bytes_plot [--sf01 FILE] [--sf1 FILE] [--out PNG]
+    python -m bench.state_bytes_plot [--sf01 FILE] [--sf1 FILE] [--sf1-latest FILE ...]
+        [--out PNG]
 
 It reads what ``python -m bench.delete_check_bench`` wrote (``bench/results/
 state_bytes_tpch.json``: the two checkouts ``before`` and ``now`` at SF 0.1;
-``bench/results/state_bytes_tpch_sf1.json``: SF 1), prints the table it plots and
-writes ``bench/results/state_bytes_tpch.png``. Nothing is measured here.
+``bench/results/state_bytes_tpch_sf1.json``: SF 1; ``--sf1-latest``: SF 1 since), prints
+the table it plots and writes ``bench/results/state_bytes_tpch.png``. Nothing is
+measured here.
 
 Example (the table alone, from two made-up rows):
     >>> rows = [{"query": "q01", "checkout": "before", "bytes_per_tuple": 537.0},
@@ -44,15 +46,23 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sf01", default=str(RESULTS / "state_bytes_tpch.json"))
     ap.add_argument("--sf1", default=str(RESULTS / "state_bytes_tpch_sf1.json"))
+    ap.add_argument("--sf1-latest", nargs="*", default=[
+        str(RESULTS / "state_bytes_tpch_sf1_packed.json"),
+        str(RESULTS / "state_bytes_sf1_760c454.json")],
+        help="later SF 1 measurements, a later file's row of a query winning")
     ap.add_argument("--out", default=str(RESULTS / "state_bytes_tpch.png"))
     args = ap.parse_args(argv)
     sf01 = by_query(json.loads(Path(args.sf01).read_text())["rows"], "checkout")
     sf1_path = Path(args.sf1)
     sf1 = by_query(json.loads(sf1_path.read_text())["rows"], "sf") if sf1_path.exists() else {}
-    queries = sorted(set(sf01) | set(sf1))
+    latest = by_query([r for f in args.sf1_latest if Path(f).exists()
+                       for r in json.loads(Path(f).read_text())["rows"]], "sf")
+    queries = sorted(set(sf01) | set(sf1) | set(latest))
     series = [("SF 0.1 before (4e413a5)", lambda q: sf01.get(q, {}).get("before")),
-              ("SF 0.1 now", lambda q: sf01.get(q, {}).get("now")),
-              ("SF 1 now", lambda q: next(iter(sf1.get(q, {}).values()), None))]
+              ("SF 0.1 after (92e40ab)", lambda q: sf01.get(q, {}).get("now")),
+              ("SF 1 (92e40ab, 74b1385)", lambda q: next(iter(sf1.get(q, {}).values()), None)),
+              ("SF 1 latest (a6c950d, 760c454)",
+               lambda q: next(iter(latest.get(q, {}).values()), None))]
     table = [{"query": q, **{name: get(q) for name, get in series}} for q in queries]
     print(format_rows(table))
     made = subplots(figsize=(11, 4.2))
@@ -61,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     fig, ax = made
     width = 0.8 / len(series)
     for i, (name, get) in enumerate(series):
-        xs = [j + (i - 1) * width for j, q in enumerate(queries) if get(q) is not None]
+        xs = [j + (i - (len(series) - 1) / 2) * width for j, q in enumerate(queries)
+              if get(q) is not None]
         ys = [get(q) for q in queries if get(q) is not None]
         ax.bar(xs, ys, width=width, label=name)
     ax.axhline(TARGET, color="black", linestyle="--", linewidth=1, label="target (150 B)")
