@@ -272,9 +272,10 @@ class JoinNode:
 
     def finish(self) -> None:
         self.nchildren = len(self.children)
-        # A leaf's count is always 0 and a one-child node's (generalized or not) is
-        # whether the child's projection holds its key: only nodes with two or more
-        # children store counters.
+        # A leaf's count is always 0, a one-child node's is whether the child's
+        # projection holds its key, and an atom's is read from its children's
+        # projections (supported_n): only generalized nodes with two or more children
+        # store counters.
         self.keeps_counter = self.nchildren > 1 and self.generalized
         if self.keeps_counter:
             self.counter = self.state.map(f"{self.name}.counter")

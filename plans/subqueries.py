@@ -124,16 +124,11 @@ def _factored(cond: exp.Expr) -> exp.Expr:
     out: ``(a AND x) OR (a AND y)`` is ``a AND (x OR y)`` (and ``a OR (a AND y)`` is
     ``a``: both laws hold in SQL's three-valued logic), so that a correlation written
     in every branch (TPC-DS Q41) is a conjunct sqlglot's unnesting decorrelates."""
-    def strip(n: exp.Expr) -> exp.Expr:
-        while isinstance(n, exp.Paren):
-            n = n.this
-        return n
-
-    node = strip(cond)
+    node = _strip(cond)
     if not isinstance(node, exp.Or):
         return cond
-    branches = [[strip(c) for c in strip(b).flatten()] if isinstance(strip(b), exp.And)
-                else [strip(b)] for b in node.flatten()]
+    branches = [[_strip(c) for c in _strip(b).flatten()] if isinstance(_strip(b), exp.And)
+                else [_strip(b)] for b in node.flatten()]
     common = [c for c in branches[0] if all(any(c == d for d in b) for b in branches[1:])]
     if not common:
         return cond
@@ -269,9 +264,6 @@ def _contained_neq_exists(node: exp.Exists) -> bool:
     owner: exp.Expr = node
     if isinstance(parent, exp.Not):
         negated, owner = True, parent
-        parent = parent.parent
-        while isinstance(parent, exp.Paren):
-            parent = parent.parent
     outer = node.find_ancestor(exp.Select)
     if outer is None or not any(c is owner for c in _conjuncts(outer.args.get("where"))):
         return False
