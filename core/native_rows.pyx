@@ -28,6 +28,10 @@ cdef enum:
     T_OBJ = 254
 
 _Decimal = Decimal
+# 10**-k for every tag k: a DECIMAL field reads back as its coefficient times this, the
+# same value and exponent as scaleb(-k) (exact: the coefficient has at most 18 digits),
+# a third faster (a DECIMAL payload is read on every change of its sum)
+cdef tuple _SCALE = tuple([Decimal(1).scaleb(-k) for k in range(128)])
 
 
 cdef bint _decimal_fields(str text, int64_t *coef_out, unsigned char *tag_out):
@@ -73,7 +77,7 @@ cdef inline object _value(int64_t val, unsigned char tag):
         return val
     if tag == T_OBJ:
         return <object><PyObject *><intptr_t>val
-    return _Decimal(val).scaleb(-<int>tag)
+    return _Decimal(val) * <object>_SCALE[tag]
 
 
 cdef inline int64_t _store(object v, bint decimals, unsigned char *tag) except? -1:

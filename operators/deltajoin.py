@@ -2,7 +2,8 @@
 reported as deltas of its projection (a GHD bag that is not a triangle, CROWN 2.9:
 "standard change propagation inside each bag").
 
-Nothing but the atoms and their indexes is stored: an update ``dm`` of atom ``i`` with
+Nothing but the atoms' indexes is stored (an atom no other atom probes by a part of its
+tuple keeps its multiplicities in a map of its own): an update ``dm`` of atom ``i`` with
 tuple ``t`` yields ``dm * (t joined with the current state of every other atom)``,
 projected on the output variables, and then ``t`` is applied. Feeding the copies of a
 self-join one after the other (as the input operators do) is the delta query's
@@ -22,14 +23,25 @@ Example (a 2-path R(a,b) * S(b,c) projected on (a, c)):
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from operator import itemgetter
 from typing import Any
 
+from operators.nodemaps import IndexedBase
 from operators.state import State
 
 Step = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 """(atom, key positions in the atom, their variable slots, the atom's new variable slots
 (-1 for an already bound position))."""
+
+
+def _key_of(key: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    """A tuple's key at positions ``key``, as :meth:`DeltaJoin._apply` files it."""
+    if not key:
+        return lambda t: ()
+    if len(key) == 1:
+        return itemgetter(key[0])
+    return lambda t: tuple(t[p] for p in key)
 
 
 class DeltaJoin:
@@ -57,9 +69,6 @@ class DeltaJoin:
         slot = {v: i for i, v in enumerate(variables)}
         self.slots = [tuple(slot[v] for v in a) for a in self.atom_vars]
         self.out_slots = tuple(slot[v] for v in out_vars)
-        self.rel: list[MutableMapping[tuple[Any, ...], int]] = [
-            state.map(f"{name}.atom{i}") for i in range(len(self.atom_vars))
-        ]
         # Indexes: (atom, key positions) -> key -> {tuple: multiplicity}.
         self.indexes: dict[tuple[int, tuple[int, ...]], MutableMapping[Any, dict[Any, int]]] = {}
         self.plans: list[list[Step]] = []
@@ -76,6 +85,19 @@ class DeltaJoin:
         self._by_atom = [[] for _ in self.atom_vars]
         for (j, key), idx in sorted(self.indexes.items(), key=lambda kv: kv[0]):
             self._by_atom[j].append((key, idx))
+        # An atom's multiplicities: read from its first index's buckets where it has
+        # one (which hold them already: a second map of every tuple would double the
+        # bag's bytes, TPC-H Q5's lineitem), else its own map ``<name>.atom<i>``.
+        self.rel: list[MutableMapping[tuple[Any, ...], int]] = []
+        self._own: list[bool] = []
+        for i in range(len(self.atom_vars)):
+            if self._by_atom[i]:
+                key, idx = self._by_atom[i][0]
+                self.rel.append(IndexedBase(idx, _key_of(key)))  # type: ignore[arg-type]
+                self._own.append(False)
+            else:
+                self.rel.append(state.map(f"{name}.atom{i}"))
+                self._own.append(True)
 
     def _order(self, i: int) -> list[Step]:
         """Greedy join order after an update of atom ``i``: next the atom with the most
@@ -150,10 +172,11 @@ class DeltaJoin:
         if new < 0:
             msg = f"delta join: atom {i} would hold {new} copies of {t!r}"
             raise AssertionError(msg)
-        if new:
-            rel[t] = new
-        else:
-            rel.pop(t, None)
+        if self._own[i]:
+            if new:
+                rel[t] = new
+            else:
+                rel.pop(t, None)
         for key, idx in self._by_atom[i]:
             k: Any = () if not key else (t[key[0]] if len(key) == 1 else tuple(t[p] for p in key))
             bucket = idx.get(k)

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.codegen import define, set_add, set_discard
@@ -47,8 +48,8 @@ from operators.state import read_only_get
 if TYPE_CHECKING:
     from operators.joinnode import JoinNode
 
-__all__ = ["Payloads", "compile_tree", "count_expr", "mult_expr", "tree_nodes",
-           "tree_source"]
+__all__ = ["Payloads", "compile_tree", "count_expr", "mult_expr", "pack_payloads",
+           "tree_nodes", "tree_source"]
 
 
 class Payloads:
@@ -73,6 +74,7 @@ class Payloads:
             ring = node.ring
             env.update(radd=ring.add, rsub=ring.sub, rmul=ring.mul, rneg=ring.neg,
                        rcount=ring.count, rzero=ring.zero, rone=ring.one)
+            env.setdefault("rpack", unpacked)
         if not node.base_payload_default:
             env[f"P_{node.num}"] = node.base_payload
         self.zero = "0" if self.ints else "rzero"
@@ -93,6 +95,12 @@ class Payloads:
 
     def neg(self, a: str) -> str:
         return f"-{a}" if self.ints else f"rneg({a})"
+
+    def store(self, a: str) -> str:
+        """Payload ``a`` as a projection stores it (and its key, where it has several
+        values): a ring's through ``rpack`` (as it is, unless a native build's row
+        packer is bound there: :func:`pack_payloads`), an integer as it is."""
+        return a if self.ints else f"rpack({a})"
 
     def nonzero(self, a: str) -> str:
         """True when a payload has derivations (is kept in a projection)."""
@@ -190,6 +198,26 @@ def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
             if len(node.children) > 1:
                 lines += supported_lines(node)
     return "\n".join(lines), env
+
+
+def unpacked(payload: Any) -> Any:
+    """``rpack`` where nothing packs: the payload as it is."""
+    return payload
+
+
+def pack_payloads(root: JoinNode, pack: Callable[[Any], Any]) -> bool:
+    """Bind ``pack`` as ``rpack`` in the namespace of ``root``'s tree (compiled:
+    :func:`compile_tree`), so its projections store ring payloads packed (a native
+    build's :mod:`core.native_rows`: the vector ``(count, count, DECIMAL)`` in 64 bytes
+    where the tuple with its values takes 168), and their keys of several values.
+    Packed payloads read as the tuples they hold (indexing, iteration, equality), so
+    the ring's arithmetic and every reader stay as they are. False (nothing bound)
+    where the payloads are integers."""
+    env = root.env
+    if "rpack" not in env:
+        return False
+    env["rpack"] = pack
+    return True
 
 
 def supported_lines(node: JoinNode) -> list[str]:
@@ -397,12 +425,16 @@ def proj_add_lines(node: JoinNode, pay: Payloads, indent: str, key: str, d: str,
             return []
         return [f"notify_{n}({node.pos_in_parent}, {key}, {old}, {new})"]
 
-    first = [f"proj_{n}[{key}] = {d}", *tell("None", "True" if support else d)]
+    # (a new key of several values is stored packed too; an existing key's entry keeps
+    # the key object it was stored with)
+    stored_key = pay.store(key) if len(node.key_attrs) > 1 else key
+    first = [f"proj_{n}[{stored_key}] = {pay.store(d)}",
+             *tell("None", "True" if support else d)]
     if not (support or nonzero):  # (a zero payload is no derivation: not stored)
         first = [f"if {pay.nonzero(d)}:", *("    " + ln for ln in first)]
     return [f"{indent}p = projget_{n}({key})", f"{indent}if p is None:",
             *(i2 + ln for ln in first), f"{indent}else:", f"{i2}q = {pay.add('p', d)}",
-            f"{i2}if {pay.nonzero('q')}:", f"{i2}    proj_{n}[{key}] = q",
+            f"{i2}if {pay.nonzero('q')}:", f"{i2}    proj_{n}[{key}] = {pay.store('q')}",
             *([] if support else [f"{i2}    " + ln for ln in tell("p", "q")]),
             f"{i2}else:", f"{i2}    del proj_{n}[{key}]",
             *(f"{i2}    " + ln for ln in tell("True" if support else "p", "None"))]

@@ -194,9 +194,13 @@ class View(UpdateNode):
         hand it each tuple packed (:mod:`core.native_rows`: 80 bytes where the tuple with
         its values is about 270 for a 5-column lineitem row). Not with
         ``keep_rows`` (the local checkpoint writes a node's rows as they are), and not
-        where the build cannot run (then nothing changes). ``packer`` stands in for the
+        where the build cannot run (then nothing changes). The engine's projections
+        store their ring payloads (aggregate vectors) packed alike
+        (:attr:`packed_payloads`). ``packer`` stands in for the
         native one (``explain`` generates a native run's code without building).
         Returns how many."""
+        self.packed_payloads = 0
+        """How many join trees store ring payloads packed (:meth:`_pack_rows`)."""
         if keep_rows or len(self.engines) != 1:
             return 0
         pack = packer
@@ -207,13 +211,16 @@ class View(UpdateNode):
                 pack = native_rows(on_compile).packer(True)
             except NativeBuildError:
                 return 0
-        nodes = self.engines[0].atom_nodes
+        engine = self.engines[0]
+        nodes = engine.atom_nodes
         packed = 0
         for route in self.routes.values():
             for atom, ri in route.atoms:
                 if nodes[atom].keeps_tuples:
                     ri.pack_with(pack)
                     packed += 1
+        # (ring payloads are tuples the nodes build: the same packer stores them)
+        self.packed_payloads = engine.pack_payloads(pack)
         return packed
 
     def _hold_relations(self) -> dict[str, int]:

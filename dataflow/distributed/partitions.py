@@ -218,7 +218,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout17-'
+        'layout18-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning))
@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 17
+STATE_LAYOUT = 18
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -257,8 +257,11 @@ the modules whose classes the checkpointed state pickles moved, ``dataflow.distr
 to :mod:`dataflow.distributed.partitions`, ``dataflow.stages`` to
 :mod:`dataflow.distributed.stages`; 14: compact buckets, a join node's index, live index
 or group of one tuple holds the tuple bare, :mod:`operators.nodemaps`; 15: a set bucket
-of 2 to 8 tuples is a list), so that a checkpoint of another layout fails loud
-instead of being read wrongly."""
+of 2 to 8 tuples is a list; 16: shared indexes, ``JoinNode.index_shared``; 17: an
+atom's support count read from its children's projections, not stored; 18: an atom of
+a delta-join bag that another atom probes by an index keeps its multiplicities in that
+index, no ``<bag>.atom<i>`` map, :class:`~operators.deltajoin.DeltaJoin`), so that a
+checkpoint of another layout fails loud instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):

@@ -104,6 +104,12 @@ class PartitionEngine(Protocol):
         """Register what a native build rebinds in this engine (nothing for most)."""
         ...
 
+    def pack_payloads(self, pack: Callable[[Any], Any]) -> int:
+        """Store the ring payloads the engine keeps packed by ``pack`` (before the
+        first update); returns how many stores do (0: the engine keeps none, or
+        integers only)."""
+        ...
+
 
 class InterpretedEngine:
     """What an engine without generated code of its own offers for the optional parts of
@@ -120,3 +126,7 @@ class InterpretedEngine:
 
     def register_native(self, bindings: Bindings, prefix: str) -> None:
         """Nothing to rebind: this engine runs interpreted."""
+
+    def pack_payloads(self, pack: Callable[[Any], Any]) -> int:
+        """0: no ring payloads kept by generated code here."""
+        return 0

@@ -26,6 +26,7 @@ from core.native import NativeBuild, NativeNamespace
 from operators.aggregate import AggregateLayout
 from operators.enumerate import Enumerator
 from operators.joinnode import JoinNode
+from operators.nodecode import pack_payloads
 from operators.nodemaps import count_in, members
 from operators.ring import IntRing, VectorRing
 from operators.state import DictState, State
@@ -155,6 +156,12 @@ class Engine:
         for i, env in enumerate(self._acc_envs):
             bindings.value(f"{prefix} acc {i}", partial(self._acc_envs.__setitem__, i),
                            partial(_compiled_namespace, env))
+
+    def pack_payloads(self, pack: Callable[[Any], Any]) -> int:
+        """Have the trees' projections store ring payloads packed by ``pack`` (call
+        before the first update and before a native build: it rebinds a global of the
+        generated code). Returns how many trees store them so (0 over integers)."""
+        return sum(pack_payloads(node, pack) for node in self.nodes if node.parent is None)
 
     def share_acc(self, env: dict[str, Any]) -> bool:
         """Bind :attr:`acc` as ``acc`` in ``env``, the globals of generated code that
