@@ -10,13 +10,13 @@ A node keeps, over the State protocol:
   over ring payloads, where the caller checks deletes: :attr:`JoinNode.sum_leaf`) keeps
   no tuples at all (:data:`NO_TUPLES`); a generalized node has none. A node declares
   only the maps it uses (:data:`NO_MAP`),
-* ``counter``: tuple -> number of children whose projection holds the tuple's key
-  (CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
-  exactly the keys of its children's projections). Stored only by generalized nodes
-  with two or more children: a leaf's count is always 0, and an atom's is read from its
-  children's projections when needed (one lookup per child, where a stored counter
-  would hold a dict entry per tuple of the node: TPC-H Q8's and Q9's lineitem, whose
-  part filter leaves most tuples without support; :meth:`JoinNode.support_count`),
+* no ``counter`` (tuple -> number of children whose projection holds the tuple's key,
+  CROWN's "horizontal" derivation counter; a generalized node's virtual tuples are
+  exactly the keys of its children's projections): a leaf's count is always 0, and any
+  other node's is read from its children's projections when needed (one lookup per
+  child, where a stored counter would hold a dict entry per tuple of the node: TPC-H
+  Q8's and Q9's lineitem, whose part filter leaves most tuples without support, Q18's
+  orders under its generalized root; :meth:`JoinNode.support_count`),
 * ``index.<child>``: child key -> tuples of this node with that key (for P-updates;
   atoms only; children on one key share one),
 * ``proj``: this node's projection on its key to the parent. Top nodes keep it as
@@ -273,12 +273,10 @@ class JoinNode:
     def finish(self) -> None:
         self.nchildren = len(self.children)
         # A leaf's count is always 0, a one-child node's is whether the child's
-        # projection holds its key, and an atom's is read from its children's
-        # projections (supported_n): only generalized nodes with two or more children
-        # store counters.
-        self.keeps_counter = self.nchildren > 1 and self.generalized
-        if self.keeps_counter:
-            self.counter = self.state.map(f"{self.name}.counter")
+        # projection holds its key, and any other's is read from its children's
+        # projections (supported_n): no node stores counters (a stored counter held an
+        # entry per tuple, or per key of a generalized node: TPC-H Q18's per order).
+        self.keeps_counter = False
         # (A lower leaf over integer payloads is a key leaf, as the planner projects a
         # lower leaf of a query without aggregates onto its key: never a sum leaf.)
         self.sum_leaf = (not self.keep_leaf_tuples and not self.counting

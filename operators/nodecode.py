@@ -195,8 +195,8 @@ def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
                 lines += lower_child_lines(node, i, pay)
         if not node.generalized:
             lines += apply_lines(node, pay)
-            if len(node.children) > 1:
-                lines += supported_lines(node)
+        if len(node.children) > 1:
+            lines += supported_lines(node)
     return "\n".join(lines), env
 
 
@@ -222,7 +222,8 @@ def pack_payloads(root: JoinNode, pack: Callable[[Any], Any]) -> bool:
 
 def supported_lines(node: JoinNode) -> list[str]:
     """``supported_n(t)``: how many children's projections hold ``t``'s key (CROWN's
-    counter, read where an atom with two or more children would store it)."""
+    counter, read where a node with two or more children would store it; a
+    generalized node's ``t`` is its key)."""
     n = node.num
     lines = [f"def supported_{n}(t):", "    c = 0"]
     for child in node.children:
@@ -467,16 +468,10 @@ def lower_child_lines(node: JoinNode, i: int, pay: Payloads) -> list[str]:
         lines.append("    for u, m in counted(bucket):" if i == 0 and not node.counting
                      else "    for u in members(bucket):")
         indent = "        "
-    if nc > 1 and not gen:
+    if nc > 1:
         # (child i's projection already holds its change: c is the count after it)
-        lines += [f"{indent}c = supported_{n}(u)", f"{indent}was = c - step == {nc}",
+        lines += [f"{indent}c = supported_{n}({u})", f"{indent}was = c - step == {nc}",
                   f"{indent}if was or c == {nc}:"]
-        indent += "    "
-    elif nc > 1:
-        lines += [f"{indent}c = counter_{n}.get(k, 0)", f"{indent}was = c == {nc}",
-                  f"{indent}if step:", f"{indent}    c += step", f"{indent}    if c:",
-                  f"{indent}        counter_{n}[k] = c", f"{indent}    else:",
-                  f"{indent}        del counter_{n}[k]", f"{indent}if was or c == {nc}:"]
         indent += "    "
     if node.counting:
         d = "step"

@@ -146,11 +146,10 @@ def walk_lines(node: JoinNode) -> list[str]:
                     f"                {ins}(u)", "        else:",
                     "            for u in list(members(bucket)):", f"                {dels}(u)"]
     elif node.generalized:
-        sup += [f"    c = counter_{n}.get(k, 0)", "    if appear:", "        c += 1",
-                f"        counter_{n}[k] = c", f"        if c == {nc}:", f"            {ins}(k)",
-                "    else:", f"        if c == {nc}:", f"            {dels}(k)",
-                "        c -= 1", "        if c:", f"            counter_{n}[k] = c",
-                "        else:", f"            del counter_{n}[k]"]
+        # (its one tuple with the key is the key: how many children hold it is read
+        # from their projections, child i's with its change already)
+        sup += [f"    c = supported_{n}(k)", "    if appear:", f"        if c == {nc}:",
+                f"            {ins}(k)", f"    elif c + 1 == {nc}:", f"        {dels}(k)"]
     else:
         # (indexreads_n: the read-only lookups of the node's indexes, by child)
         sup.append(f"    bucket = indexreads_{n}[i](k)")

@@ -73,7 +73,10 @@ def test_state_a_views(state_a: View) -> None:
     assert dict(r4.proj) == {1: 1, 2: 1, 3: 1, 4: 1}
     assert dict(r4.counter) == {}  # a leaf keeps no counters
     root = node(view, "sj_gen0")
-    assert dict(root.counter) == {1: 1, 2: 1, 3: 1, 4: 2}
+    # (the paper's counters, read from the children's projections: none stored)
+    assert {k: root.support_count(k) for k in (1, 2, 3, 4, 5)} == \
+        {1: 1, 2: 1, 3: 1, 4: 2, 5: 0}
+    assert dict(root.counter) == {}
     assert set(members(root.proj[()])) == {4}
     assert set(root.live) == {4}
     assert set(node(view, "sj_R2").live) == {(2, 4)}

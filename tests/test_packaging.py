@@ -25,8 +25,11 @@ from pathlib import Path
 import pytest
 from test_docstrings import ROOT, package_dirs
 
+# (.cache: the benches' generated data, bench/.cache, gigabytes in a working copy; a
+# clean clone has none)
 COPY_IGNORE = shutil.ignore_patterns(
-    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".cache",
+    ".hypothesis"
 )
 
 

@@ -218,7 +218,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout18-'
+        'layout19-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning))
@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 18
+STATE_LAYOUT = 19
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -260,7 +260,8 @@ or group of one tuple holds the tuple bare, :mod:`operators.nodemaps`; 15: a set
 of 2 to 8 tuples is a list; 16: shared indexes, ``JoinNode.index_shared``; 17: an
 atom's support count read from its children's projections, not stored; 18: an atom of
 a delta-join bag that another atom probes by an index keeps its multiplicities in that
-index, no ``<bag>.atom<i>`` map, :class:`~operators.deltajoin.DeltaJoin`), so that a
+index, no ``<bag>.atom<i>`` map, :class:`~operators.deltajoin.DeltaJoin`; 19: no
+node stores counters, a generalized node's read from its children too), so that a
 checkpoint of another layout fails loud instead of being read wrongly."""
 
 
