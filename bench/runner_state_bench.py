@@ -2,7 +2,8 @@
 
 The stream: a skewed graph under a FIFO window of W edges (W inserts, then 10k more
 inserts each followed by the delete of the oldest edge: 20k steady updates), epochs of
-1000 updates, maintained for the 2-hop ``GROUP BY COUNT``. The steady phase changes as
+1000 updates, maintained for the 2-hop ``GROUP BY COUNT`` (``--query 3star``: a 2-path
+and an in-edge at its start, whose root has two children). The steady phase changes as
 much at every W while the state grows with W, so its cost per update must stay flat
 (log-log slope near 0) on every runner.
 
@@ -17,7 +18,7 @@ much at every W while the state grows with W, so its cost per update must stay f
   during the run (Flink discards a finished job's checkpoints).
 
     python -m bench.runner_state_bench [--windows 5000,40000,160000] [--runners local,flink]
-        [--parallelism 1,2] [--repeat 3] [--quick]
+        [--parallelism 1,2] [--repeat 3] [--quick] [--query 2hop|3star]
 
 Prints a table and writes bench/results/runner_state.json and runner_state.png.
 """
@@ -44,6 +45,14 @@ from dataflow.circuit.drive import drive
 SQL = ("CREATE TABLE G(src INT, dst INT);\n"
        "SELECT G1.src AS a, COUNT(*) AS n FROM G G1, G G2 WHERE G1.dst = G2.src "
        "GROUP BY G1.src;\n")
+QUERIES = {
+    "2hop": SQL,
+    # (a root over two children: its count of supporting children is read from their
+    # projections on every change, not stored, so it is one more read per key there)
+    "3star": ("CREATE TABLE G(src INT, dst INT);\n"
+              "SELECT G1.src AS a, COUNT(*) AS n FROM G G1, G G2, G G3 "
+              "WHERE G1.dst = G2.src AND G1.src = G3.dst GROUP BY G1.src;\n"),
+}
 EPOCH = 1000
 STEADY_EDGES = 10_000  # each: one insert and one delete
 
@@ -152,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per setting, taking turns; the median run is reported")
     ap.add_argument("--quick", action="store_true", help="small windows, for a smoke test")
+    ap.add_argument("--query", choices=sorted(QUERIES), default="2hop",
+                    help="2hop: the GROUP BY COUNT of 2-paths; 3star: of a path and an "
+                    "in-edge at its start (a root over two children)")
     ap.add_argument("--out", default=str(RESULTS / "runner_state"))
     args = ap.parse_args(argv)
     windows = [2000, 4000] if args.quick else [int(w) for w in args.windows.split(",")]
@@ -159,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     runners = args.runners.split(",")
     pars = [int(p) for p in args.parallelism.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="ivmflow-statebench-"))
+    sql = QUERIES[args.query]
     rows: list[dict[str, Any]] = []
     for w in windows:
-        updates, query, warm = window_files(w, steady_edges, tmp, SQL, EPOCH)
+        updates, query, warm = window_files(w, steady_edges, tmp, sql, EPOCH)
         reference = None
         if "flink" in runners:
             reference = subprocess.run(
@@ -248,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {ph['puts']:.0f} | {ph['removes']:.0f} | {r['us_per_delta_row']:.1f} |")
     out = Path(args.out)
     result_record("runner_state", rows, command=command_line("bench.runner_state_bench", argv),
-                  extra={"query": SQL, "epoch": EPOCH, "steady_edges": steady_edges,
+                  extra={"query": sql, "epoch": EPOCH, "steady_edges": steady_edges,
                          "repeat": args.repeat, "slopes": slopes,
                          "slopes_per_delta_row": slopes_per_row},
                   out=out.with_suffix(".json"), table=False)
