@@ -84,7 +84,7 @@ class Builder:
         self.taken_names: set[str] = set()
         self.multi_conditions: list[exp.Expr] = []
         self.carried: list[tuple[str, SqlType, str]] = []
-        self.join_casts: list[tuple[exp.Column, str, SqlType, tuple[str, int], exp.Expr]] = []
+        self.join_casts: list[tuple[exp.Expr, str, SqlType, tuple[str, int], exp.Expr]] = []
         self.join_derived: list[tuple[str, str]] = []
         """(FROM item, variable) of each derived variable that joins (a cast)."""
         self.final_keys: tuple[str, ...] = ()

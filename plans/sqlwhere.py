@@ -128,6 +128,10 @@ def simple_condition(b: Builder, cond: exp.Expr) -> bool:  # noqa: C901
             if op != "=":
                 return False
             return join_equality(b, cond, left, right)
+        if op == "=" and isinstance(left, exp.Column) != isinstance(right, exp.Column):
+            col, other = (left, right) if isinstance(left, exp.Column) else (right, left)
+            if expression_join(b, cond, col, other):
+                return True
         if plain_column(b, left) and plain_literal(right):
             return try_filter(b, left, op, [right])
         if plain_column(b, right) and plain_literal(left):
@@ -166,6 +170,33 @@ def join_equality(b: Builder, cond: exp.Expr, left: exp.Column, right: exp.Colum
     b.join_casts.append((node, alias, target, other, cond))
     # (a NULL joins nothing; its cast is NULL)
     add_filter(b, node, "is not null", ())
+    return True
+
+
+def expression_join(b: Builder, cond: exp.Expr, col: exp.Column, expr: exp.Expr) -> bool:
+    """``a.x = f(b.y, ...)``, an integer column equal to an integer expression over one
+    other FROM item (TPC-DS Q47's and Q57's ``v1.rn = v1_lag.rn + 1``): a join, the
+    expression a derived variable of its FROM item named as the column's variable (as
+    a cross-type join's cast, :func:`cast_joins`), not a condition over the join's
+    groups (every pair of rows with the other keys compared). A NULL result joins
+    nothing: the expression's FROM item keeps only rows where it is not NULL. Other
+    types stay conditions (Python's equality across them is not always DuckDB's)."""
+    ca, ci = b._resolve(col)
+    aliases = b._aliases_in(expr)
+    if len(aliases) != 1 or ca in aliases:
+        return False
+    alias = next(iter(aliases))
+    target = SqlType.of_column(dict(b.aliases)[ca].columns[ci])
+    try:
+        expr_type = b._atom_compiler(alias).value(expr).type
+    except ExprError:
+        return False
+    if target.name != "INT" or expr_type.name != "INT":
+        return False
+    # (cast to the widest INT: an exact no-op, where the column's own width could fail
+    # on a value DuckDB compares without error)
+    b.join_casts.append((expr, alias, SqlType("INT", 0, 128), (ca, ci), cond))
+    condition(b, exp.Not(this=exp.Is(this=expr.copy(), expression=exp.Null())))
     return True
 
 
