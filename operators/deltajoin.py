@@ -36,7 +36,7 @@ Step = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 def _key_of(key: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:
-    """A tuple's key at positions ``key``, as :meth:`DeltaJoin._apply` files it."""
+    """A tuple's key at positions ``key`` (none: ``()``; one: the bare value)."""
     if not key:
         return lambda t: ()
     if len(key) == 1:
@@ -81,10 +81,12 @@ class DeltaJoin:
                 elif not key and (j, key) not in self.indexes:
                     self.indexes[(j, key)] = state.map(f"{name}.atom{j}.all")
             self.plans.append(steps)
-        self._by_atom: list[list[tuple[tuple[int, ...], MutableMapping[Any, dict[Any, int]]]]]
+        # (per atom its indexes, each with the function that files a tuple under its key)
+        self._by_atom: list[list[tuple[Callable[[tuple[Any, ...]], Any],
+                                       MutableMapping[Any, dict[Any, int]]]]]
         self._by_atom = [[] for _ in self.atom_vars]
         for (j, key), idx in sorted(self.indexes.items(), key=lambda kv: kv[0]):
-            self._by_atom[j].append((key, idx))
+            self._by_atom[j].append((_key_of(key), idx))
         # An atom's multiplicities: read from its first index's buckets where it has
         # one (which hold them already: a second map of every tuple would double the
         # bag's bytes, TPC-H Q5's lineitem), else its own map ``<name>.atom<i>``.
@@ -92,8 +94,8 @@ class DeltaJoin:
         self._own: list[bool] = []
         for i in range(len(self.atom_vars)):
             if self._by_atom[i]:
-                key, idx = self._by_atom[i][0]
-                self.rel.append(IndexedBase(idx, _key_of(key)))  # type: ignore[arg-type]
+                key_of, idx = self._by_atom[i][0]
+                self.rel.append(IndexedBase(idx, key_of))  # type: ignore[arg-type]
                 self._own.append(False)
             else:
                 self.rel.append(state.map(f"{name}.atom{i}"))
@@ -177,8 +179,8 @@ class DeltaJoin:
                 rel[t] = new
             else:
                 rel.pop(t, None)
-        for key, idx in self._by_atom[i]:
-            k: Any = () if not key else (t[key[0]] if len(key) == 1 else tuple(t[p] for p in key))
+        for key_of, idx in self._by_atom[i]:
+            k = key_of(t)
             bucket = idx.get(k)
             if new:
                 if bucket is None:

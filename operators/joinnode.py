@@ -207,8 +207,8 @@ class JoinNode:
         self.key_of: Projector = empty_key
         self.child_key_of: list[Projector] = []
         self.state = state
-        # base and counter are declared in finish(), once the node knows whether it
-        # keeps them (see NO_MAP).
+        # base is declared in finish(), once the node knows whether it keeps it (see
+        # NO_MAP); counter never is: read from the children (support_count).
         self.base: MutableMapping[Any, int] = NO_MAP  # type: ignore[assignment]
         self.counter: MutableMapping[Any, int] = NO_MAP  # type: ignore[assignment]
         self.base_in_index = False
@@ -272,11 +272,9 @@ class JoinNode:
 
     def finish(self) -> None:
         self.nchildren = len(self.children)
-        # A leaf's count is always 0, a one-child node's is whether the child's
-        # projection holds its key, and any other's is read from its children's
-        # projections (supported_n): no node stores counters (a stored counter held an
-        # entry per tuple, or per key of a generalized node: TPC-H Q18's per order).
-        self.keeps_counter = False
+        # (No node stores counters: a leaf's count is always 0, any other's is read
+        # from its children's projections, supported_n; a stored counter held an entry
+        # per tuple, or per key of a generalized node: TPC-H Q18's per order.)
         # (A lower leaf over integer payloads is a key leaf, as the planner projects a
         # lower leaf of a query without aggregates onto its key: never a sum leaf.)
         self.sum_leaf = (not self.keep_leaf_tuples and not self.counting
@@ -371,8 +369,8 @@ class JoinNode:
 
     # -- reads -------------------------------------------------------------------
     def support_count(self, t: Any) -> int:
-        """How many children's projections hold ``t``'s key (CROWN's counter), stored
-        or derived.
+        """How many children's projections hold ``t``'s key (CROWN's counter, read
+        from them: no node stores it).
 
         >>> from operators.state import DictState
         >>> st = DictState()
@@ -384,8 +382,6 @@ class JoinNode:
         >>> s.apply((2, 3), 1); r.support_count((1, 2)), dict(r.counter)
         (1, {})
         """
-        if self.keeps_counter:
-            return int(self.counter.get(t, 0))
         return sum(1 for key_of, child in zip(self.child_key_of, self.children)
                    if key_of(t) in child.proj)
 

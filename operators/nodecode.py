@@ -157,14 +157,13 @@ def tree_nodes(root: JoinNode) -> list[JoinNode]:
 
 def bind_maps(node: JoinNode, env: dict[str, Any]) -> None:
     """Bind node ``n``'s maps in the tree's namespace: ``proj_n`` (``projget_n``: its
-    ``get``), ``base_n``, ``counter_n``, ``index_n_i`` and ``L_n_i`` (the live index for
+    ``get``), ``base_n``, ``index_n_i`` and ``L_n_i`` (the live index for
     child ``i``), and the read-only lookups ``projread_n``, ``indexread_n_i`` (all of
     them: ``indexreads_n``; see :func:`operators.state.read_only_get`)."""
     n = node.num
     env[f"proj_{n}"], env[f"projget_{n}"] = node.proj, node.proj.get
     env[f"projread_{n}"] = node.proj_read
     env[f"base_{n}"], env[f"baseget_{n}"] = node.base, node.base.get
-    env[f"counter_{n}"] = node.counter
     env[f"indexreads_{n}"] = node.index_read
     for i in range(len(node.children)):
         env[f"index_{n}_{i}"] = node.index[i]

@@ -206,4 +206,3 @@ class GhdEngine(InterpretedEngine):
         """CROWN's over the bags (:meth:`~dataflow.engines.crown.Engine.pack_payloads`);
         the bags' own operators keep integers."""
         return self.crown.pack_payloads(pack)
-
