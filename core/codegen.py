@@ -70,13 +70,15 @@ is a scan); a set that shrinks to half of it is a list again."""
 
 
 def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
-            on_new: Sequence[str] = ()) -> list[str]:
+            on_new: Sequence[str] = (), stored_key: str | None = None) -> list[str]:
     """Lines (at ``indent``) adding ``elem`` to the compact set bucket ``table[key]``
     through local ``var``: absent, the element is stored bare (a set of one costs 216
     bytes, the element a pointer; None, which reads as absent, goes in a set); a bare
     element and a second one make a list, a list past :data:`SMALL_BUCKET` elements a
     set. Adding an element already there changes nothing, as a set's ``add``.
     ``on_new`` (relative to the new-bucket branch) runs only when the key was absent.
+    ``stored_key``: the expression a new bucket is stored under (a compact object equal
+    to ``key``; later stores keep it, as a dict keeps the key it first took).
     Readers: ``operators.nodemaps.members``.
 
     >>> print("\\n".join(set_add("", "index", "k", "b", on_new=["seen(k)"])))
@@ -97,7 +99,8 @@ def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
     """
     inner = indent + "    "
     return [f"{indent}{var} = {table}.get({key})", f"{indent}if {var} is None:",
-            f"{inner}{table}[{key}] = {elem} if {elem} is not None else {{{elem}}}",
+            f"{inner}{table}[{stored_key or key}] = {elem} if {elem} is not None "
+            f"else {{{elem}}}",
             *(inner + ln for ln in on_new),
             f"{indent}elif isinstance({var}, list):", f"{inner}if {elem} not in {var}:",
             f"{inner}    if len({var}) < {SMALL_BUCKET}:", f"{inner}        {var}.append({elem})",

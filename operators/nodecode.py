@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.codegen import define, set_add, set_discard
-from operators.nodemaps import KeyedBase, count_in, counted, key_expr, members
+from operators.nodemaps import KeyedBase, count_in, counted, key_expr, members, stored_key_expr
 from operators.nodewalks import boundary_lines, group_lines, live_test, sj_lines, walk_lines
 from operators.ring import IntRing
 from operators.state import read_only_get
@@ -177,7 +177,8 @@ def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
     """The source of every operation of ``root``'s tree (see the module doc) and the
     namespace it runs in."""
     # (the readers of compact buckets, operators.nodemaps)
-    env: dict[str, Any] = {"members": members, "counted": counted, "bucket_count": count_in}
+    env: dict[str, Any] = {"members": members, "counted": counted, "bucket_count": count_in,
+                           "kpack": unpacked}  # (pack_payloads binds a packer)
     lines: list[str] = []
     nodes = tree_nodes(root)
     for num, node in enumerate(nodes):
@@ -200,7 +201,7 @@ def tree_source(root: JoinNode) -> tuple[str, dict[str, Any]]:
 
 
 def unpacked(payload: Any) -> Any:
-    """``rpack`` where nothing packs: the payload as it is."""
+    """``rpack`` and ``kpack`` where nothing packs: the payload or key as it is."""
     return payload
 
 
@@ -208,11 +209,13 @@ def pack_payloads(root: JoinNode, pack: Callable[[Any], Any]) -> bool:
     """Bind ``pack`` as ``rpack`` in the namespace of ``root``'s tree (compiled:
     :func:`compile_tree`), so its projections store ring payloads packed (a native
     build's :mod:`core.native_rows`: the vector ``(count, count, DECIMAL)`` in 64 bytes
-    where the tuple with its values takes 168), and their keys of several values.
-    Packed payloads read as the tuples they hold (indexing, iteration, equality), so
-    the ring's arithmetic and every reader stay as they are. False (nothing bound)
-    where the payloads are integers."""
+    where the tuple with its values takes 168); and as ``kpack``, so every map of the
+    tree stores a new key of several values packed (:func:`~operators.nodemaps.
+    stored_key_expr`), whatever its payloads. Packed rows read as the tuples they hold
+    (indexing, iteration, equality, hash), so the ring's arithmetic and every reader
+    stay as they are. False (no ``rpack`` bound) where the payloads are integers."""
     env = root.env
+    env["kpack"] = pack
     if "rpack" not in env:
         return False
     env["rpack"] = pack
@@ -255,13 +258,16 @@ def bucket_old_lines(indent: str, b: str) -> list[str]:
             f"{i2}old = {b}.get(t, 0)", f"{indent}else:", f"{i2}old = 1 if {b} == t else 0"]
 
 
-def bucket_put_lines(indent: str, table: str, key: str, b: str) -> list[str]:
+def bucket_put_lines(indent: str, table: str, key: str, b: str,
+                     stored_key: str | None = None) -> list[str]:
     """Store multiplicity ``new`` (not 0, not ``old``) of ``t`` in ``table[key]``, whose
-    bucket was ``b`` (read before, holding ``t`` ``old`` times)."""
+    bucket was ``b`` (read before, holding ``t`` ``old`` times); a new bucket under
+    ``stored_key`` (:func:`operators.nodemaps.stored_key_expr`), when given."""
     i2 = indent + "    "
     return [f"{indent}if isinstance({b}, dict):", f"{i2}{b}[t] = new",
             f"{indent}elif {b} is None:",
-            f"{i2}{table}[{key}] = t if new == 1 and t is not None else {{t: new}}",
+            f"{i2}{table}[{stored_key or key}] = t if new == 1 and t is not None "
+            "else {t: new}",
             f"{indent}elif old:", f"{i2}{table}[{key}] = {{t: new}}",
             f"{indent}else:", f"{i2}{table}[{key}] = {{{b}: 1, t: new}}"]
 
@@ -302,7 +308,8 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
     if nc:
         # The multiplicity is kept in the first child index's bucket (tuple -> count).
         c0 = node.children[0].num
-        put = bucket_put_lines("            ", f"index_{n}_0", "k0", "b0")
+        put = bucket_put_lines("            ", f"index_{n}_0", "k0", "b0", stored_key_expr(
+            "t", node.attrs, node.scalar, node.children[0].key_attrs, "k0"))
         lines = [f"def apply_{n}(t, dm):", f"    k0 = {keys[0]}",
                  f"    b0 = index_{n}_0.get(k0)", *bucket_old_lines("    ", "b0"),
                  "    new = old + dm", "    if old == 0:", "        c = 0",
@@ -315,7 +322,8 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
     for i, k in enumerate(keys[1:], 1):
         lines.append(f"        k = {k}")
         if node.index_shared[i] is None:  # (else the earlier child's index holds it)
-            lines += set_add("        ", f"index_{n}_{i}", "k", "b")
+            lines += set_add("        ", f"index_{n}_{i}", "k", "b", stored_key=stored_key_expr(
+                "t", node.attrs, node.scalar, node.children[i].key_attrs, "k"))
         lines += [f"        if k in proj_{node.children[i].num}:", "            c += 1"]
     if nc == 1:
         # One child: the count is whether the child's projection holds the key
@@ -391,11 +399,12 @@ def proj_leaf_lines(node: JoinNode) -> list[str]:
     if node.parent is not None:
         call = f"support_{node.parent.num}({node.pos_in_parent}, k, "
         appear, disappear = [f"        {call}True)"], [f"            {call}False)"]
-    put = bucket_put_lines("        ", f"proj_{n}", "k", "group")
+    stored = stored_key_expr("t", node.attrs, node.scalar, node.key_attrs, "k")
+    put = bucket_put_lines("        ", f"proj_{n}", "k", "group", stored)
     lines = [f"def apply_{n}(t, dm):", f"    k = {k}", f"    group = proj_{n}.get(k)",
              "    if group is None:",
              "        new = dm",  # (a delete of an absent tuple was refused before)
-             f"        proj_{n}[k] = t if new == 1 and t is not None else {{t: new}}",
+             f"        proj_{n}[{stored}] = t if new == 1 and t is not None else {{t: new}}",
              *appear, f"        if {live}:",
              f"            emit_{n}(t, {one})", "        return",
              *bucket_old_lines("    ", "group"), "    new = old + dm", "    if old == 0:",
@@ -411,12 +420,14 @@ def proj_leaf_lines(node: JoinNode) -> list[str]:
 
 # -- projections of the lower part ---------------------------------------------------
 def proj_add_lines(node: JoinNode, pay: Payloads, indent: str, key: str, d: str,
-                   support: bool, nonzero: bool = False) -> list[str]:
+                   support: bool, nonzero: bool = False, tuple_var: str = "t") -> list[str]:
     """Lines (at ``indent``) adding payload ``d`` (a name) to this lower node's
     projection at ``key``, then telling the parent (``notify_n(pos, key, old, new)``,
     None for an absent key): every change of the payload, or with ``support`` only its
     appearing and going (``True``/``None``: a count or a multiplicity, set mode and key
-    leaves). ``nonzero``: ``d`` is never zero (not tested)."""
+    leaves). ``nonzero``: ``d`` is never zero (not tested). ``tuple_var``: the node's
+    tuple the key was projected from (a new key is stored as
+    :func:`~operators.nodemaps.stored_key_expr` says)."""
     n = node.num
     i2 = indent + "    "
 
@@ -427,7 +438,7 @@ def proj_add_lines(node: JoinNode, pay: Payloads, indent: str, key: str, d: str,
 
     # (a new key of several values is stored packed too; an existing key's entry keeps
     # the key object it was stored with)
-    stored_key = pay.store(key) if len(node.key_attrs) > 1 else key
+    stored_key = stored_key_expr(tuple_var, node.attrs, node.scalar, node.key_attrs, key)
     first = [f"proj_{n}[{stored_key}] = {pay.store(d)}",
              *tell("None", "True" if support else d)]
     if not (support or nonzero):  # (a zero payload is no derivation: not stored)
@@ -487,4 +498,5 @@ def lower_child_lines(node: JoinNode, i: int, pay: Payloads) -> list[str]:
         lines.append(f"{indent}d = {d}")
         d = "d"
     lines.append(f"{indent}pk = {key_expr(u, node.attrs, node.scalar, node.key_attrs)}")
-    return lines + proj_add_lines(node, pay, indent, "pk", d, support=node.counting)
+    return lines + proj_add_lines(node, pay, indent, "pk", d, support=node.counting,
+                                  tuple_var=u)

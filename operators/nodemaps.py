@@ -115,6 +115,28 @@ def key_expr(var: str, src: tuple[str, ...], src_scalar: bool, dst: tuple[str, .
     return "(" + ", ".join(f"{var}[{p}]" for p in pos) + ",)"
 
 
+def stored_key_expr(var: str, src: tuple[str, ...], src_scalar: bool, dst: tuple[str, ...],
+                    key: str) -> str:
+    """Python source of the object a new map entry is stored under, for the key
+    :func:`key_expr` makes of ``var`` (bound to local ``key``): ``kpack(key)`` when the
+    key has several values (the generated code's global: the native build's packed
+    row, 48 bytes where a tuple of two ints above 256 takes 112; else as it is), else
+    ``key``. Equal to ``key`` and hashing as it does, so readers look it up with plain
+    tuples. When the projection keeps every value in order, ``kpack(var)``: a tuple the
+    node holds packed is the key itself (one object for the bucket and its key).
+
+    >>> stored_key_expr("t", ("a", "b"), False, ("a", "b"), "k")
+    'kpack(t)'
+    >>> stored_key_expr("t", ("a", "b", "c"), False, ("c", "a"), "k")
+    'kpack(k)'
+    >>> stored_key_expr("t", ("a", "b"), False, ("b",), "k")
+    'k'
+    """
+    if src_scalar or len(dst) < 2:
+        return key
+    return f"kpack({var if dst == src else key})"
+
+
 class KeyedBase(Mapping[Any, int]):
     """The multiplicities of a key leaf, read through its projection (tuple -> count):
     what callers of ``node.base`` (delete checks, tests) read on other nodes.

@@ -58,7 +58,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from core.codegen import set_add, set_discard
-from operators.nodemaps import key_expr
+from operators.nodemaps import key_expr, stored_key_expr
 
 if TYPE_CHECKING:
     from operators.joinnode import JoinNode
@@ -85,7 +85,9 @@ def group_lines(node: JoinNode, indent: str) -> tuple[list[str], list[str]]:
     if parent is not None:
         appear = [f"support_{parent.num}({node.pos_in_parent}, k, True)"]
         gone = [f"support_{parent.num}({node.pos_in_parent}, k, False)"]
-    return (set_add(indent, f"proj_{node.num}", "k", "group", on_new=appear),
+    stored = stored_key_expr("t", node.attrs, node.scalar, node.key_attrs, "k")
+    return (set_add(indent, f"proj_{node.num}", "k", "group", on_new=appear,
+                    stored_key=stored),
             set_discard(indent, f"proj_{node.num}", "k", "group", on_empty=gone))
 
 
@@ -125,7 +127,9 @@ def walk_lines(node: JoinNode) -> list[str]:
             walk_live, walk_dead = ([f"g = projread_{child.num}(k)", "if g is not None:",
                                      "    for u in members(g):", f"        {kind}_{child.num}(u)"]
                                     for kind in ("live", "dead"))
-        lines += [f"    k = {k}", *set_add("    ", f"L_{n}_{i}", "k", "b", on_new=walk_live)]
+        stored = stored_key_expr("t", node.attrs, node.scalar, child.key_attrs, "k")
+        lines += [f"    k = {k}", *set_add("    ", f"L_{n}_{i}", "k", "b", on_new=walk_live,
+                                          stored_key=stored)]
         dead += [f"    k = {k}", *set_discard("    ", f"L_{n}_{i}", "k", "b",
                                               on_empty=walk_dead)]
     if not node.children:

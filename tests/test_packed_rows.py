@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from oracle import bag_stream, check_stream
 
 from core.native import native_available, native_rows
+from core.records import Update
 from dataflow.api import compile_query
 
 pytestmark = pytest.mark.skipif(native_available() is not None,
@@ -177,3 +178,57 @@ def test_a_view_that_keeps_rows_whole_packs_no_payloads() -> None:
     """(the local checkpoint pickles the state as it is: nothing packed there)"""
     view = compile_query(PAYLOAD_SQL["chain"]).maintain(native=True, keep_rows=True)
     assert view.packed_rows == 0 and view.packed_payloads == 0
+
+
+# Keys of several values are stored packed in every map of the tree (its indexes, its
+# projections and groups, its live indexes), with integer payloads too; a key that is
+# the whole tuple is the tuple the bucket holds. A Q21-like shape: join tree D(B(A, C)),
+# B's index for A keyed by all of B's values, COUNT only.
+KEY_SQL = ("CREATE TABLE D(x INT, name TEXT);\n"
+           "CREATE TABLE B(x INT, y INT);\n"
+           "CREATE TABLE A(x INT, y INT);\n"
+           "CREATE TABLE C(y INT, z INT);\n"
+           "SELECT D.name, COUNT(*) FROM D, B, A, C "
+           "WHERE D.x = B.x AND A.x = B.x AND A.y = B.y AND B.y = C.y GROUP BY D.name")
+
+
+def _key_row(table: str, draw: Any) -> tuple[Any, ...]:
+    key = st.sampled_from([None, 0, 1, 2, 10**12])
+    text = st.sampled_from([None, "", "x"])
+    return tuple(draw(text if kind == "t" else key)
+                 for kind in {"D": "kt", "B": "kk", "A": "kk", "C": "kk"}[table])
+
+
+@st.composite
+def _key_streams(draw: Any) -> list[Any]:
+    return bag_stream(draw, "DBBAAC", _key_row, epochs=5, per_epoch=16)
+
+
+def _stored_items(view: Any) -> list[tuple[Any, Any]]:
+    """Every entry of every map of the engine's join nodes."""
+    engine = view.engines[0]
+    crown = getattr(engine, "crown", engine)
+    maps = [m for node in crown.nodes
+            for m in (node.proj, node.base, *node.index, *node.live_index)]
+    return [kv for m in maps if isinstance(m, dict) for kv in m.items()]
+
+
+@settings(max_examples=30, deadline=None)
+@given(records=_key_streams())
+def test_keys_of_several_values_are_stored_packed(records: list[Any]) -> None:
+    view = compile_query(KEY_SQL).maintain(native=True)
+    check_stream(view, KEY_SQL, records)
+    keys = [k for k, _bucket in _stored_items(view)]
+    assert not [k for k in keys if type(k) is tuple and len(k) > 1], keys
+
+
+def test_a_key_that_is_the_whole_tuple_is_the_stored_tuple() -> None:
+    """(B's index for A is keyed by both of B's values: its key is the bucket's tuple,
+    one object, packed)"""
+    view = compile_query(KEY_SQL).maintain(native=True)
+    for table, row in (("D", (1, "n")), ("B", (1, 2)), ("A", (1, 2)), ("C", (2, 5))):
+        view.apply(Update("+", table, row))
+    view.end_epoch()
+    packed = native_rows().PACKED_TYPES
+    shared = [(k, b) for k, b in _stored_items(view) if k is b and type(k) in packed]
+    assert shared, _stored_items(view)
