@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         str(RESULTS / "state_bytes_sf1_760c454.json"),
         str(RESULTS / "state_bytes_sf1_f8ce50d.json"),
         str(RESULTS / "state_bytes_sf1_80e2f5c.json"),
-        str(RESULTS / "state_bytes_sf1_8ca4a8f.json")],
+        str(RESULTS / "state_bytes_sf1_8ca4a8f.json"),
+        str(RESULTS / "state_bytes_sf1_654e88f.json")],
         help="later SF 1 measurements, a later file's row of a query winning")
     ap.add_argument("--out", default=str(RESULTS / "state_bytes_tpch.png"))
     args = ap.parse_args(argv)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     series = [("SF 0.1 before (4e413a5)", lambda q: sf01.get(q, {}).get("before")),
               ("SF 0.1 after (92e40ab)", lambda q: sf01.get(q, {}).get("now")),
               ("SF 1 (92e40ab, 74b1385)", lambda q: next(iter(sf1.get(q, {}).values()), None)),
-              ("SF 1 latest (a6c950d to 8ca4a8f)",
+              ("SF 1 latest (a6c950d to 654e88f)",
                lambda q: next(iter(latest.get(q, {}).values()), None))]
     table = [{"query": q, **{name: get(q) for name, get in series}} for q in queries]
     print(format_rows(table))
