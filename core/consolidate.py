@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from core.codegen import define
 from core.schema import Row, Value
 
-__all__ = ["ComputedKey", "OrderBy", "consolidate", "consolidate_by", "net_changes",
+__all__ = ["ComputedKey", "Descending", "OrderBy", "consolidate", "consolidate_by", "net_changes",
            "order_value", "row_sort_key", "sort_rows", "sorted_changes"]
 
 K = TypeVar("K", bound=Hashable)
@@ -140,6 +140,31 @@ class ComputedKey:
 
 OrderBy = Sequence[tuple["int | ComputedKey", bool, bool]]
 """ORDER BY as (output column or computed key, descending, nulls first) triples."""
+
+
+class Descending:
+    """A value ordered the other way round (a DESC sort key that is not a number).
+
+    >>> sorted(["a", "c", "b"], key=Descending)[0]
+    'c'
+    """
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: Any) -> None:
+        self.v = v
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Descending) and bool(self.v == other.v)
+
+    def __lt__(self, other: Descending) -> bool:
+        return bool(other.v < self.v)
+
+    def __gt__(self, other: Descending) -> bool:
+        return bool(self.v < other.v)
+
+    def __hash__(self) -> int:
+        return hash(self.v)
 
 
 def order_value(row: Row, col: int | ComputedKey) -> Value:

@@ -17,13 +17,14 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import MutableMapping, Sequence
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from sortedcontainers import SortedKeyList
 
-from core.consolidate import OrderBy, order_value, sort_rows
+from core.consolidate import Descending, OrderBy, order_value, sort_rows
 from core.schema import Row
 
 TAG = "\x00ivmflow.topk"
@@ -31,36 +32,34 @@ TAG = "\x00ivmflow.topk"
 key (a local, single-finalizer structure: see :func:`check_runner`)."""
 
 
-@functools.total_ordering
-class _Key:
-    """One ORDER BY key: NULLs placed by ``nulls_first``, values in either direction,
-    any types (None and mixed types compare without TypeError)."""
+_NEGATABLE = (int, float, Decimal, Fraction)
+"""Numbers: a DESC key is the negated value (compared in C; a column's values are all
+numbers or all not, as its SQL type says)."""
 
-    __slots__ = ("desc", "nulls_first", "value")
 
-    def __init__(self, value: Any, desc: bool, nulls_first: bool) -> None:
-        self.value, self.desc, self.nulls_first = value, desc, nulls_first
+def sort_key(row: Row, order_by: OrderBy) -> tuple[Any, ...]:
+    """``row``'s place in the result index: its ORDER BY keys (a NULL first or last as
+    asked, a DESC key reversed), then every column ascending with NULLs last (ties
+    broken by the whole row). A tuple of tuples Python compares in C: the sorted list
+    compares keys on every insert and removal, and an object with its own ``__lt__``
+    cost a Python call per comparison.
 
-    def _rank(self) -> tuple[int, str]:
-        null = self.value is None
-        return (0 if null == self.nulls_first else 1, type(self.value).__name__)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and self.value == other.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __lt__(self, other: _Key) -> bool:
-        a, b = self._rank(), other._rank()
-        if a[0] != b[0]:
-            return a[0] < b[0]
-        if self.value is None:
-            return False
-        try:
-            return bool(other.value < self.value) if self.desc else bool(self.value < other.value)
-        except TypeError:
-            return a[1] < b[1]
+    >>> order = [(1, True, False)]
+    >>> rows = [("a", 2), ("b", None), ("c", 5), ("a", 5)]
+    >>> [r for r in sorted(rows, key=lambda r: sort_key(r, order))]
+    [('a', 5), ('c', 5), ('a', 2), ('b', None)]
+    """
+    keys: list[tuple[Any, ...]] = []
+    for col, desc, nulls_first in order_by:
+        v = order_value(row, col)
+        if v is None:
+            keys.append((0,) if nulls_first else (2,))
+        elif not desc:
+            keys.append((1, v))
+        else:
+            keys.append((1, -v if isinstance(v, _NEGATABLE) else Descending(v)))
+    keys += [(1,) if v is None else (0, v) for v in row]
+    return tuple(keys)
 
 
 class TopK:
@@ -73,11 +72,8 @@ class TopK:
         self.offset = offset
         self.state = state
 
-    def _key(self, entry: tuple[Row, int]) -> tuple[_Key, ...]:
-        row = entry[0]
-        keys = [_Key(order_value(row, c), d, n) for c, d, n in self.order_by]
-        keys += [_Key(v, False, False) for v in row]  # ties: every column, ascending
-        return tuple(keys)
+    def _key(self, entry: tuple[Row, int]) -> tuple[Any, ...]:
+        return sort_key(entry[0], self.order_by)
 
     def _index(self) -> tuple[SortedKeyList, dict[Row, int], dict[Row, int]]:
         """(sorted (row, mult) entries, row -> mult, the selected window row -> copies)."""

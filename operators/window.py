@@ -58,6 +58,7 @@ from typing import Any
 
 from sortedcontainers import SortedKeyList, SortedList
 
+from core.consolidate import Descending
 from core.records import Update
 from core.schema import Row
 from operators.node import BatchNode, Change
@@ -67,27 +68,6 @@ from plans.windows import WindowFunc, WindowOp
 __all__ = ["WindowState", "order_key"]
 
 _CUMULATIVE = ("sum", "count", "count_star", "avg", "min", "max")
-
-
-class _Desc:
-    """A value ordered the other way round (a DESC column of any type)."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v: Any) -> None:
-        self.v = v
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and bool(self.v == other.v)
-
-    def __lt__(self, other: _Desc) -> bool:
-        return bool(other.v < self.v)
-
-    def __gt__(self, other: _Desc) -> bool:
-        return bool(self.v < other.v)
-
-    def __hash__(self) -> int:
-        return hash(self.v)
 
 
 class _Top:
@@ -123,7 +103,7 @@ def order_key(row: Row, order_by: Sequence[tuple[int, bool, bool]]) -> tuple[Any
         if v is None:
             out.append((0,) if nulls_first else (2,))
         else:
-            out.append((1, _Desc(v) if desc else v))
+            out.append((1, Descending(v) if desc else v))
     return tuple(out)
 
 

@@ -6,6 +6,7 @@ epoch of a stream with deletes."""
 from __future__ import annotations
 
 import datetime
+import functools
 import random
 from collections.abc import Callable
 from decimal import Decimal
@@ -20,6 +21,7 @@ import tests.tpch_oracle as to
 from core.errors import QueryError
 from core.records import Update
 from dataflow.api import compile_query
+from operators.topk import sort_key
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -657,6 +659,53 @@ def test_topk_is_the_window_of_the_ordered_result(seed: int) -> None:
         snap = [r for m, r in view.snapshot() for _ in range(m)]
         assert to.compare_answers([snap], [want]) == []
         assert [tuple(map(str, r)) for r in snap] == [tuple(map(str, r)) for r in want]
+
+
+_SORT_KINDS = {
+    "number": st.one_of(st.integers(-3, 3), st.decimals(places=1, min_value=-3, max_value=3),
+                        st.fractions(min_value=-3, max_value=3, max_denominator=4)),
+    "text": st.text("ab", max_size=2),
+    "date": st.dates(datetime.date(2000, 1, 1), datetime.date(2000, 1, 4)),
+}
+
+
+@st.composite
+def _sort_cases(draw: Any) -> tuple[list[tuple[Any, ...]], list[tuple[int, bool, bool]]]:
+    kinds = draw(st.lists(st.sampled_from(sorted(_SORT_KINDS)), min_size=1, max_size=3))
+    rows = draw(st.lists(st.tuples(*[st.none() | _SORT_KINDS[k] for k in kinds]),
+                         max_size=12))
+    cols = draw(st.lists(st.integers(0, len(kinds) - 1), max_size=3, unique=True))
+    order = [(c, draw(st.booleans()), draw(st.booleans())) for c in cols]
+    return rows, order
+
+
+def _sql_order(order: list[tuple[int, bool, bool]]) -> Callable[[Any, Any], int]:
+    """ORDER BY as SQL states it, one comparison at a time: each key's NULLs first or
+    last as asked, DESC reversed; then every column ascending, NULLs last."""
+    def one(x: Any, y: Any, desc: bool, nulls_first: bool) -> int:
+        if x is None or y is None:
+            return 0 if x is y else (-1 if (x is None) == nulls_first else 1)
+        if x == y:
+            return 0
+        return (1 if x < y else -1) if desc else (-1 if x < y else 1)
+
+    def cmp(a: Any, b: Any) -> int:
+        for col, desc, nulls_first in order:
+            c = one(a[col], b[col], desc, nulls_first)
+            if c:
+                return c
+        return next((c for x, y in zip(a, b, strict=True)
+                     if (c := one(x, y, False, False))), 0)
+    return cmp
+
+
+@settings(max_examples=300, deadline=None)
+@given(_sort_cases())
+def test_the_topk_index_orders_rows_as_sql_does(case: Any) -> None:
+    """(the index's key: numbers of mixed types, texts and dates, NULLs, DESC)"""
+    rows, order = case
+    want = sorted(rows, key=functools.cmp_to_key(_sql_order(order)))
+    assert sorted(rows, key=lambda r: sort_key(r, order)) == want
 
 
 def test_tpch_q15_in_its_create_view_form(tpch_sf001: Path, tmp_path: Path) -> None:
