@@ -37,6 +37,7 @@ from connectors.base import DeadLetterSink
 from connectors.position import InputCommit, InputPosition, InputTracker, position
 from core.errors import InputError, IvmflowError
 from core.faults import fault_point, faults_armed
+from core.memory import HeapSettler
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Row
 from operators.node import Node
@@ -155,7 +156,7 @@ def drive(
         delta = view.end_epoch()
         if by_marker and not delta.closed_by_marker:
             delta = dataclasses.replace(delta, closed_by_marker=True)
-        in_epoch = 0
+        updates, in_epoch = in_epoch, 0
         st.epochs += 1
         st.delta_rows += len(delta.rows)
         if read is not None:
@@ -165,8 +166,10 @@ def drive(
             if on_input is not None:
                 on_input(where)
         on_delta(delta)
+        settler.epoch_closed(updates)  # (after the delta is out: no epoch waits on it)
 
     settled = 0  # epochs after_epoch has seen
+    settler = HeapSettler()
 
     for rec in records:
         if should_stop is not None and should_stop():
@@ -306,12 +309,17 @@ def run_view(view: Any, records: Iterable[Record], epoch_size: int | None
     """Feed ``records`` to a live view (a :class:`~dataflow.api.View`, or a DAG of
     views), yielding each closed epoch's delta: an epoch ends at a marker, after
     ``epoch_size`` updates, and at the end of the stream (if it holds updates)."""
+    settler = HeapSettler()
     for rec in records:
         if isinstance(rec, EpochEnd):
+            updates = view.pending_updates
             yield view.end_epoch(closed_by_marker=True)
+            settler.epoch_closed(updates)
             continue
         view.apply(rec)
         if epoch_size and view.pending_updates >= epoch_size:
+            updates = view.pending_updates
             yield view.end_epoch()
+            settler.epoch_closed(updates)
     if view.pending_updates:
         yield view.end_epoch()
