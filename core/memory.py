@@ -112,38 +112,38 @@ class StateLimit:
 
 @dataclass
 class HeapSettler:
-    """Keeps CPython's cyclic garbage collector off the view's state between epochs.
+    """Keeps CPython's cyclic garbage collector off a loaded view's state.
 
     A view's state is millions of small objects (tuples, dicts, packed rows). The
-    collector's full pass walks every object it tracks: at TPC-H or TPC-DS SF 1 a pass
-    took 0.7-1.5 s and landed inside whatever epoch allocated the object that set it
-    off (TPC-DS Q47: 812 of an epoch's 1399 ms). :meth:`epoch_closed`, at the first
-    epoch boundary after every ``every_updates`` updates (a load at once), collects
-    once and then freezes what survived (``gc.freeze``): later passes walk only what
-    came after, and the collection's cost is that of the updates since the last one.
-    The state holds no reference cycles (its objects are freed by their counts when
-    the state drops them; ``tests/test_heap.py`` checks), so nothing frozen needs the
-    collector again. ``IVMFLOW_GC_FREEZE=0`` turns it off (:attr:`enabled`).
+    collector's full pass walks every object it tracks: at TPC-DS SF 1 a pass took
+    0.7-0.8 s and landed inside whatever refresh epoch allocated the object that set it
+    off (Q47: 812 of an epoch's 1399 ms). :meth:`epoch_closed`, after an epoch of at
+    least ``after_updates`` updates (a load), collects once and then freezes what
+    survived (``gc.freeze``): later passes walk only what came after. Only after such
+    an epoch: freezing often (every 100k updates of a load cut into small epochs) made
+    the collector's passes more frequent and Q47's epochs slower in a measurement
+    (``docs/benchmarks.md``, "The garbage collector"). The state holds no reference
+    cycles (its objects are freed by their counts when the state drops them;
+    ``tests/test_heap.py`` checks), so nothing frozen needs the collector again while
+    the view lives. A view itself is cyclic (its nodes know their parents): one frozen
+    and then dropped is never freed, so only a loop that keeps its view for the
+    process's life settles (``ivmflow run``'s, ``dataflow.circuit.drive.drive``), not
+    ``CompiledQuery.run``. ``IVMFLOW_GC_FREEZE=0`` turns it off (:attr:`enabled`).
 
-    >>> settle = HeapSettler(every_updates=10)
-    >>> [settle.epoch_closed(n) for n in (12, 4, 4, 4)] if settle.enabled else 0
+    >>> settle = HeapSettler(after_updates=10)
+    >>> [settle.epoch_closed(n) for n in (12, 4, 9, 10)] if settle.enabled else 0
     [True, False, False, True]
     """
 
-    every_updates: int = 100_000
+    after_updates: int = 100_000
     enabled: bool = field(
         default_factory=lambda: os.environ.get("IVMFLOW_GC_FREEZE", "1") != "0")
-    pending: int = 0  # updates since the last settle
 
     def epoch_closed(self, updates: int) -> bool:
-        """An epoch of ``updates`` closed (its delta written): settle the heap when due.
-        Returns whether it did."""
-        if not self.enabled:
+        """An epoch of ``updates`` closed (its delta written): settle the heap after a
+        big one. Returns whether it did."""
+        if not self.enabled or updates < self.after_updates:
             return False
-        self.pending += updates
-        if self.pending < self.every_updates:
-            return False
-        self.pending = 0
         gc.collect()  # (what is garbage now is freed, not frozen)
         gc.freeze()
         return True

@@ -309,17 +309,12 @@ def run_view(view: Any, records: Iterable[Record], epoch_size: int | None
     """Feed ``records`` to a live view (a :class:`~dataflow.api.View`, or a DAG of
     views), yielding each closed epoch's delta: an epoch ends at a marker, after
     ``epoch_size`` updates, and at the end of the stream (if it holds updates)."""
-    settler = HeapSettler()
     for rec in records:
         if isinstance(rec, EpochEnd):
-            updates = view.pending_updates
             yield view.end_epoch(closed_by_marker=True)
-            settler.epoch_closed(updates)
             continue
         view.apply(rec)
         if epoch_size and view.pending_updates >= epoch_size:
-            updates = view.pending_updates
             yield view.end_epoch()
-            settler.epoch_closed(updates)
     if view.pending_updates:
         yield view.end_epoch()
