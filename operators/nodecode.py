@@ -97,9 +97,10 @@ class Payloads:
         return f"-{a}" if self.ints else f"rneg({a})"
 
     def store(self, a: str) -> str:
-        """Payload ``a`` as a projection stores it (and its key, where it has several
-        values): a ring's through ``rpack`` (as it is, unless a native build's row
-        packer is bound there: :func:`pack_payloads`), an integer as it is."""
+        """Payload ``a`` as a projection stores it: a ring's through ``rpack`` (as it
+        is, unless a native build's row packer is bound there: :func:`pack_payloads`),
+        an integer as it is. (Keys go through ``kpack``:
+        :func:`~operators.nodemaps.stored_key_expr`.)"""
         return a if self.ints else f"rpack({a})"
 
     def nonzero(self, a: str) -> str:
