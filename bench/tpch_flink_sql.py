@@ -67,8 +67,17 @@ on the same stream, ivmflow in epochs of ``E`` updates (1000 by default); its st
 entries and the RSS its load added (in-process Python objects, not a checkpoint: a
 different measure than Flink's bytes on disk; see docs/benchmarks.md).
 
+**Checkpoints against checkpoints** (system ``ivmflow-flink``, issue 40): ivmflow's own
+Flink runner (``ivmflow run --runner flink --parallelism 1 --checkpoint DIR``: RocksDB,
+incremental checkpoints every second, as Flink SQL's runs) over the same stream, its
+checkpoint directory sampled as Flink SQL's; its deltas must equal the local runner's
+line for line (a multiset) before its size counts. With ``--state-only`` Flink SQL runs
+the check and one run over the whole stream, untimed (no run over the load alone).
+
     python -m bench.tpch_flink_sql [--sf 0.01] [--refresh-pairs 1000] [--queries q01,q06]
         [--systems ivmflow,flink-sql] [--epoch 1000] [--repeat 1] [--out JSON]
+    python -m bench.tpch_flink_sql --sf 0.1 --refresh-pairs 8 --state-only \
+        --systems ivmflow,ivmflow-flink,flink-sql --out JSON   # checkpoints, both sides
     python -m bench.tpch_flink_sql --merge A.json B.json --out JSON   # runs made apart
 
 Prints a table, writes the JSON (default ``bench/results/tpch_flink_sql.json``; rows
@@ -252,6 +261,45 @@ def _hwm_mib(pid: int) -> float:
     return 0.0
 
 
+class Sampled:
+    """A subprocess run to its end (or ``timeout``) while a thread samples, every 0.25
+    s, the size of its checkpoint directory (the largest seen), the checkpoints seen
+    there (``chk-N`` folders: Flink removes a finished job's) and the peak RSS of its
+    descendants (the JVM is PyFlink's child, gone when the job ends)."""
+
+    def __init__(self, argv: list[str], ckpt: Path, timeout: float,
+                 env: dict[str, str] | None = None) -> None:
+        self.ckpt_bytes, self.rss_mib = 0, 0.0
+        self.seen: set[str] = set()
+        self.timed_out = False
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=env or {**os.environ, "PYTHONPATH": str(ROOT)})
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.25):
+                self.ckpt_bytes = max(self.ckpt_bytes, dir_bytes(ckpt))
+                self.seen.update(p.parent.name + "/" + p.name for p in ckpt.glob("**/chk-*"))
+                for pid in descendants(proc.pid):
+                    self.rss_mib = max(self.rss_mib, _hwm_mib(pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            self.stdout, self.stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            self.stdout, self.stderr = proc.communicate()
+            self.timed_out = True
+        finally:
+            stop.set()
+            sampler.join()
+        self.seconds = time.perf_counter() - t0
+        self.returncode = proc.returncode
+
+
 def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Path,
             timeout: float) -> dict[str, Any]:
     """``flink_job`` in a subprocess, sampling its checkpoint directory's size and its
@@ -260,40 +308,17 @@ def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Pat
     out = ckpt.with_suffix(".pickle")
     spec = {"query": query, "tables": str(tables), "schema": str(schema_sql),
             "collect": collect, "checkpoint": str(ckpt), "out": str(out)}
-    proc = subprocess.Popen([sys.executable, "-m", "bench.tpch_flink_sql", "--job",
-                             json.dumps(spec)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    peak = {"ckpt": 0, "rss": 0.0}
-    seen: set[str] = set()
-    stop = threading.Event()
-
-    def sample() -> None:  # (the JVM is PyFlink's child process, gone when the job ends)
-        while not stop.wait(0.25):
-            peak["ckpt"] = max(peak["ckpt"], dir_bytes(ckpt))
-            seen.update(p.name for p in ckpt.glob("*/chk-*"))
-            for pid in descendants(proc.pid):
-                peak["rss"] = max(peak["rss"], _hwm_mib(pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        _stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    run = Sampled([sys.executable, "-m", "bench.tpch_flink_sql", "--job", json.dumps(spec)],
+                  ckpt, timeout)
+    if run.timed_out:
         return {"timeout": timeout}
-    finally:
-        stop.set()
-        sampler.join()
-    if proc.returncode != 0:
-        return {"refused": _flink_error(stderr)}
+    if run.returncode != 0:
+        return {"refused": _flink_error(run.stderr)}
     with open(out, "rb") as f:
         rec: dict[str, Any] = pickle.load(f)
-    # (Flink removes a finished job's checkpoints: count the ones the sampler saw)
-    rec["checkpoints"] = len(seen)
-    rec["checkpoint_bytes"] = peak["ckpt"]
-    rec["jvm_peak_mib"] = peak["rss"]
+    rec["checkpoints"] = len(run.seen)
+    rec["checkpoint_bytes"] = run.ckpt_bytes
+    rec["jvm_peak_mib"] = run.rss_mib
     return rec
 
 
@@ -310,9 +335,11 @@ def _flink_error(stderr: str) -> str:
 
 
 def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.0,
-                  check_only: bool = False) -> dict[str, Any]:
+                  check_only: bool = False, state_only: bool = False) -> dict[str, Any]:
     """Flink SQL on query ``name`` over the stream in ``data``, in tpch_bench's result
-    shape (``final`` instead of per-epoch ``deltas``; ``refused`` when refused)."""
+    shape (``final`` instead of per-epoch ``deltas``; ``refused`` when refused).
+    ``state_only``: after the check, one run over the whole stream for its checkpoints,
+    none over the load alone (no time per update)."""
     from tests import tpch_oracle as to
 
     logs = write_changelogs(data)
@@ -330,11 +357,17 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
                                "latencies": [], "state_entries": None, "state_mib": None}
         if check_only:
             return res
+        parts = ("full",) if state_only else ("full", "load")
         runs = {part: [run_job(query, logs / part, data / "schema.sql", False, work,
-                               timeout) for _ in range(repeat)] for part in ("full", "load")}
+                               timeout) for _ in range(repeat)] for part in parts}
     if any("seconds" not in r for rs in runs.values() for r in rs):
         return {"refused": f"a timed run failed: {runs}", "query_text": query}
     full = min(runs["full"], key=lambda r: r["cpu_s"])
+    if state_only:
+        res.update({"full_s": full["seconds"], "full_cpu_s": full["cpu_s"],
+                    "checkpoint_bytes": full["checkpoint_bytes"] or None,
+                    "checkpoints": full["checkpoints"], "peak_mib": full["jvm_peak_mib"]})
+        return res
     load = min(runs["load"], key=lambda r: r["cpu_s"])
     steady_cpu = full["cpu_s"] - load["cpu_s"]
     steady = full["seconds"] - load["seconds"]
@@ -352,10 +385,50 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
     return res
 
 
+# ivmflow on a runner, as ``ivmflow run`` (the CLI) starts it: the same Flink settings as
+# Flink SQL's runs (parallelism 1, RocksDB, incremental checkpoints every second).
+RUNNER_SYSTEMS = {"ivmflow-flink": ["--runner", "flink", "--parallelism", "1"]}
+
+
+def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800.0
+                       ) -> dict[str, Any]:
+    """``ivmflow run`` of query ``name`` on the runner of ``system`` (RUNNER_SYSTEMS) over
+    the stream in ``data`` with a checkpoint directory, sampled as Flink SQL's; its
+    deltas checked line for line (as a multiset) against the local runner's, which
+    tpch_bench's ``ivmflow`` row checks against DuckDB."""
+    query, updates = data / "queries" / f"{name}.sql", data / "updates.csv"
+    with tempfile.TemporaryDirectory(prefix="tpch-ivm-runner-") as tmp:
+        work = Path(tmp)
+        outs: dict[str, Sampled] = {}
+        for tag, args in (("local", []), (system, RUNNER_SYSTEMS[system])):
+            ckpt = work / f"ckpt-{tag}"
+            ckpt.mkdir()
+            extra = ["--checkpoint", str(ckpt)] if args else []
+            outs[tag] = Sampled([sys.executable, "-m", "dataflow", "run", str(query),
+                                 "--updates", str(updates), "--deltas",
+                                 str(work / f"{tag}.csv"), "--quiet", *args, *extra],
+                                ckpt, timeout)
+            if outs[tag].timed_out:
+                return {"timeout": timeout}
+            if outs[tag].returncode != 0:
+                return {"refused": f"{tag}: " + (outs[tag].stderr.strip().splitlines()
+                                                 or ["failed"])[-1][:300]}
+        local, mine = (Counter((work / f"{t}.csv").read_text().splitlines())
+                       for t in ("local", system))
+    run = outs[system]
+    return {"check": "equal to local" if local == mine else
+            f"differs from local: {sum((local - mine).values())} lines missing, "
+            f"{sum((mine - local).values())} extra",
+            "full_s": run.seconds, "checkpoint_bytes": run.ckpt_bytes or None,
+            "checkpoints": len(run.seen), "peak_mib": run.rss_mib,
+            "delta_lines": sum(local.values())}
+
+
 # -- the comparison --------------------------------------------------------------------
 
 def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat: int,
-            timeout: float, done: Any = None) -> list[dict[str, Any]]:
+            timeout: float, done: Any = None, state_only: bool = False
+            ) -> list[dict[str, Any]]:
     """Per query: DuckDB (the reference: the load, then the whole refresh stream as one
     epoch), ivmflow and Flink SQL rows (tpch_bench's row fields; Flink SQL's ``check``
     is against DuckDB's final result, ivmflow's against DuckDB's two epochs summed);
@@ -366,7 +439,10 @@ def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat
         results: dict[str, Any] = {"duckdb": duck}
         for system in systems:
             if system == "flink-sql":
-                results[system] = run_flink_sql(data, name, repeat, timeout)
+                results[system] = run_flink_sql(data, name, repeat, timeout,
+                                                state_only=state_only)
+            elif system in RUNNER_SYSTEMS:
+                results[system] = run_ivmflow_runner(data, name, system, timeout)
             elif system != "duckdb":
                 results[system] = run_one(system, name, epoch, data, 0)
         for system, res in results.items():
@@ -383,7 +459,10 @@ def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat
                 row["check"] = check_final(res["final"], duck["deltas"]) \
                     if isinstance(duck, dict) else "no DuckDB result"
                 row.update({k: v for k, v in res.items() if k not in ("final",)})
-                row["load_updates_per_s"] = res["load_updates"] / res["load_s"]
+                if "load_s" in res:
+                    row["load_updates_per_s"] = res["load_updates"] / res["load_s"]
+            elif system in RUNNER_SYSTEMS:
+                row.update(res)
             else:
                 row.update(summarize(res))
                 row["wall_us_per_update"] = 1e6 / row["updates_per_s"] \
@@ -395,8 +474,10 @@ def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat
                 row["check"] = "" if system == "duckdb" else "no DuckDB result" \
                     if isinstance(duck, str) else \
                     same_deltas(_summed(res["deltas"]), duck["deltas"]) or "equal"
+            ck = row.get("checkpoint_bytes")
             print(f"{name} {system:15} {row.get('us_per_update') or 0:9.1f} us/update "
-                  f"check {row['check'] or '-'}", flush=True)
+                  f"checkpoint {ck / 2**20 if ck else 0:8.2f} MiB check {row['check'] or '-'}",
+                  flush=True)
         add_ratios(rows)
         if done:
             done(rows)
@@ -410,7 +491,11 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
              if r["system"] == "flink-sql" and r.get("check") == "final equal"}
     for row in rows:
         f = flink.get(row["query"])
-        if f and row["system"].startswith("ivmflow") and row.get("check") == "equal":
+        if f and row["system"] in RUNNER_SYSTEMS and row.get("check") == "equal to local":
+            # (the same measure on both sides: the largest checkpoint directory seen)
+            row["vs_flink_sql_checkpoint"] = row["checkpoint_bytes"] / f["checkpoint_bytes"] \
+                if f.get("checkpoint_bytes") and row.get("checkpoint_bytes") else None
+        elif f and row["system"].startswith("ivmflow") and row.get("check") == "equal":
             row["vs_flink_sql_time"] = row["us_per_update"] / f["us_per_update"] \
                 if f.get("us_per_update", 0) > 0 else None
             row["vs_flink_sql_wall"] = row["wall_us_per_update"] / f["wall_us_per_update"] \
@@ -453,6 +538,29 @@ def _summed(deltas: list[list[tuple[int, Any]]]) -> list[list[tuple[int, Any]]]:
         for m, r in epoch:
             acc[r] += m
     return [deltas[0], [(m, r) for r, m in acc.items() if m]]
+
+
+def checkpoint_markdown(rows: list[dict[str, Any]]) -> str:
+    """Per query: the largest checkpoint directory of Flink SQL's run and of ivmflow's on
+    its Flink runner over the same stream, their ratio (below 1 ivmflow's is smaller),
+    the checkpoints each run took, and each one's check."""
+    by = {(r["query"], r["system"]): r for r in rows}
+    lines = ["| query | Flink SQL checkpoint MiB (seen) | ivmflow on Flink checkpoint MiB "
+             "(seen) | ivmflow / Flink SQL | Flink SQL | ivmflow on Flink |",
+             "|---|---:|---:|---:|---|---|"]
+
+    def mib(r: dict[str, Any]) -> str:
+        ck = r.get("checkpoint_bytes")
+        return f"{ck / 2**20:.2f} ({r.get('checkpoints', 0)})" if ck else \
+            r.get("error", "no checkpoint seen")[:80]
+
+    for q in sorted({r["query"] for r in rows if r["system"] in RUNNER_SYSTEMS}):
+        f, i = by.get((q, "flink-sql"), {}), by.get((q, "ivmflow-flink"), {})
+        ratio = i.get("vs_flink_sql_checkpoint")
+        lines.append(f"| {q} | {mib(f)} | {mib(i)} | "
+                     f"{f'{ratio:.2f}x' if ratio else '-'} | {f.get('check', '-')} | "
+                     f"{i.get('check', '-')} |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -521,6 +629,8 @@ def main() -> None:
     ap.add_argument("--queries", default=",".join(QUERIES))
     ap.add_argument("--systems", default="ivmflow,flink-sql")
     ap.add_argument("--repeat", type=int, default=1, help="timed Flink runs (fastest)")
+    ap.add_argument("--state-only", action="store_true",
+                    help="Flink SQL: the check and one run for its checkpoints, untimed")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "tpch_flink_sql.json")
     ap.add_argument("--markdown", metavar="JSON", help="print a results file's table")
@@ -535,6 +645,8 @@ def main() -> None:
             print(f"\nSF {run['sf']:g}, {run['refresh_pairs']} refresh pairs, ivmflow "
                   f"epochs of {run['epoch']}\n")
             print(markdown(run["rows"]))
+            if any(r["system"] in RUNNER_SYSTEMS for r in run["rows"]):
+                print("\n" + checkpoint_markdown(run["rows"]))
         return
     data = ensure_data(args.sf, args.refresh_pairs)
     old = _runs(json.loads(args.out.read_text())) if args.out.exists() else []
@@ -551,9 +663,11 @@ def main() -> None:
                       table=False, quiet=True)
 
     rows = compare(data, args.queries.split(","), args.systems.split(","), args.epoch,
-                   args.repeat, args.timeout, write)
+                   args.repeat, args.timeout, write, args.state_only)
     print(f"wrote {args.out}")
     print(markdown(kept + rows))
+    if any(r["system"] in RUNNER_SYSTEMS for r in kept + rows):
+        print("\n" + checkpoint_markdown(kept + rows))
 
 
 if __name__ == "__main__":
