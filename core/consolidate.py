@@ -14,13 +14,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, TypeVar
 
 from core.codegen import define
 from core.schema import Row, Value
 
 __all__ = ["ComputedKey", "Descending", "OrderBy", "consolidate", "consolidate_by", "net_changes",
-           "order_value", "row_sort_key", "sort_rows", "sorted_changes"]
+           "order_value", "row_sort_key", "sort_component", "sort_rows", "sorted_changes",
+           "tiebreak"]
 
 K = TypeVar("K", bound=Hashable)
 """What changes are grouped by (an epoch, a (kind, number) pair, ...)."""
@@ -165,6 +168,40 @@ class Descending:
 
     def __hash__(self) -> int:
         return hash(self.v)
+
+
+_NEGATABLE = (int, float, Decimal, Fraction)
+"""Numbers: a DESC key is the negated value, compared in C (a column's values are all
+numbers or all not, as its SQL type says)."""
+
+
+def sort_component(v: Value, desc: bool, nulls_first: bool) -> tuple[Any, ...]:
+    """One ORDER BY key of a sort key, as SQL orders it: a NULL first or last as asked,
+    a value ascending, or descending (a number negated, anything else
+    :class:`Descending`). Tuples Python compares in C: the ordered indexes of top-k and
+    window functions compare keys on every insert and removal.
+
+    >>> vals = [3, None, 1]
+    >>> sorted(vals, key=lambda v: sort_component(v, True, False))
+    [3, 1, None]
+    >>> sorted(["a", "c", None], key=lambda v: sort_component(v, True, True))
+    [None, 'c', 'a']
+    """
+    if v is None:
+        return (0,) if nulls_first else (2,)
+    if not desc:
+        return (1, v)
+    return (1, -v if isinstance(v, _NEGATABLE) else Descending(v))
+
+
+def tiebreak(row: Row) -> tuple[tuple[Any, ...], ...]:
+    """Every column ascending, NULLs last: what orders rows an ORDER BY leaves tied (the
+    same on every runner; docs/semantics.md).
+
+    >>> sorted([(2, None), (1, "b"), (2, "a")], key=tiebreak)
+    [(1, 'b'), (2, 'a'), (2, None)]
+    """
+    return tuple((1,) if v is None else (0, v) for v in row)
 
 
 def order_value(row: Row, col: int | ComputedKey) -> Value:

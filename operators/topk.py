@@ -18,23 +18,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import MutableMapping, Sequence
-from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 
 from sortedcontainers import SortedKeyList
 
-from core.consolidate import Descending, OrderBy, order_value, sort_rows
+from core.consolidate import OrderBy, order_value, sort_component, sort_rows, tiebreak
 from core.schema import Row
 
 TAG = "\x00ivmflow.topk"
 """The result index and the selected window live in the finalizer's map under this
 key (a local, single-finalizer structure: see :func:`check_runner`)."""
-
-
-_NEGATABLE = (int, float, Decimal, Fraction)
-"""Numbers: a DESC key is the negated value (compared in C; a column's values are all
-numbers or all not, as its SQL type says)."""
 
 
 def sort_key(row: Row, order_by: OrderBy) -> tuple[Any, ...]:
@@ -49,17 +42,8 @@ def sort_key(row: Row, order_by: OrderBy) -> tuple[Any, ...]:
     >>> [r for r in sorted(rows, key=lambda r: sort_key(r, order))]
     [('a', 5), ('c', 5), ('a', 2), ('b', None)]
     """
-    keys: list[tuple[Any, ...]] = []
-    for col, desc, nulls_first in order_by:
-        v = order_value(row, col)
-        if v is None:
-            keys.append((0,) if nulls_first else (2,))
-        elif not desc:
-            keys.append((1, v))
-        else:
-            keys.append((1, -v if isinstance(v, _NEGATABLE) else Descending(v)))
-    keys += [(1,) if v is None else (0, v) for v in row]
-    return tuple(keys)
+    return tuple(sort_component(order_value(row, col), desc, nulls_first)
+                 for col, desc, nulls_first in order_by) + tiebreak(row)
 
 
 class TopK:

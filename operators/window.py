@@ -58,7 +58,7 @@ from typing import Any
 
 from sortedcontainers import SortedKeyList, SortedList
 
-from core.consolidate import Descending
+from core.consolidate import sort_component, tiebreak
 from core.records import Update
 from core.schema import Row
 from operators.node import BatchNode, Change
@@ -97,18 +97,8 @@ def order_key(row: Row, order_by: Sequence[tuple[int, bool, bool]]) -> tuple[Any
     ...     order_key((2, 5), ((0, True, False), (1, False, False)))
     True
     """
-    out: list[tuple[Any, ...]] = []
-    for col, desc, nulls_first in order_by:
-        v = row[col]
-        if v is None:
-            out.append((0,) if nulls_first else (2,))
-        else:
-            out.append((1, Descending(v) if desc else v))
-    return tuple(out)
-
-
-def _tiebreak(row: Row) -> tuple[Any, ...]:
-    return tuple((1, 0) if v is None else (0, v) for v in row)
+    return tuple(sort_component(row[col], desc, nulls_first)
+                 for col, desc, nulls_first in order_by)
 
 
 class _Entry:
@@ -298,7 +288,7 @@ class WindowState(BatchNode):
                     rows[row] = after
                 else:
                     rows.pop(row, None)
-            okey, tb = order_key(row, order_by), _tiebreak(row)
+            okey, tb = order_key(row, order_by), tiebreak(row)
             if self.dense:
                 known = okey in part.distinct
             for c in range(min(have, after), max(have, after)):
