@@ -537,15 +537,24 @@ _SCALARS = frozenset({int, str, float, bool, type(None), bytes, Decimal, datetim
 reads back as the same value (:func:`decode_key`)."""
 
 _KEY_NAMES: dict[str, Any] = {"__builtins__": {}, "Decimal": Decimal, "datetime": datetime,
-                              "nan": float("nan"), "inf": float("inf")}
-"""The names :func:`decode_key` evaluates a key's text with (what ``repr`` writes)."""
+                              "nan": float("nan"), "inf": float("inf"),
+                              "MEMBER": MEMBER, "ITEM": ITEM}
+"""The names :func:`decode_key` evaluates a key's text with (what ``repr`` writes, and
+the tags of a value stored per element)."""
+
+
+def _reads_back(key: Any) -> bool:
+    """Whether :func:`encode_key`'s text of ``key`` evaluates back to it: a plain value,
+    or a tuple (nested or not) of them."""
+    return type(key) in _SCALARS or (type(key) is tuple and all(map(_reads_back, key)))
 
 
 def encode_entry(key: Any, value: Any) -> bytes:
     """A state entry as stored in a runner's keyed map state, stored under
     :func:`encode_key`'s text of ``key``: a pickled 1-tuple ``(value,)`` when that text
-    reads back as the key (:func:`decode_key`: a plain value or a flat tuple of them),
-    else the pickled ``(key, value)`` pair. Without the 9-byte frame header protocol 4+
+    reads back as the key (:func:`decode_key`: a plain value, a tuple of them, nested or
+    not, or one element of a value stored per element), else the pickled ``(key,
+    value)`` pair. Without the 9-byte frame header protocol 4+
     puts on every pickle: most entries are a few bytes, and an unframed pickle loads the
     same. Not pickling the key again is most of an entry's cost for keys of decimals
     and dates (a TPC-H row: ~9 us pickled, ~0.4 us for its count alone), and most of
@@ -554,12 +563,24 @@ def encode_entry(key: Any, value: Any) -> bytes:
     >>> import pickle
     >>> blob = encode_entry(123, 3); pickle.loads(blob), len(blob)
     ((3,), 7)
-    >>> pickle.loads(encode_entry(((1, "a"),), {(1, 2): 2}))  # nested: the pair
-    (((1, 'a'),), {(1, 2): 2})
+    >>> pickle.loads(encode_entry(((1, "a"),), {(1, 2): 2}))  # nested: the value too
+    ({(1, 2): 2},)
     >>> decode_entry("(1,'a')", pickle.loads(encode_entry((1, "a"), 5)))
     ((1, 'a'), 5)
+    >>> key = (ITEM, (), (58368,))  # one item of a dict stored per element
+    >>> decode_entry(encode_key(key), pickle.loads(encode_entry(key, 6))) == (key, 6)
+    True
+    >>> pickle.loads(encode_entry(frozenset({1}), 2))  # (a set's text reads as a set)
+    (frozenset({1}), 2)
     """
     if type(key) in _SCALARS or (type(key) is tuple and _SCALARS.issuperset(map(type, key))):
+        blob = _dumps((value,), _PROTOCOL)
+    elif _reads_back(key) or (type(key) is tuple and len(key) == 3 and type(key[0]) is _Tag
+                              and _reads_back(key[1]) and _reads_back(key[2])):
+        # A nested tuple, or one element of a value stored per element (a big group's
+        # member): its key's text reads back too, so the entry is its value alone (a
+        # few bytes, where the pair repeated the key and pickled a tag by its module's
+        # name: 45 bytes an entry for an order key's count).
         blob = _dumps((value,), _PROTOCOL)
     else:
         blob = _dumps((key, value), _PROTOCOL)
@@ -579,9 +600,10 @@ def decode_entry(text: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
 
 def decode_key(text: str) -> Any:
     """The key :func:`encode_key` wrote as ``text``, for the keys whose entries
-    :func:`encode_entry` stores without it (plain values and flat tuples of them: their
-    text is their ``repr``). Read at a restore only (an ``eval`` with no builtins, over
-    a checkpoint this job wrote, which is trusted as much as the pickles beside it).
+    :func:`encode_entry` stores without it (plain values and tuples of them: their
+    text is their ``repr``; the elements of a value stored per element). Read at a
+    restore only (an ``eval`` with no builtins, over a checkpoint this job wrote, which
+    is trusted as much as the pickles beside it).
 
     >>> from decimal import Decimal; import datetime
     >>> key = (1, "a'b", None, 2.5, True, b"x", Decimal("1.50"), datetime.date(1996, 3, 13))
@@ -610,7 +632,7 @@ def encode_key(key: Any) -> str:
         return "(" + ",".join(map(repr, key)) + ("," if len(key) == 1 else "") + ")"
     if type(key) is tuple and len(key) == 3 and type(key[0]) is _Tag:
         # One element of a value stored per element: the generic text below, no loop.
-        return f"({key[0]!r},{encode_key(key[1])},{encode_key(key[2])})"
+        return f"({key[0].name},{encode_key(key[1])},{encode_key(key[2])})"
     if isinstance(key, tuple):
         return "(" + ",".join(encode_key(k) for k in key) + ("," if len(key) == 1 else "") + ")"
     if isinstance(key, frozenset):

@@ -238,7 +238,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 19
+STATE_LAYOUT = 20
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -261,7 +261,9 @@ of 2 to 8 tuples is a list; 16: shared indexes, ``JoinNode.index_shared``; 17: a
 atom's support count read from its children's projections, not stored; 18: an atom of
 a delta-join bag that another atom probes by an index keeps its multiplicities in that
 index, no ``<bag>.atom<i>`` map, :class:`~operators.deltajoin.DeltaJoin`; 19: no
-node stores counters, a generalized node's read from its children too), so that a
+node stores counters, a generalized node's read from its children too; 20: an element
+of a value stored per element, and a nested tuple key, store their value alone under
+key text that reads back, :func:`~operators.writeback.encode_entry`), so that a
 checkpoint of another layout fails loud instead of being read wrongly."""
 
 
