@@ -66,9 +66,10 @@ def _select_only(sql: str) -> str:
     return re.sub(r"CREATE TABLE[^;]*;", "", sql, flags=re.I).strip().rstrip(";")
 
 
-def table_env(checkpoint: str) -> tuple[Any, Any]:
+def table_env(checkpoint: str, extra: dict[str, str] | None = None) -> tuple[Any, Any]:
     """PyFlink's stream and table environments as every Flink SQL run here uses them:
-    parallelism 1, RocksDB with incremental checkpoints every second into ``checkpoint``."""
+    parallelism 1, RocksDB with incremental checkpoints every second into ``checkpoint``
+    (``extra``: more Flink settings, as ``IVMFLOW_FLINK_CONF`` gives ivmflow's runner)."""
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
@@ -79,6 +80,8 @@ def table_env(checkpoint: str) -> tuple[Any, Any]:
     conf.set_string("execution.checkpointing.incremental", "true")
     conf.set_string("execution.checkpointing.interval", "1000ms")
     conf.set_string("execution.checkpointing.dir", Path(checkpoint).resolve().as_uri())
+    for key, value in (extra or {}).items():
+        conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(1)
     return env, StreamTableEnvironment.create(env)

@@ -69,10 +69,16 @@ different measure than Flink's bytes on disk; see docs/benchmarks.md).
 
 **Checkpoints against checkpoints** (system ``ivmflow-flink``, issue 40): ivmflow's own
 Flink runner (``ivmflow run --runner flink --parallelism 1 --checkpoint DIR``: RocksDB,
-incremental checkpoints every second, as Flink SQL's runs) over the same stream, its
-checkpoint directory sampled as Flink SQL's; its deltas must equal the local runner's
-line for line (a multiset) before its size counts. With ``--state-only`` Flink SQL runs
-the check and one run over the whole stream, untimed (no run over the load alone).
+incremental checkpoints every second, as Flink SQL's runs) over the same stream; its
+deltas must equal the local runner's line for line (a multiset) before its size counts.
+The size compared, on both sides, is the full state of the last checkpoint the job
+completed (``state_size`` of Flink's REST ``/jobs/<id>/checkpoints``, polled every 0.25
+s on a ``rest.port`` the bench gives each job): the state a restore at the end of the
+stream reads. The largest the checkpoint directory got is kept beside it; it swings by
+a third from run to run (compactions and the previous checkpoint's files overlap).
+``--rocksdb-compression`` sets both jobs' RocksDB compression (Flink's default:
+Snappy). With ``--state-only`` Flink SQL runs the check and one run over the whole
+stream, untimed (no run over the load alone).
 
     python -m bench.tpch_flink_sql [--sf 0.01] [--refresh-pairs 1000] [--queries q01,q06]
         [--systems ivmflow,flink-sql] [--epoch 1000] [--repeat 1] [--out JSON]
@@ -93,11 +99,13 @@ import json
 import os
 import pickle
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -211,14 +219,15 @@ def _json_value(text: str, ty: str) -> Any:
 # -- the Flink job (in its own process: one PyFlink job per process) -------------------
 
 def flink_job(query: str, tables: Path, schema: dict[str, list[tuple[str, str]]],
-              collect: bool, checkpoint: str) -> dict[str, Any]:
+              collect: bool, checkpoint: str, conf: dict[str, str] | None = None
+              ) -> dict[str, Any]:
     """Run ``query`` over the changelog files under ``tables``: seconds from submission
     to the end of the job, and with ``collect`` the summed changelog as (mult, row)."""
     from pyflink.common import RowKind
 
     from bench.flink_sql_peer import table_env
 
-    _env, t_env = table_env(checkpoint)
+    _env, t_env = table_env(checkpoint, conf)
     if collect:
         # Only the check collects: mini-batches make its changelog (into Python, about a
         # ms per row) small without changing the result; the timed runs go row by row.
@@ -268,10 +277,14 @@ class Sampled:
     descendants (the JVM is PyFlink's child, gone when the job ends)."""
 
     def __init__(self, argv: list[str], ckpt: Path, timeout: float,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, rest_port: int | None = None) -> None:
         self.ckpt_bytes, self.rss_mib = 0, 0.0
         self.seen: set[str] = set()
         self.timed_out = False
+        self.latest: dict[str, Any] = {}
+        """The latest completed checkpoint the job's REST endpoint (``rest_port``)
+        reported: its ``id``, ``state_size`` (the whole state it restores: the measure
+        compared) and ``checkpointed_size`` (what that checkpoint wrote)."""
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
@@ -280,6 +293,8 @@ class Sampled:
 
         def sample() -> None:
             while not stop.wait(0.25):
+                if rest_port is not None:
+                    self.latest = _latest_checkpoint(rest_port) or self.latest
                 self.ckpt_bytes = max(self.ckpt_bytes, dir_bytes(ckpt))
                 self.seen.update(p.parent.name + "/" + p.name for p in ckpt.glob("**/chk-*"))
                 for pid in descendants(proc.pid):
@@ -300,16 +315,44 @@ class Sampled:
         self.returncode = proc.returncode
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _latest_checkpoint(port: int) -> dict[str, Any] | None:
+    """The latest completed checkpoint of the job a Flink REST endpoint runs (None
+    before the endpoint is up, or before a checkpoint completed)."""
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with urllib.request.urlopen(f"{base}/jobs", timeout=1) as resp:
+            jobs = json.load(resp)["jobs"]
+        for job in jobs:
+            with urllib.request.urlopen(f"{base}/jobs/{job['id']}/checkpoints",
+                                        timeout=1) as resp:
+                done = (json.load(resp).get("latest") or {}).get("completed")
+            if done:
+                return {k: done.get(k) for k in ("id", "state_size", "checkpointed_size")}
+    except (OSError, ValueError, KeyError):
+        return None
+    return None
+
+
 def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Path,
-            timeout: float) -> dict[str, Any]:
-    """``flink_job`` in a subprocess, sampling its checkpoint directory's size and its
-    JVM's peak RSS; a planner refusal comes back as ``{"refused": message}``."""
+            timeout: float, conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """``flink_job`` in a subprocess, sampling its checkpoint directory's size, its
+    latest completed checkpoint (REST) and its JVM's peak RSS; a planner refusal comes
+    back as ``{"refused": message}``. ``conf``: more Flink settings."""
     ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=work))
     out = ckpt.with_suffix(".pickle")
+    port = _free_port()
     spec = {"query": query, "tables": str(tables), "schema": str(schema_sql),
-            "collect": collect, "checkpoint": str(ckpt), "out": str(out)}
+            "collect": collect, "checkpoint": str(ckpt), "out": str(out),
+            "conf": {**(conf or {}), "rest.port": str(port)}}
     run = Sampled([sys.executable, "-m", "bench.tpch_flink_sql", "--job", json.dumps(spec)],
-                  ckpt, timeout)
+                  ckpt, timeout, rest_port=port)
     if run.timed_out:
         return {"timeout": timeout}
     if run.returncode != 0:
@@ -318,6 +361,8 @@ def run_job(query: str, tables: Path, schema_sql: Path, collect: bool, work: Pat
         rec: dict[str, Any] = pickle.load(f)
     rec["checkpoints"] = len(run.seen)
     rec["checkpoint_bytes"] = run.ckpt_bytes
+    rec["state_bytes"] = run.latest.get("state_size")
+    rec["last_checkpoint"] = run.latest
     rec["jvm_peak_mib"] = run.rss_mib
     return rec
 
@@ -335,7 +380,8 @@ def _flink_error(stderr: str) -> str:
 
 
 def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.0,
-                  check_only: bool = False, state_only: bool = False) -> dict[str, Any]:
+                  check_only: bool = False, state_only: bool = False,
+                  conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Flink SQL on query ``name`` over the stream in ``data``, in tpch_bench's result
     shape (``final`` instead of per-epoch ``deltas``; ``refused`` when refused).
     ``state_only``: after the check, one run over the whole stream for its checkpoints,
@@ -359,13 +405,14 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
             return res
         parts = ("full",) if state_only else ("full", "load")
         runs = {part: [run_job(query, logs / part, data / "schema.sql", False, work,
-                               timeout) for _ in range(repeat)] for part in parts}
+                               timeout, conf) for _ in range(repeat)] for part in parts}
     if any("seconds" not in r for rs in runs.values() for r in rs):
         return {"refused": f"a timed run failed: {runs}", "query_text": query}
     full = min(runs["full"], key=lambda r: r["cpu_s"])
     if state_only:
         res.update({"full_s": full["seconds"], "full_cpu_s": full["cpu_s"],
                     "checkpoint_bytes": full["checkpoint_bytes"] or None,
+                    "state_bytes": full["state_bytes"], "last_checkpoint": full["last_checkpoint"],
                     "checkpoints": full["checkpoints"], "peak_mib": full["jvm_peak_mib"]})
         return res
     load = min(runs["load"], key=lambda r: r["cpu_s"])
@@ -379,6 +426,7 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
         "runs_s": {p: [round(r["seconds"], 3) for r in rs] for p, rs in runs.items()},
         "runs_cpu_s": {p: [round(r["cpu_s"], 3) for r in rs] for p, rs in runs.items()},
         "checkpoint_bytes": full["checkpoint_bytes"] or None,
+        "state_bytes": full["state_bytes"], "last_checkpoint": full["last_checkpoint"],
         "checkpoints": full["checkpoints"],
         "peak_mib": max(r["jvm_peak_mib"] for rs in runs.values() for r in rs),
     })
@@ -390,12 +438,13 @@ def run_flink_sql(data: Path, name: str, repeat: int = 1, timeout: float = 1800.
 RUNNER_SYSTEMS = {"ivmflow-flink": ["--runner", "flink", "--parallelism", "1"]}
 
 
-def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800.0
-                       ) -> dict[str, Any]:
+def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800.0,
+                       conf: dict[str, str] | None = None) -> dict[str, Any]:
     """``ivmflow run`` of query ``name`` on the runner of ``system`` (RUNNER_SYSTEMS) over
     the stream in ``data`` with a checkpoint directory, sampled as Flink SQL's; its
     deltas checked line for line (as a multiset) against the local runner's, which
-    tpch_bench's ``ivmflow`` row checks against DuckDB."""
+    tpch_bench's ``ivmflow`` row checks against DuckDB. ``conf``: more Flink settings
+    (``IVMFLOW_FLINK_CONF``), as Flink SQL's runs get them."""
     query, updates = data / "queries" / f"{name}.sql", data / "updates.csv"
     with tempfile.TemporaryDirectory(prefix="tpch-ivm-runner-") as tmp:
         work = Path(tmp)
@@ -404,10 +453,15 @@ def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800
             ckpt = work / f"ckpt-{tag}"
             ckpt.mkdir()
             extra = ["--checkpoint", str(ckpt)] if args else []
+            port = _free_port() if args else None
+            flink = {**(conf or {}), "rest.port": str(port)}
             outs[tag] = Sampled([sys.executable, "-m", "dataflow", "run", str(query),
                                  "--updates", str(updates), "--deltas",
                                  str(work / f"{tag}.csv"), "--quiet", *args, *extra],
-                                ckpt, timeout)
+                                ckpt, timeout, rest_port=port, env={
+                                    **os.environ, "PYTHONPATH": str(ROOT),
+                                    "IVMFLOW_FLINK_CONF": ";".join(
+                                        f"{k}={v}" for k, v in flink.items())})
             if outs[tag].timed_out:
                 return {"timeout": timeout}
             if outs[tag].returncode != 0:
@@ -420,6 +474,7 @@ def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800
             f"differs from local: {sum((local - mine).values())} lines missing, "
             f"{sum((mine - local).values())} extra",
             "full_s": run.seconds, "checkpoint_bytes": run.ckpt_bytes or None,
+            "state_bytes": run.latest.get("state_size"), "last_checkpoint": run.latest,
             "checkpoints": len(run.seen), "peak_mib": run.rss_mib,
             "delta_lines": sum(local.values())}
 
@@ -427,8 +482,8 @@ def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800
 # -- the comparison --------------------------------------------------------------------
 
 def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat: int,
-            timeout: float, done: Any = None, state_only: bool = False
-            ) -> list[dict[str, Any]]:
+            timeout: float, done: Any = None, state_only: bool = False,
+            conf: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Per query: DuckDB (the reference: the load, then the whole refresh stream as one
     epoch), ivmflow and Flink SQL rows (tpch_bench's row fields; Flink SQL's ``check``
     is against DuckDB's final result, ivmflow's against DuckDB's two epochs summed);
@@ -440,9 +495,9 @@ def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat
         for system in systems:
             if system == "flink-sql":
                 results[system] = run_flink_sql(data, name, repeat, timeout,
-                                                state_only=state_only)
+                                                state_only=state_only, conf=conf)
             elif system in RUNNER_SYSTEMS:
-                results[system] = run_ivmflow_runner(data, name, system, timeout)
+                results[system] = run_ivmflow_runner(data, name, system, timeout, conf)
             elif system != "duckdb":
                 results[system] = run_one(system, name, epoch, data, 0)
         for system, res in results.items():
@@ -474,10 +529,10 @@ def compare(data: Path, names: list[str], systems: list[str], epoch: int, repeat
                 row["check"] = "" if system == "duckdb" else "no DuckDB result" \
                     if isinstance(duck, str) else \
                     same_deltas(_summed(res["deltas"]), duck["deltas"]) or "equal"
-            ck = row.get("checkpoint_bytes")
+            ck, st = row.get("checkpoint_bytes"), row.get("state_bytes")
             print(f"{name} {system:15} {row.get('us_per_update') or 0:9.1f} us/update "
-                  f"checkpoint {ck / 2**20 if ck else 0:8.2f} MiB check {row['check'] or '-'}",
-                  flush=True)
+                  f"state {st / 2**20 if st else 0:8.2f} MiB (largest directory "
+                  f"{ck / 2**20 if ck else 0:.2f}) check {row['check'] or '-'}", flush=True)
         add_ratios(rows)
         if done:
             done(rows)
@@ -492,9 +547,10 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         f = flink.get(row["query"])
         if f and row["system"] in RUNNER_SYSTEMS and row.get("check") == "equal to local":
-            # (the same measure on both sides: the largest checkpoint directory seen)
-            row["vs_flink_sql_checkpoint"] = row["checkpoint_bytes"] / f["checkpoint_bytes"] \
-                if f.get("checkpoint_bytes") and row.get("checkpoint_bytes") else None
+            # (the same measure on both sides: the full state of the last checkpoint the
+            # job completed, as Flink's REST reports it)
+            row["vs_flink_sql_checkpoint"] = row["state_bytes"] / f["state_bytes"] \
+                if f.get("state_bytes") and row.get("state_bytes") else None
         elif f and row["system"].startswith("ivmflow") and row.get("check") == "equal":
             row["vs_flink_sql_time"] = row["us_per_update"] / f["us_per_update"] \
                 if f.get("us_per_update", 0) > 0 else None
@@ -541,18 +597,19 @@ def _summed(deltas: list[list[tuple[int, Any]]]) -> list[list[tuple[int, Any]]]:
 
 
 def checkpoint_markdown(rows: list[dict[str, Any]]) -> str:
-    """Per query: the largest checkpoint directory of Flink SQL's run and of ivmflow's on
-    its Flink runner over the same stream, their ratio (below 1 ivmflow's is smaller),
-    the checkpoints each run took, and each one's check."""
+    """Per query: the state of the last checkpoint Flink SQL's run and ivmflow's on its
+    Flink runner completed over the same stream (REST ``state_size``; the largest the
+    checkpoint directory got beside it), their ratio (below 1 ivmflow's is smaller), and
+    each one's check."""
     by = {(r["query"], r["system"]): r for r in rows}
-    lines = ["| query | Flink SQL checkpoint MiB (seen) | ivmflow on Flink checkpoint MiB "
-             "(seen) | ivmflow / Flink SQL | Flink SQL | ivmflow on Flink |",
+    lines = ["| query | Flink SQL state MiB (largest directory) | ivmflow on Flink state MiB "
+             "(largest directory) | ivmflow / Flink SQL | Flink SQL | ivmflow on Flink |",
              "|---|---:|---:|---:|---|---|"]
 
     def mib(r: dict[str, Any]) -> str:
-        ck = r.get("checkpoint_bytes")
-        return f"{ck / 2**20:.2f} ({r.get('checkpoints', 0)})" if ck else \
-            r.get("error", "no checkpoint seen")[:80]
+        st, ck = r.get("state_bytes"), r.get("checkpoint_bytes")
+        return f"{st / 2**20:.2f} ({ck / 2**20 if ck else 0:.2f})" if st else \
+            r.get("error", "no checkpoint completed")[:80]
 
     for q in sorted({r["query"] for r in rows if r["system"] in RUNNER_SYSTEMS}):
         f, i = by.get((q, "flink-sql"), {}), by.get((q, "ivmflow-flink"), {})
@@ -618,7 +675,7 @@ def main() -> None:
         spec = json.loads(sys.argv[2])
         schema = flink_schema(Path(spec["schema"]).read_text())
         rec = flink_job(spec["query"], Path(spec["tables"]), schema, spec["collect"],
-                        spec["checkpoint"])
+                        spec["checkpoint"], spec.get("conf"))
         with open(spec["out"], "wb") as f:
             pickle.dump(rec, f)
         return
@@ -631,6 +688,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="timed Flink runs (fastest)")
     ap.add_argument("--state-only", action="store_true",
                     help="Flink SQL: the check and one run for its checkpoints, untimed")
+    ap.add_argument("--rocksdb-compression", metavar="TYPE",
+                    help="RocksDB compression of both Flink jobs (Flink's default: "
+                         "SNAPPY_COMPRESSION), e.g. ZSTD_COMPRESSION")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "tpch_flink_sql.json")
     ap.add_argument("--markdown", metavar="JSON", help="print a results file's table")
@@ -657,13 +717,16 @@ def main() -> None:
 
     def write(rows: list[dict[str, Any]]) -> None:  # after each query: partial runs count
         run = {"sf": args.sf, "refresh_pairs": args.refresh_pairs, "epoch": args.epoch,
+               "rocksdb_compression": args.rocksdb_compression or "flink default (snappy)",
                "rows": kept + rows}
         result_record("tpch_flink_sql", sorted(runs + [run], key=lambda r: r["sf"]),
                       command=command_line("bench.tpch_flink_sql"), out=args.out,
                       table=False, quiet=True)
 
     rows = compare(data, args.queries.split(","), args.systems.split(","), args.epoch,
-                   args.repeat, args.timeout, write, args.state_only)
+                   args.repeat, args.timeout, write, args.state_only,
+                   {"state.backend.rocksdb.compression.per.level": args.rocksdb_compression}
+                   if args.rocksdb_compression else None)
     print(f"wrote {args.out}")
     print(markdown(kept + rows))
     if any(r["system"] in RUNNER_SYSTEMS for r in kept + rows):

@@ -18,7 +18,8 @@ under the partition key; the engine works on an in-memory cache and at each epoc
 writes back only the entries it touched. The rows of the open epoch go to a
 ``ListState`` once per bundle, so a checkpoint taken mid-epoch is complete (restore =
 the cache rebuilt from the MapStates + a replay of that list). RocksDB with incremental
-checkpoints is the state backend (``IVMFLOW_FLINK_STATE_BACKEND=hashmap`` for the heap).
+checkpoints is the state backend (``IVMFLOW_FLINK_STATE_BACKEND=hashmap`` for the heap);
+``IVMFLOW_FLINK_CONF`` adds Flink settings (:func:`extra_flink_conf`).
 Checkpoints are retained; a run started again with the same ``--checkpoint`` resumes
 from the newest one, and the sinks skip epochs they already hold: every epoch is
 written exactly once.
@@ -135,6 +136,35 @@ def _raw_put_all(ms: Any) -> Callable[[dict[str, bytes]], None] | None:
         return None
     java = getattr(ms, "_state", None)
     return getattr(java, "putAll", None)
+
+
+
+def extra_flink_conf(text: str) -> list[tuple[str, str]]:
+    """Flink configuration an operator adds to the runner's (``IVMFLOW_FLINK_CONF``:
+    ``key=value`` entries separated by ``;`` or newlines), applied after ivmflow's own
+    settings: RocksDB tuning, the REST endpoint of the mini-cluster (``rest.port``, for
+    Flink's web UI and checkpoint statistics), and so on.
+
+    >>> extra_flink_conf("rest.port=8081; state.backend.rocksdb.compression.per.level="
+    ...                  "ZSTD_COMPRESSION")
+    [('rest.port', '8081'), ('state.backend.rocksdb.compression.per.level', 'ZSTD_COMPRESSION')]
+    >>> try:
+    ...     extra_flink_conf("rest.port")
+    ... except UsageError as err:
+    ...     print(str(err)[:56])
+    IVMFLOW_FLINK_CONF entry 'rest.port': expected key=value
+    """
+    out: list[tuple[str, str]] = []
+    for entry in text.replace("\n", ";").split(";"):
+        if not entry.strip():
+            continue
+        key, eq, value = entry.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            msg = (f"IVMFLOW_FLINK_CONF entry {entry.strip()!r}: expected key=value "
+                   "(entries separated by ';' or newlines)")
+            raise UsageError(msg)
+        out.append((key.strip(), value.strip()))
+    return out
 
 
 class PartitionFunction(KeyedProcessFunction):
@@ -584,6 +614,7 @@ class FlinkJob:
 
     def _environment(self, ckpt: Path, restore: str | None) -> StreamExecutionEnvironment:
         _interpreter_first_on_path()  # before Configuration() starts the JVM
+        extra = extra_flink_conf(os.environ.get("IVMFLOW_FLINK_CONF", ""))  # (bad: no JVM)
         from pyflink.java_gateway import _gateway
 
         if _gateway is None:  # the JVM starts below: fail here, in one line, if it cannot
@@ -614,6 +645,8 @@ class FlinkJob:
         conf.set_string("execution.checkpointing.dir", ckpt.resolve().as_uri())
         conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
                         "RETAIN_ON_CANCELLATION")
+        for key, value in extra:
+            conf.set_string(key, value)  # (last: the operator's word wins)
         if restore is not None:
             conf.set_string("execution.state-recovery.path", restore)
             print(f"ivmflow: flink: resuming from checkpoint {restore}", file=sys.stderr)
