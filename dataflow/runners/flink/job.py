@@ -138,7 +138,6 @@ def _raw_put_all(ms: Any) -> Callable[[dict[str, bytes]], None] | None:
     return getattr(java, "putAll", None)
 
 
-
 def extra_flink_conf(text: str) -> list[tuple[str, str]]:
     """Flink configuration an operator adds to the runner's (``IVMFLOW_FLINK_CONF``:
     ``key=value`` entries separated by ``;`` or newlines), applied after ivmflow's own
