@@ -218,7 +218,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout19-'
+        'layout20-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning))
