@@ -449,19 +449,19 @@ def run_ivmflow_runner(data: Path, name: str, system: str, timeout: float = 1800
     with tempfile.TemporaryDirectory(prefix="tpch-ivm-runner-") as tmp:
         work = Path(tmp)
         outs: dict[str, Sampled] = {}
-        for tag, args in (("local", []), (system, RUNNER_SYSTEMS[system])):
+        port = _free_port()  # (the runner's REST endpoint: its checkpoint statistics)
+        flink = ";".join(f"{k}={v}" for k, v in {**(conf or {}), "rest.port": str(port)}.items())
+        for tag, args, extra_env, rest in (
+                ("local", [], {}, None),
+                (system, [*RUNNER_SYSTEMS[system], "--checkpoint", str(work / f"ckpt-{system}")],
+                 {"IVMFLOW_FLINK_CONF": flink}, port)):
             ckpt = work / f"ckpt-{tag}"
             ckpt.mkdir()
-            extra = ["--checkpoint", str(ckpt)] if args else []
-            port = _free_port() if args else None
-            flink = {**(conf or {}), "rest.port": str(port)}
             outs[tag] = Sampled([sys.executable, "-m", "dataflow", "run", str(query),
                                  "--updates", str(updates), "--deltas",
-                                 str(work / f"{tag}.csv"), "--quiet", *args, *extra],
-                                ckpt, timeout, rest_port=port, env={
-                                    **os.environ, "PYTHONPATH": str(ROOT),
-                                    "IVMFLOW_FLINK_CONF": ";".join(
-                                        f"{k}={v}" for k, v in flink.items())})
+                                 str(work / f"{tag}.csv"), "--quiet", *args],
+                                ckpt, timeout, rest_port=rest,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), **extra_env})
             if outs[tag].timed_out:
                 return {"timeout": timeout}
             if outs[tag].returncode != 0:
