@@ -459,7 +459,7 @@ class WriteBackState:
         per element) loses its old entries and gains its new ones in one write-back."""
         m = self.map(name)
         for k in gone:
-            if type(k) is tuple and len(k) == 3 and type(k[0]) is _Tag:
+            if _tagged(k):
                 container: Any = dict.get(m, k[1])
                 if type(container) in _CONTAINERS:
                     # C-level removal: nothing noted as changed.
@@ -519,7 +519,7 @@ def _dict_pop(d: dict[Any, Any], item: Any) -> None:
 def _store(m: TrackedMap, k: Any, v: Any) -> None:
     """Put one stored entry into ``m``: a whole value, or one element of a value stored
     per element (created, tracked, on its first element); nothing noted as changed."""
-    if type(k) is tuple and len(k) == 3 and type(k[0]) is _Tag:
+    if _tagged(k):
         tag, key, element = k
         container: Any = dict.get(m, key)
         if type(container) not in _CONTAINERS:
@@ -541,6 +541,12 @@ _KEY_NAMES: dict[str, Any] = {"__builtins__": {}, "Decimal": Decimal, "datetime"
                               "MEMBER": MEMBER, "ITEM": ITEM}
 """The names :func:`decode_key` evaluates a key's text with (what ``repr`` writes, and
 the tags of a value stored per element)."""
+
+
+def _tagged(key: Any) -> bool:
+    """Whether ``key`` is one element of a value stored per element: ``(tag, key,
+    element)``."""
+    return type(key) is tuple and len(key) == 3 and type(key[0]) is _Tag
 
 
 def _reads_back(key: Any) -> bool:
@@ -575,8 +581,7 @@ def encode_entry(key: Any, value: Any) -> bytes:
     """
     if type(key) in _SCALARS or (type(key) is tuple and _SCALARS.issuperset(map(type, key))):
         blob = _dumps((value,), _PROTOCOL)
-    elif _reads_back(key) or (type(key) is tuple and len(key) == 3 and type(key[0]) is _Tag
-                              and _reads_back(key[1]) and _reads_back(key[2])):
+    elif _reads_back(key[1:] if _tagged(key) else key):
         # A nested tuple, or one element of a value stored per element (a big group's
         # member): its key's text reads back too, so the entry is its value alone (a
         # few bytes, where the pair repeated the key and pickled a tag by its module's
@@ -630,7 +635,7 @@ def encode_key(key: Any) -> str:
     if type(key) is tuple and _SCALARS.issuperset(map(type, key)):
         # The common case (a tuple of plain values) in C: the same text, no recursion.
         return "(" + ",".join(map(repr, key)) + ("," if len(key) == 1 else "") + ")"
-    if type(key) is tuple and len(key) == 3 and type(key[0]) is _Tag:
+    if _tagged(key):
         # One element of a value stored per element: the generic text below, no loop.
         return f"({key[0].name},{encode_key(key[1])},{encode_key(key[2])})"
     if isinstance(key, tuple):
