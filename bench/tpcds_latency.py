@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-epochs", type=int, default=20, help="refresh epochs per query")
     ap.add_argument("--timeout", type=float, default=1200.0,
                     help="seconds per query and system")
+    ap.add_argument("--max-state", default="16G", metavar="SIZE",
+                    help="ivmflow's worker stops its load past SIZE resident, a row's "
+                         "error (default 16G: the kernel's OOM killer says nothing)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--merge", action="store_true",
                     help="keep the other queries' rows of an existing OUT")
@@ -287,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.sf, args.epoch, args.max_epochs = 0.01, 100, 5
+    os.environ[tb.MAX_STATE_ENV] = args.max_state  # (the workers inherit it)
     out = args.out or RESULTS / ("tpcds_latency_quick.json" if args.quick
                                  else f"tpcds_sf{args.sf:g}_latency.json")
     data = ensure_data(args)
@@ -296,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     extra: dict[str, Any] = {"stream": manifest["spec"], "data": str(data),
                              "epoch_size": args.epoch, "refresh_updates": n,
                              "max_epochs": args.max_epochs, "timeout_s": args.timeout,
+                             "max_state": args.max_state,
                              "source_commit": args.source, "complete": False}
     names = args.queries.split(",")
     rows: list[dict[str, Any]] = []

@@ -101,9 +101,12 @@ def _schedule(items: list[Any], sizes: list[int], most: int) -> list[tuple[int, 
 
 # -- one (system, query, epoch size) in this process ------------------------------------
 
+MAX_STATE_ENV = "IVMFLOW_BENCH_MAX_STATE"
+
 def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
                 ) -> dict[str, Any]:
     from connectors.files import read_updates
+    from core.memory import StateLimit, parse_size
     from core.records import Update
     from dataflow.api import compile_query
 
@@ -115,7 +118,12 @@ def run_ivmflow(data: Path, name: str, sizes: list[int], most: int, native: bool
     rss0 = _rss_mib()
     # The load streams through in batches, parsing untimed (at SF 1, holding its 8.6M
     # parsed rows would add ~8 GB to the peak that a deployment never holds).
-    load_s, loaded = apply_load(records, apply)
+    # IVMFLOW_BENCH_MAX_STATE (the parent's --max-state): a query that outgrows it is
+    # a row's error naming the size, not a worker the kernel's OOM killer ends.
+    cap = os.environ.get(MAX_STATE_ENV)
+    limit = StateLimit(parse_size(cap), view.state_entries) if cap else None
+    load_s, loaded = apply_load(records, apply, after_batch=(
+        None if limit is None else lambda n: limit.check_open(1, n)))
     t0 = time.perf_counter()
     first = view.end_epoch()
     load_s += time.perf_counter() - t0

@@ -1,12 +1,14 @@
-"""The run's memory: ``--max-state SIZE`` stops a local run at the end of the first epoch
-after which the process holds more than SIZE, its deltas up to there written and
-committed, nothing of the next epoch, with what to do about it.
+"""The run's memory: ``--max-state SIZE`` stops a local run once the process holds more
+than SIZE: at the end of the first epoch after which it does, that epoch's deltas
+written and committed, or inside an epoch that grows past it (a load of millions of
+rows is one epoch), nothing of that epoch written; with what to do about it either way.
 
 What is measured is the process's resident memory as the operating system counts it
 (``/proc/self/statm`` on Linux; the peak, ``getrusage``, elsewhere): what an
 out-of-memory killer or a container limit reads, the view's state and everything else
-of the process with it. Reading it costs one small file read per epoch, however big the
-state is (counting the state's own bytes would cost a walk over it).
+of the process with it. Reading it costs one small file read per epoch and per
+:data:`CHECK_EVERY` updates inside one, however big the state is (counting the state's
+own bytes would cost a walk over it).
 
 Example:
     >>> parse_size("1.5G"), parse_size("512 MiB"), parse_size("4096")
@@ -15,6 +17,7 @@ Example:
     '1.5 GiB'
     >>> limit = StateLimit(parse_size("1T"))
     >>> limit.check(7)  # far below: nothing happens
+    >>> limit.check_open(8, CHECK_EVERY)  # nor inside epoch 8
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ from dataclasses import dataclass, field
 
 from core.errors import IvmflowError
 
-__all__ = ["HeapSettler", "StateLimit", "StateLimitError", "format_bytes", "parse_size",
-           "resident_bytes"]
+__all__ = ["CHECK_EVERY", "HeapSettler", "StateLimit", "StateLimitError", "format_bytes",
+           "parse_size", "resident_bytes"]
+
+CHECK_EVERY = 1 << 16
+"""Updates of an open epoch between two in-epoch checks: 64k updates add tens of MB at
+most (a few hundred bytes each), and a read of ``/proc/self/statm`` per 64k is free."""
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -84,7 +91,8 @@ class StateLimitError(IvmflowError):
 
 @dataclass
 class StateLimit:
-    """``--max-state``: :meth:`check` after each epoch is committed raises
+    """``--max-state``: :meth:`check` after each epoch is committed, and
+    :meth:`check_open` every :data:`CHECK_EVERY` updates inside one, raise
     :class:`StateLimitError` once the process holds more than ``max_bytes``.
     ``entries()``, if given, counts the view's state entries for the message;
     ``resume`` is how the run goes on from its committed epochs."""
@@ -95,19 +103,38 @@ class StateLimit:
     measure: Callable[[], int] = resident_bytes
 
     def check(self, epoch: int) -> None:
+        """After epoch ``epoch`` is committed: raise if the process holds too much."""
         held = self.measure()
         if held <= self.max_bytes:
             return
+        raise StateLimitError(self._message(
+            f"at the end of epoch {epoch}", held,
+            f"Epochs 1-{epoch} are written and committed, nothing of a later one"))
+
+    def check_open(self, epoch: int, updates: int) -> None:
+        """Inside open epoch ``epoch``, after ``updates`` of its updates: raise if the
+        process holds too much. Nothing of that epoch is written (its delta is
+        enumerated at its end), so a resumed run recomputes it whole: the stop is as
+        clean as one at an epoch's end, and it comes before the kernel's out-of-memory
+        killer, which says nothing of why."""
+        held = self.measure()
+        if held <= self.max_bytes:
+            return
+        done = (f"Epochs 1-{epoch - 1} are written and committed" if epoch > 1
+                else "No epoch is written")
+        raise StateLimitError(self._message(
+            f"inside epoch {epoch}, after {updates:,} of its updates", held,
+            f"{done}, nothing of epoch {epoch}"))
+
+    def _message(self, where: str, held: int, written: str) -> str:
         entries = f", {self.entries():,} state entries" if self.entries is not None else ""
-        msg = (f"the run passed --max-state {format_bytes(self.max_bytes)} at the end of "
-               f"epoch {epoch}: the process holds {format_bytes(held)} resident{entries}. "
-               f"Epochs 1-{epoch} are written and committed, nothing of a later one; "
-               f"{self.resume} goes on from there. To hold less: --trust-deletes where "
-               f"the source is consistent by construction (a database's change stream: "
-               f"no row digests), a query that reads fewer tables and columns, or "
-               f"--runner flink, whose state can live in RocksDB on disk; or a larger "
-               f"--max-state")
-        raise StateLimitError(msg)
+        return (f"the run passed --max-state {format_bytes(self.max_bytes)} {where}: the "
+                f"process holds {format_bytes(held)} resident{entries}. {written}; "
+                f"{self.resume} goes on from there. To hold less: --trust-deletes where "
+                f"the source is consistent by construction (a database's change stream: "
+                f"no row digests), a query that reads fewer tables and columns, or "
+                f"--runner flink, whose state can live in RocksDB on disk; or a larger "
+                f"--max-state")
 
 
 @dataclass

@@ -376,9 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "events' source timestamps (not transactionally consistent)")
     _add_trust_deletes(run)
     run.add_argument("--max-state", type=_size, metavar="SIZE",
-                     help="local runner: stop at the end of the first epoch after which "
-                          "the process holds more than SIZE resident (e.g. 8G), with "
-                          "that epoch's deltas written and committed")
+                     help="local runner: stop once the process holds more than SIZE "
+                          "resident (e.g. 8G): at the end of an epoch, that epoch's "
+                          "deltas written and committed, or inside one (checked every "
+                          "64k updates), nothing of it written")
     run.add_argument("--resume", action="store_true",
                      help="keep the committed epochs of existing --deltas/--snapshots files "
                           "and write only the later ones")

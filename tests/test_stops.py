@@ -225,6 +225,45 @@ def test_max_state_stops_after_a_whole_epoch_and_resume_finishes(
     assert out.read_bytes() == want
 
 
+def test_max_state_stops_inside_a_big_epoch_before_it_is_written(tmp_path: Path) -> None:
+    """A load is one epoch of millions of updates: ``--max-state`` is checked inside it
+    too (every ``CHECK_EVERY`` updates), so the run stops there, exit 1, with where
+    and what to do, before the kernel's out-of-memory killer would; nothing of that
+    epoch is written, and ``--resume`` writes it all: the uninterrupted run's bytes."""
+    from core.memory import CHECK_EVERY
+
+    q = tmp_path / "q.sql"
+    q.write_text(QUERY)
+    u = tmp_path / "u.csv"
+    big = _stream(CHECK_EVERY + 500, seed=6, epoch_every=CHECK_EVERY + 500)
+    u.write_text(big + _stream(200, seed=7))
+    want = _reference(q, u, tmp_path / "want.csv")
+    out = tmp_path / "out.csv"
+    stopped = _cli(q, "--updates", u, "--deltas", out, "--max-state", "1M")
+    assert stopped.returncode == 1, stopped.stderr
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert (f"passed --max-state 1.0 MiB inside epoch 1, after {CHECK_EVERY:,} of its "
+            "updates: the process holds") in line
+    assert "No epoch is written, nothing of epoch 1; --resume" in line
+    assert out.read_text().splitlines() == ["epoch,mult,a,b,c"]  # (its header only)
+    resumed = _cli(q, "--updates", u, "--deltas", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes() == want
+
+
+def test_state_limit_inside_a_later_epoch_names_the_committed_ones() -> None:
+    """The message of a stop inside epoch 5: epochs 1-4 are committed, nothing of 5."""
+    from core.memory import StateLimit, StateLimitError
+
+    limit = StateLimit(100, entries=lambda: 12345, measure=lambda: 200)
+    with pytest.raises(StateLimitError) as err:
+        limit.check_open(5, 131072)
+    assert ("inside epoch 5, after 131,072 of its updates: the process holds 200 B "
+            "resident, 12,345 state entries. Epochs 1-4 are written and committed, "
+            "nothing of epoch 5; --resume goes on from there") in str(err.value)
+    StateLimit(300, measure=lambda: 200).check_open(5, 1)  # under it: nothing
+
+
 @pytest.mark.parametrize(("args", "error"), [
     (["--max-state", "lots"], "a size such as 2G, 512M"),
     (["--max-state", "2G", "--runner", "flink"], "--max-state is for the local runner"),

@@ -181,12 +181,14 @@ def read_phase_logs(prefix: Path | str) -> dict[int, list[float]]:
 
 
 def apply_load(records: Iterator[Record], apply: Callable[[Update], object] | None,
-               clock: Callable[[], float] = time.perf_counter, batch: int = 10_000
-               ) -> tuple[float, int]:
+               clock: Callable[[], float] = time.perf_counter, batch: int = 10_000,
+               after_batch: Callable[[int], None] | None = None) -> tuple[float, int]:
     """The stream's first epoch (the load) applied in batches of ``batch`` updates, each
     batch timed by ``clock`` and the reading between them not (so the load is never held
     whole); stops after the epoch's end, the rest of ``records`` left to read. ``apply``
-    None reads and counts only (a callgrind baseline). Returns the seconds and updates."""
+    None reads and counts only (a callgrind baseline). ``after_batch(n)``, untimed,
+    after each batch, ``n`` updates in (a memory limit's check). Returns the seconds
+    and updates."""
     seconds, n, chunk = 0.0, 0, []
     for r in itertools.chain(records, [EpochEnd()]):
         if isinstance(r, Update):
@@ -200,6 +202,8 @@ def apply_load(records: Iterator[Record], apply: Callable[[Update], object] | No
         seconds += clock() - t0
         n += len(chunk)
         chunk = []
+        if after_batch is not None:
+            after_batch(n)
         if isinstance(r, EpochEnd):
             break
     return seconds, n

@@ -37,7 +37,7 @@ from connectors.base import DeadLetterSink
 from connectors.position import InputCommit, InputPosition, InputTracker, position
 from core.errors import InputError, IvmflowError
 from core.faults import fault_point, faults_armed
-from core.memory import HeapSettler
+from core.memory import CHECK_EVERY, HeapSettler, StateLimit
 from core.records import EpochDelta, EpochEnd, Record, Update, format_update
 from core.schema import Row
 from operators.node import Node
@@ -108,7 +108,7 @@ def drive(
     tracker: InputTracker | None = None,
     on_input: Callable[[InputCommit], None] | None = None,
     resume: InputCommit | None = None,
-    after_epoch: Callable[[int], None] | None = None,
+    limit: StateLimit | None = None,
 ) -> DriveStats:
     """Apply ``records`` to ``view``, closing epochs by the rules of the module docstring.
 
@@ -126,9 +126,11 @@ def drive(
     closed epoch, just before ``on_delta``; ``resume``, the input position a sink's
     commit record kept, makes this run close epochs at its cuts too and check that
     epochs ``1..resume.epoch`` end where they did (:class:`InputChangedError` if not).
-    ``after_epoch(k)`` runs once epoch ``k`` is written (its delta, and its snapshot
-    after a marker), before the next record is read: what it raises ends the run there
-    (``--max-state``: :class:`core.memory.StateLimit`). Not after the last epoch.
+    ``limit`` (``--max-state``, :class:`core.memory.StateLimit`) is checked once epoch
+    ``k`` is written (its delta, and its snapshot after a marker), before the next
+    record is read (not after the last epoch), and every ``CHECK_EVERY`` updates of an
+    open epoch (a load is one epoch of millions): the :class:`StateLimitError` it
+    raises ends the run there, the open epoch not emitted.
 
     >>> class Null:
     ...     pending_updates, n = 0, 0
@@ -168,17 +170,17 @@ def drive(
         on_delta(delta)
         settler.epoch_closed(updates)  # (after the delta is out: no epoch waits on it)
 
-    settled = 0  # epochs after_epoch has seen
+    settled = 0  # epochs the limit has seen
     settler = HeapSettler()
 
     for rec in records:
         if should_stop is not None and should_stop():
             st.stopped = True
             return st
-        if after_epoch is not None and settled < st.epochs:
+        if limit is not None and settled < st.epochs:
             # (here, not in close_epoch: a marker's snapshot is written first)
             settled = st.epochs
-            after_epoch(settled)
+            limit.check(settled)
         if check is not None:
             check.consumed(st.epochs)
         if isinstance(rec, EpochEnd):
@@ -202,6 +204,8 @@ def drive(
             continue
         st.updates += 1
         in_epoch += 1
+        if limit is not None and in_epoch % CHECK_EVERY == 0:
+            limit.check_open(st.epochs + 1, in_epoch)
         if (epoch_size is not None and in_epoch >= epoch_size) or (
                 check is not None and check.at_cut()):
             close_epoch(False)

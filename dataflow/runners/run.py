@@ -495,12 +495,13 @@ def compile_file(path: str, eps: float | None = None, partitioning: str = "singl
     return compile_query(text, source_name=path, **kwargs)
 
 
-def state_limit(ctx: RunContext, view: LiveView, resume: str) -> Callable[[int], None] | None:
-    """``--max-state``'s check after each epoch (None without it): the run stops there
-    with :class:`core.memory.StateLimitError`; ``resume`` says how it goes on."""
+def state_limit(ctx: RunContext, view: LiveView, resume: str) -> StateLimit | None:
+    """``--max-state``'s check (None without it), at each epoch's end and inside an
+    epoch: the run stops there with :class:`core.memory.StateLimitError`; ``resume``
+    says how it goes on."""
     if ctx.options.max_state is None:
         return None
-    return StateLimit(ctx.options.max_state, view.state_entries, resume).check
+    return StateLimit(ctx.options.max_state, view.state_entries, resume)
 
 
 def maintain_view(ctx: RunContext, query: Any = None) -> LiveView:

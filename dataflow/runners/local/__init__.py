@@ -143,5 +143,5 @@ def run_local(ctx: RunContext) -> DriveStats:
         tracker=tracker,
         on_input=note_input,
         resume=resume,
-        after_epoch=state_limit(ctx, view, "--resume (with the same --deltas)"),
+        limit=state_limit(ctx, view, "--resume (with the same --deltas)"),
     )

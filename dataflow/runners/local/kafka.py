@@ -157,7 +157,7 @@ def _drive(ctx: RunContext, source: KafkaUpdateSource,
             on_error=opts.on_error,
             dead_letter=out.dead_letter,
             stats=ctx.progress.stats,
-            after_epoch=state_limit(
+            limit=state_limit(
                 ctx, view, "running again (from the newest --checkpoint, else replaying "
                 "the topic)"),
         )
