@@ -28,15 +28,30 @@ argument that is not a grouping expression, ``GROUPING()`` outside the select li
 ``HAVING`` and ``ORDER BY``, ``QUALIFY`` in the same SELECT, more than
 :data:`MAX_SETS` sets.
 
+The file's own grouped SELECT (its top level) reads its grouping sets from one base
+where its aggregates roll up (:func:`_rollup_base`): a WITH ``_gs_base`` aggregates the
+FROM once by every grouping expression, and each branch aggregates that base, so the
+FROM's joins and subqueries are maintained once, not once per set.
+
 Example:
     >>> import sqlglot
     >>> q = sqlglot.parse_one("SELECT a, b, GROUPING(a, b) AS g, SUM(c) AS s FROM t "
     ...                       "GROUP BY ROLLUP(a, b)", read="duckdb")
     >>> print(expand_grouping_sets(q).sql())  # doctest: +NORMALIZE_WHITESPACE
-    SELECT * FROM (SELECT a, b, CAST(0 AS BIGINT) AS g, SUM(c) AS s FROM t GROUP BY a, b
-    UNION ALL SELECT a, NULL AS b, CAST(1 AS BIGINT) AS g, SUM(c) AS s FROM t GROUP BY a
-    UNION ALL SELECT NULL AS a, NULL AS b, CAST(3 AS BIGINT) AS g, SUM(c) AS s FROM t)
+    WITH _gs_base AS (SELECT a AS _gk0, b AS _gk1, SUM(c) AS _ga0 FROM t GROUP BY a, b)
+    SELECT * FROM (SELECT _gk0 AS a, _gk1 AS b, CAST(0 AS BIGINT) AS g, SUM(_ga0) AS s
+    FROM _gs_base GROUP BY _gk0, _gk1 UNION ALL SELECT _gk0 AS a, NULL AS b,
+    CAST(1 AS BIGINT) AS g, SUM(_ga0) AS s FROM _gs_base GROUP BY _gk0 UNION ALL
+    SELECT NULL AS a, NULL AS b, CAST(3 AS BIGINT) AS g, SUM(_ga0) AS s FROM _gs_base)
     AS _gs
+
+    Nested in a query, a branch per set over its FROM:
+
+    >>> q = sqlglot.parse_one("SELECT * FROM (SELECT a, SUM(c) AS s FROM t "
+    ...                       "GROUP BY ROLLUP(a)) x", read="duckdb")
+    >>> print(expand_grouping_sets(q).sql())  # doctest: +NORMALIZE_WHITESPACE
+    SELECT * FROM (SELECT a, SUM(c) AS s FROM t GROUP BY a UNION ALL
+    SELECT NULL AS a, SUM(c) AS s FROM t) AS x
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
@@ -96,7 +112,13 @@ def expand_grouping_sets(expression: exp.Expr, schema: Schema | None = None) -> 
         if sets is None and select.find(exp.Grouping) is None:
             continue
         plain = list(group.expressions) if group is not None else []
-        new = _expand(select, sets if sets is not None else [plain], tables)
+        # (only the file's SELECT can hold the base's WITH: lifted once, read by all)
+        host: list[exp.CTE] | None = [] if select is root and BASE not in ctes else None
+        new = _expand(select, sets if sets is not None else [plain], tables, host)
+        if host:  # (after the file's own WITHs: the base may read them)
+            with_ = new.args.get("with_") or exp.With(expressions=[])
+            with_.set("expressions", [*with_.expressions, *host])
+            new.set("with_", with_)
         if select is root:
             root = new
         else:
@@ -164,17 +186,26 @@ def _same(a: exp.Expr, b: exp.Expr) -> bool:
 
 
 def _expand(select: exp.Select, sets: list[list[exp.Expr]],
-            tables: dict[str, frozenset[str]] | None = None) -> exp.Select | exp.Union:
+            tables: dict[str, frozenset[str]] | None = None,
+            host: list[exp.CTE] | None = None) -> exp.Select | exp.Union:
+    """The union of ``select``'s grouping-set branches; with ``host`` (the file's
+    SELECT: a list its WITH takes) read from the base of :func:`_rollup_base`, whose
+    WITH is appended to ``host``."""
     for arg in ("qualify", "windows"):
         if select.args.get(arg):
             raise ExprError(select.args[arg] if arg == "qualify" else select,
                             f"{arg.upper()} beside grouping sets is not supported")
     if any(w.find_ancestor(exp.Select) is select for w in select.find_all(exp.Window)):
-        return _windowed(select, sets, tables or {})
+        return _windowed(select, sets, tables or {}, host)
     grouped = _distinct([e for s in sets for e in s])
     _check_groupings(select, grouped)
     distinct = bool(select.args.get("distinct")) and len(sets) > 1
-    branches = [_branch(select, s, grouped, distinct) for s in sets]
+    base = _rollup_base(select, sets, grouped) if host is not None else None
+    if base is not None and host is not None:
+        host.append(base.cte)
+        branches = [_branch(base.select, s, base.grouped, distinct) for s in base.sets]
+    else:
+        branches = [_branch(select, s, grouped, distinct) for s in sets]
     body: exp.Select | exp.Union = branches[0]
     for right in branches[1:]:
         body = exp.Union(this=body, expression=right, distinct=distinct)
@@ -196,8 +227,128 @@ def _expand(select: exp.Select, sets: list[list[exp.Expr]],
     return wrapper
 
 
+BASE = "_gs_base"
+"""The WITH of the finest grouping's partial aggregates (:func:`_rollup_base`)."""
+
+
+class _NotRollable(Exception):
+    """An aggregate or expression the grouping sets cannot be rolled up from."""
+
+
+@dataclass(frozen=True)
+class _RollupBase:
+    """A grouped SELECT read from its finest grouping: ``cte`` aggregates the FROM once
+    by every grouping expression (``_gk0, _gk1, ...``) into partial aggregates
+    (``_ga0, ...``); ``select`` is the original over it, each grouping expression its
+    ``_gk`` column and each aggregate its roll-up of the partials; ``sets`` and
+    ``grouped`` the grouping sets in those columns."""
+
+    cte: exp.CTE
+    select: exp.Select
+    sets: list[list[exp.Expr]]
+    grouped: list[exp.Expr]
+
+
+def _rollup_base(select: exp.Select, sets: list[list[exp.Expr]], grouped: list[exp.Expr]
+                 ) -> _RollupBase | None:
+    """The file's grouped SELECT with ``sets`` read from one aggregate by all of its
+    grouping expressions, where its aggregates roll up (SUM, COUNT, AVG, MIN, MAX,
+    without DISTINCT or FILTER), else None (a branch per set over the FROM).
+
+    Why: each branch over the FROM maintains the FROM again, its joins, subqueries and
+    their state, k times for k sets (TPC-DS Q14's five rollup levels over a union of
+    three channels' joins). Over the base, the FROM is maintained once and each set is
+    an aggregate of the base's changed groups, which are few. A SUM rolls up as the SUM
+    of partial sums, a COUNT as their SUM (0 over none: the empty set's row over no
+    rows), an AVG as its partial sums' SUM over its partial counts' SUM, MIN and MAX as
+    themselves.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("SELECT a, SUM(c) AS s, COUNT(*) AS n FROM t, u WHERE "
+    ...                       "t.k = u.k GROUP BY ROLLUP(a)", read="duckdb")
+    >>> print(expand_grouping_sets(q).sql())  # doctest: +NORMALIZE_WHITESPACE
+    WITH _gs_base AS (SELECT a AS _gk0, SUM(c) AS _ga0, COUNT(*) AS _ga1 FROM t, u
+    WHERE t.k = u.k GROUP BY a) SELECT * FROM (SELECT _gk0 AS a, SUM(_ga0) AS s,
+    CAST(COALESCE(SUM(_ga1), 0) AS BIGINT) AS n FROM _gs_base GROUP BY _gk0 UNION ALL
+    SELECT NULL AS a, SUM(_ga0) AS s, CAST(COALESCE(SUM(_ga1), 0) AS BIGINT) AS n
+    FROM _gs_base) AS _gs
+    """
+    if len(sets) < 2 or select.args.get("group") is None:
+        return None
+    keys = [exp.column(f"_gk{i}") for i in range(len(grouped))]
+    partials: list[exp.Expr] = []
+    rolled: dict[str, exp.Expr] = {}
+    """an aggregate's SQL -> its roll-up (one partial for equal aggregates)"""
+
+    def partial(agg: exp.Expr) -> exp.Column:
+        partials.append(exp.alias_(agg, f"_ga{len(partials)}"))
+        return exp.column(f"_ga{len(partials) - 1}")
+
+    def roll(agg: exp.AggFunc) -> exp.Expr:
+        if {k for k, v in agg.args.items() if v} - {"big_int"} != {"this"} or isinstance(
+                agg.this, exp.Distinct) or isinstance(agg.parent, exp.Filter):
+            raise _NotRollable
+        if isinstance(agg, exp.Count):
+            total: exp.Expr = exp.Coalesce(this=exp.Sum(this=partial(agg.copy())),
+                                           expressions=[exp.Literal.number(0)])
+            return exp.cast(total, exp.DataType.build("BIGINT"))
+        if isinstance(agg, (exp.Sum, exp.Min, exp.Max)):
+            return type(agg)(this=partial(agg.copy()))
+        if isinstance(agg, exp.Avg):
+            sums = exp.Sum(this=partial(exp.Sum(this=agg.this.copy())))
+            counts = exp.Sum(this=partial(exp.Count(this=agg.this.copy())))
+            return exp.Div(this=exp.cast(sums, exp.DataType.build("DOUBLE")),
+                           expression=counts)
+        raise _NotRollable
+
+    def rewrite(node: exp.Expr) -> exp.Expr:
+        for g, key in zip(grouped, keys):
+            if _same(node, g):
+                return key.copy()
+        if isinstance(node, exp.Grouping):
+            return map_args(node, rewrite)
+        if isinstance(node, exp.AggFunc):
+            text = node.sql("duckdb")
+            if text not in rolled:
+                rolled[text] = roll(node)
+            return rolled[text].copy()
+        if isinstance(node, (exp.Column, exp.Subquery, exp.Select, exp.Window, exp.Star)):
+            raise _NotRollable  # (read from the FROM beside the grouping: not kept)
+        return map_args(node, rewrite)
+
+    over = exp.select().from_(exp.Table(this=exp.to_identifier(BASE)))
+    items: list[exp.Expr] = []
+    try:
+        for item in select.expressions:
+            body = item.this if isinstance(item, exp.Alias) else item
+            name = item.alias if isinstance(item, exp.Alias) else (
+                body.name if isinstance(body, exp.Column) else body.sql())
+            items.append(exp.alias_(rewrite(body.copy()), name,
+                                    quoted=not exp.SAFE_IDENTIFIER_RE.match(name)))
+        having = select.args.get("having")
+        if having is not None:
+            over.set("having", exp.Having(this=rewrite(having.this.copy())))
+    except _NotRollable:
+        return None
+    over.set("expressions", items)
+    if select.args.get("distinct"):
+        over.set("distinct", select.args["distinct"].copy())
+    cte_body = select.copy()
+    for arg in (*_OUTER, "having", "distinct"):
+        cte_body.set(arg, None)
+    cte_body.set("expressions", [*(exp.alias_(g.copy(), k.name) for g, k in
+                                   zip(grouped, keys)), *partials])
+    cte_body.set("group", exp.Group(expressions=[g.copy() for g in grouped]))
+    cte = exp.CTE(this=cte_body, alias=exp.TableAlias(this=exp.to_identifier(BASE)))
+    index = [[next(k for g, k in zip(grouped, keys) if _same(e, g)) for e in s]
+             for s in sets]
+    return _RollupBase(cte, over, [[k.copy() for k in s] for s in index],
+                       [k.copy() for k in keys])
+
+
 def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
-              tables: dict[str, frozenset[str]]) -> exp.Select:
+              tables: dict[str, frozenset[str]], host: list[exp.CTE] | None = None
+              ) -> exp.Select:
     """A SELECT with grouping sets and window functions: the windows over the union of
     the grouping sets' branches, as SQL applies them after the grouping. The grouped
     SELECT keeps the window-free select items (by their names) and each window-free
@@ -297,7 +448,8 @@ def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
                                            exp.SAFE_IDENTIFIER_RE.match(n))
                                 for n, e in inner_items.values()])
     outer = exp.select(*outer_items).from_(exp.Subquery(
-        this=_expand(grouped, sets), alias=exp.TableAlias(this=exp.to_identifier("_gw"))))
+        this=_expand(grouped, sets, host=host),
+        alias=exp.TableAlias(this=exp.to_identifier("_gw"))))
     for arg in (*_OUTER, "distinct"):
         value = order if arg == "order" else select.args.get(arg)
         if value is not None:

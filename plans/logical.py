@@ -54,7 +54,7 @@ from plans.sql import build_query
 from plans.sqlcheck import check_supported, describe
 from plans.sqlerrors import set_operation
 from plans.sqlparse import ParsedQuery, ddl_type, offset_of, view_relation
-from plans.threshold import ThresholdFilter
+from plans.threshold import ScalarShape, ThresholdFilter, scalar_view
 from plans.views import split_views
 from plans.windows import WindowOp, lift_windows, window_type
 
@@ -273,12 +273,14 @@ def _assemble(parsed: ParsedQuery, views: list[ViewNode], query: JoinBlock) -> L
 
 def _plan_select(parsed: ParsedQuery, relations: dict[str, Relation],
                  names: Iterator[int] | None = None, tag: str = "", name: str = QUERY,
-                 base: frozenset[str] | None = None) -> tuple[list[ViewNode], JoinBlock]:
+                 base: frozenset[str] | None = None,
+                 scalars: dict[str, ScalarShape] | None = None
+                 ) -> tuple[list[ViewNode], JoinBlock]:
     """The inner views of one SELECT (added to ``relations`` as they are built) and
     its own block, named ``name``; ``base``: the file's tables (default: the SELECT's
-    schema's)."""
+    schema's); ``scalars``: the views before it with one value (per key)."""
     check_supported(parsed.select, parsed.text, parsed.source)
-    split = split_views(parsed, names, tag)
+    split = split_views(parsed, names, tag, scalars)
     if split is None:
         return [], JoinBlock(name, build_query(parsed))
     base = base if base is not None else frozenset(parsed.schema.relations)
@@ -326,6 +328,9 @@ def _plan_items(parsed: ParsedQuery, items: list[Item]) -> LogicalPlan:
     views: list[ViewNode] = []
     made: dict[str, tuple[int, int, Item]] = {}
     """a SELECT item's name -> where its views lie in ``views`` (start, end), itself"""
+    scalars: dict[str, ScalarShape] = {}
+    """the SELECT items with one value (per key): compared with in a later item (TPC-DS
+    Q14's average of a WITH, read by three branches' HAVINGs), a threshold view there"""
     query: JoinBlock | None = None
     for i, item in enumerate(items):
         if item.setop is not None or item.window is not None:
@@ -337,11 +342,14 @@ def _plan_items(parsed: ParsedQuery, items: list[Item]) -> LogicalPlan:
             continue
         assert item.select is not None
         start = len(views)
-        block_views, block = _plan_item(parsed, item, relations, names, f"_{i}")
+        block_views, block = _plan_item(parsed, item, relations, names, f"_{i}", scalars)
         views += block_views
         if not item.name:
             query = block
             continue
+        shape = scalar_view(item.select)
+        if shape is not None:
+            scalars[item.name] = shape
         _add_relation(parsed, relations, item.name, block.columns)
         views.append(block)
         made[item.name.lower()] = (start, len(views), item)
@@ -350,12 +358,13 @@ def _plan_items(parsed: ParsedQuery, items: list[Item]) -> LogicalPlan:
 
 
 def _plan_item(parsed: ParsedQuery, item: Item, relations: dict[str, Relation],
-               names: Iterator[int], tag: str) -> tuple[list[ViewNode], JoinBlock]:
+               names: Iterator[int], tag: str, scalars: dict[str, ScalarShape] | None = None
+               ) -> tuple[list[ViewNode], JoinBlock]:
     assert item.select is not None
     source = f"{parsed.source} (view {item.name})" if item.name else parsed.source
     sub = ParsedQuery(parsed.text, source, Schema(dict(relations)), item.select.copy())
     return _plan_select(sub, relations, names, tag, item.name,
-                        frozenset(parsed.schema.relations))
+                        frozenset(parsed.schema.relations), scalars)
 
 
 def _set_operation(parsed: ParsedQuery, spec: SetOperation, relations: dict[str, Relation],

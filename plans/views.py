@@ -44,13 +44,15 @@ class ViewSplit:
     query: exp.Select
 
 
-def split_views(parsed: ParsedQuery, names: Iterator[int] | None = None, tag: str = ""
-                ) -> ViewSplit | None:
+def split_views(parsed: ParsedQuery, names: Iterator[int] | None = None, tag: str = "",
+                scalars: dict[str, ScalarShape] | None = None) -> ViewSplit | None:
     """The views of a checked query, or None when it is one join block (no views).
     ``parsed.select`` is left as it was (the split works on a copy). Where several
     queries' views share one plan (the items of :mod:`plans.setops`), ``names`` numbers
     the views made here and ``tag`` is appended to the names of the views the
-    optimizer made (derived tables, subqueries), so that no two share a name."""
+    optimizer made (derived tables, subqueries), so that no two share a name;
+    ``scalars``, the shapes of such queries' views before this one that have one value
+    (per key): a comparison with one becomes a threshold view here too."""
     select, sql, source = parsed.select, parsed.text, parsed.source
     nested = any(True for _ in select.find_all(exp.Subquery, exp.Exists, exp.With)) or any(
         (j.args.get("side") or "") for sel in select.find_all(exp.Select)
@@ -63,7 +65,7 @@ def split_views(parsed: ParsedQuery, names: Iterator[int] | None = None, tag: st
             _tag_views(out, tag)
         names = names if names is not None else itertools.count()
         inner: list[tuple[str, View]] = []
-        scalars: dict[str, ScalarShape] = {}
+        scalars = dict(scalars or {})
         """the views so far with one value (per key): a comparison with one becomes a
         threshold view"""
         with_ = out.args.get("with_")

@@ -546,11 +546,19 @@ _THRESHOLD_QUERIES = [
     "SELECT R.c, SUM(R.b) FROM R, S WHERE R.a = S.a AND S.e > "
     "(SELECT SUM(R2.b) FROM R AS R2 WHERE R2.a = S.a AND R2.c = R.c) GROUP BY R.c",
     "SELECT R.a, R.d FROM R WHERE R.d <> (SELECT MIN(R2.d) FROM R AS R2 WHERE R2.c = R.c)",
+    "WITH m AS (SELECT AVG(R2.b) AS v FROM R AS R2) "
+    "SELECT R.a, SUM(R.b) AS s FROM R GROUP BY R.a HAVING SUM(R.b) > (SELECT v FROM m) "
+    "UNION ALL SELECT S.a, SUM(S.e) FROM S GROUP BY S.a HAVING SUM(S.e) > (SELECT v FROM m)",
+    "WITH m AS (SELECT AVG(R2.b) AS v FROM R AS R2) SELECT a, SUM(s) AS t, COUNT(*) AS n "
+    "FROM (SELECT R.a, SUM(R.b) AS s FROM R GROUP BY R.a HAVING SUM(R.b) > (SELECT v FROM m) "
+    "UNION ALL SELECT S.a, SUM(S.e) FROM S GROUP BY S.a HAVING SUM(S.e) < (SELECT v FROM m)"
+    ") y GROUP BY ROLLUP(a)",
 ]
 """Comparisons with a scalar subquery (threshold views): uncorrelated (each operator,
 either side, in WHERE and HAVING, DOUBLE against DECIMAL, DATE against TIMESTAMP, a
 scalar that is NULL (no rows) for a while, under an ORDER BY ... LIMIT) and correlated
-on one or two keys (one scalar per key, NULL keys matching nothing)."""
+on one or two keys (one scalar per key, NULL keys matching nothing); a WITH's scalar
+read by the branches of a set operation (TPC-DS Q14's shape, its ROLLUP too)."""
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
