@@ -519,9 +519,10 @@ def _add_native_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_trust_deletes(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-deletes", action="store_true",
-                        help="local runner: do not check that a delete removes copies that "
-                             "are there (default: checked against a digest of each row "
-                             "of the tables the query reads); for sources consistent by "
+                        help="do not check that a delete removes copies that are there "
+                             "(default: checked, locally against a digest of each row of "
+                             "the tables the query reads, on Spark and Flink against the "
+                             "tuples the joins keep); for sources consistent by "
                              "construction, such as a database's change stream")
 
 

@@ -83,6 +83,36 @@ def test_tpch_on_runner_equals_local(tpch_sf001: Path, tmp_path: Path,
     assert got == want
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize(("name", "runner", "parallelism"), [
+    pytest.param("q01", "flink", 1),
+    pytest.param("q01", "spark", 2, marks=pytest.mark.matrix),
+    pytest.param("q03", "flink", 2, marks=pytest.mark.matrix),
+])
+def test_trust_deletes_on_runner_equals_local(tpch_sf001: Path, tmp_path: Path,
+                                              local_deltas: dict[str, Counter[str]],
+                                              name: str, runner: str,
+                                              parallelism: int) -> None:
+    """``--trust-deletes`` on Spark and Flink: the join partitions check no delete and
+    keep no tuple for it (an aggregate's sums at its keys), and on a consistent stream
+    every epoch equals the local runner's (which checks)."""
+    pytest.importorskip("pyspark" if runner == "spark" else "pyflink")
+    got = _deltas(tpch_sf001 / "queries" / f"{name}.sql", tpch_sf001 / "updates.csv",
+                  tmp_path / "out.csv", "--runner", runner, "--parallelism", str(parallelism),
+                  "--checkpoint", str(tmp_path / "ckpt"), "--trust-deletes")
+    want = local_deltas[name]
+    assert sum(want.values()) > 1
+    assert got == want
+    # (the job's state was written in the trusting layout: the flag reached the workers)
+    from dataflow.api import compile_query
+    from dataflow.distributed.partitions import LAYOUT_FILE, WorkerPlan
+
+    q = compile_query((tpch_sf001 / "queries" / f"{name}.sql").read_text())
+    stamp = (tmp_path / "ckpt" / LAYOUT_FILE).read_text().strip()
+    assert stamp == WorkerPlan.of(q, parallelism, trust_deletes=True).layout_stamp()
+    assert stamp != WorkerPlan.of(q, parallelism).layout_stamp()
+
+
 _ORDERED = ("CREATE TABLE R(a INT, b INT);\n"
             "SELECT a, SUM(b) AS s FROM R GROUP BY a ORDER BY s DESC, a;\n")
 _ORDERED_UPDATES = "+,R,1,5\n+,R,2,7\n+,R,3,1\n+,R,4,7\n*\n+,R,3,10\n*\n"

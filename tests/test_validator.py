@@ -462,9 +462,6 @@ def test_run_options_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["run", str(q), "--updates", str(u), "--deltas", str(tmp_path / "e.csv"),
                  "--trust-deletes"]) == 0
     assert capsys.readouterr().err.endswith(", delete check: off (--trust-deletes)\n")
-    assert main(["run", str(q), "--updates", str(u), "--runner", "spark",
-                 "--trust-deletes"]) == 2
-    assert "--trust-deletes is for the local runner" in capsys.readouterr().err
     assert main(["explain", str(q)]) == 0
     assert capsys.readouterr().out.endswith(
         "delete check: row digests (64-bit) of lineitem; nation not read: shape and "
@@ -512,3 +509,37 @@ def test_a_sum_leaf_keeps_no_tuples() -> None:
     with pytest.raises(InputError, match="a delete of at most 0 copies present"):
         view.apply(Update("-", "S", (99, 99, 99)))
     assert view.end_epoch().rows == () and view.snapshot() == before == kept.snapshot()
+
+
+def test_runner_partitions_with_trust_deletes_keep_no_tuples() -> None:
+    """On Spark and Flink (``WorkerPlan``, ``PartitionTask``), ``--trust-deletes`` keeps
+    an aggregate's sums at its keys and no tuple per row (no ``.base`` map), checks no
+    delete, and writes under another layout stamp: a checkpoint of the other mode is
+    refused, never misread. Without it, a delete of a row never inserted is refused."""
+    from dataflow.distributed.partitions import UPDATE, PartitionTask, TaggedRow, WorkerPlan
+    from operators.writeback import WriteBackState
+
+    q = compile_query(TPCH_LIKE)
+    rows = [TaggedRow(0, i, 1, UPDATE, 0, (i, Decimal("2.00"), Decimal(i) / 4,
+                                           datetime.date(1995, 1, 1), "AIR", "x"), 1, 0)
+            for i in range(200)]
+    stamps, sizes = [], []
+    for trust in (False, True):
+        plan = WorkerPlan.of(q, 1, trust)
+        stamps.append(plan.layout_stamp())
+        state = WriteBackState()
+        task = PartitionTask(*plan.compiled(), state=state, trust_deletes=trust)
+        task.process(rows)
+        sizes.append({n: len(state.map(n)) for n in state.names()})
+        assert state.names() == plan.map_names()
+        bad = TaggedRow(0, 200, 1, UPDATE, 0, (7, Decimal("1.00"), Decimal("1.00"),
+                                               datetime.date(1995, 1, 1), "AIR", "x"), -1, 0)
+        if trust:
+            task.process([bad])  # (trusted: not checked)
+        else:
+            with pytest.raises(InputError, match="a delete of at most 0 copies present"):
+                task.process([bad])
+    assert stamps[0] != stamps[1]
+    assert sum(n for name, n in sizes[0].items() if name.endswith(".base")) >= 200
+    assert not any(name.endswith(".base") for name in sizes[1])
+    assert sum(sizes[1].values()) < 20

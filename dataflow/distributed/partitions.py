@@ -180,6 +180,10 @@ class WorkerPlan:
     eps: float = 0.5
     """IVM-epsilon's exponent and partitioning (triangle queries)."""
     partitioning: str = "single"
+    trust_deletes: bool = False
+    """``--trust-deletes``: no delete check; an aggregate's leaves keep sums at their
+    keys, not the tuples that checked deletes against (TPC-H Q1: a few groups, not
+    every lineitem row). Part of the layout stamp: the maps differ."""
     snapshots: bool = True
     """Whether the run writes snapshots. Without a snapshot sink the closes reach the
     partitions asking for none (:func:`~dataflow.distributed.stages.plan_tags`): a snapshot costs
@@ -188,11 +192,11 @@ class WorkerPlan:
     stamp: it changes no state."""
 
     @classmethod
-    def of(cls, query: Any, parallelism: int) -> WorkerPlan:
+    def of(cls, query: Any, parallelism: int, trust_deletes: bool = False) -> WorkerPlan:
         plan: LogicalPlan = query.logical
         eps, partitioning = query.kind.worker_options()
         return cls(plan, plan.digest, tuple(query.plan.rates), parallelism, eps,
-                   partitioning)
+                   partitioning, trust_deletes)
 
     @property
     def staged(self) -> bool:
@@ -221,7 +225,7 @@ class WorkerPlan:
         'layout20-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
-                       self.partitioning))
+                       self.partitioning) + (("trust-deletes",) if self.trust_deletes else ()))
         digest = hashlib.sha256(fields.encode()).hexdigest()[:16]
         return f"layout{STATE_LAYOUT}-{digest}"
 
@@ -231,7 +235,8 @@ class WorkerPlan:
         names = _MAP_NAMES.get(self)
         if names is None:
             q, layout = self.compiled()
-            names = PartitionTask(q, layout, state=WriteBackState()).state.names()
+            names = PartitionTask(q, layout, state=WriteBackState(),
+                                  trust_deletes=self.trust_deletes).state.names()
             _MAP_NAMES[self] = names
         return names
 
@@ -392,15 +397,18 @@ class PartitionTask(Node[TaggedTuple]):
     store), kept entirely in that State - the finalizer's rows in the map
     ``finalize.output`` and its flags in ``finalize.meta`` - so that a runner can write
     back per epoch only the entries that changed; its :meth:`checkpoint` is the open
-    epoch's row payload changes."""
+    epoch's row payload changes. ``trust_deletes``: deletes are not checked, and the
+    engine keeps no tuple for a check (its sum leaves keep sums at their keys)."""
 
     def __init__(self, query: Any, layout: PartitionLayout, blob: bytes | None = None,
-                 state: State | None = None) -> None:
+                 state: State | None = None, trust_deletes: bool = False) -> None:
         plan = query.plan
+        self.trust_deletes = trust_deletes
         if state is not None:
             self.state: State = state
             # Same operators as the local runner, whatever the kind of query.
-            self.engine: PartitionEngine = query.kind.make_engine(state)
+            self.engine: PartitionEngine = query.kind.make_engine(
+                state, keep_leaf_tuples=not trust_deletes)
             self.finalizer: OutputFinalizer = make_finalizer(
                 plan, query.kind.engine_emits_bags, lambda: state.map(FINALIZE_OUTPUT),
                 self.engine)
@@ -417,7 +425,8 @@ class PartitionTask(Node[TaggedTuple]):
             self.state = DictState()
             for name, m in saved.get("maps", {}).items():
                 self.state.map(name).update(m)
-            self.engine = query.kind.make_engine(self.state)
+            self.engine = query.kind.make_engine(self.state,
+                                                 keep_leaf_tuples=not trust_deletes)
             self.engine.acc = saved.get("acc", {})
             self.finalizer = make_finalizer(plan, query.kind.engine_emits_bags,
                                             engine=self.engine)
@@ -454,10 +463,11 @@ class PartitionTask(Node[TaggedTuple]):
         :class:`~core.errors.InputError`, naming the update."""
         nodes = self.atom_nodes
         net: dict[tuple[int, Any], int] = {}
+        check = not self.trust_deletes
         for _p, seq, _epoch, _kind, atom, t, dm, _snapshot in sorted(batch, key=_SEQ):
             key = (atom, t)
             pending = net.get(key, 0)
-            if dm < 0:
+            if dm < 0 and check:
                 have = nodes[atom].base.get(t, 0) + pending
                 if have + dm < 0:
                     where = f"update #{seq + 1}"

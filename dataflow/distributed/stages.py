@@ -152,6 +152,9 @@ class Stage:
     enumerates: bool = False
     """Whether its closes carry the snapshot number (the final stage, and a partial
     stage feeding a final finalizer)."""
+    trust_deletes: bool = False
+    """``--trust-deletes``: its join partitions check no delete and keep no tuple for
+    it (:class:`~dataflow.distributed.partitions.PartitionTask`)."""
 
     @property
     def slots(self) -> range:
@@ -176,8 +179,10 @@ class Stage:
         if self.part == "finalize":
             return FinalizeTask(v.node, state, self.feeds_window)
         if self.part == "partial":
-            return PartialTask(v.node, self.layout, state=state)
-        part = PartitionTask(v.node, self.layout, state=state)
+            return PartialTask(v.node, self.layout, state=state,
+                               trust_deletes=self.trust_deletes)
+        part = PartitionTask(v.node, self.layout, state=state,
+                             trust_deletes=self.trust_deletes)
         if self.feeds_window:
             # The window is the top-k stage's: this one emits the whole result's change.
             part.finalizer.topk = None
@@ -213,10 +218,11 @@ class StagePlan:
         self.stage_of = [s.index for s in stages for _ in s.slots]
 
     @classmethod
-    def of(cls, query: Any, parallelism: int) -> StagePlan:
+    def of(cls, query: Any, parallelism: int, trust_deletes: bool = False) -> StagePlan:
         """The stage plan of a compiled query: its circuit's vertices as stages, their
-        edges as channels. A vertex of no known kind, or a custom one whose task is no
-        node, is refused here (:class:`~core.errors.UnsupportedQueryError`)."""
+        edges as channels (``trust_deletes``: its join partitions check no delete). A
+        vertex of no known kind, or a custom one whose task is no node, is refused here
+        (:class:`~core.errors.UnsupportedQueryError`)."""
         circuit = circuit_of(query)
         stages: list[Stage] = []
         into: dict[int, int] = {}  # vertex -> the stage its inputs go to
@@ -250,6 +256,8 @@ class StagePlan:
         stages[-1].final = stages[-1].enumerates = True
         if stages[-1].part == "finalize":
             stages[-2].enumerates = True
+        for stage in stages:
+            stage.trust_deletes = trust_deletes
         return cls(stages, edges)
 
     def tag_base(self, numbered: Sequence[NumberedRecord]) -> list[tuple[Any, ...]]:
@@ -524,7 +532,8 @@ def stage_plan(plan: WorkerPlan) -> StagePlan:
     """The :class:`StagePlan` of a worker plan, once per worker process."""
     hit = _PLANS.get(plan)
     if hit is None:
-        hit = _PLANS[plan] = StagePlan.of(plan.compiled()[0], plan.parallelism)
+        hit = _PLANS[plan] = StagePlan.of(plan.compiled()[0], plan.parallelism,
+                                          plan.trust_deletes)
     return hit
 
 

@@ -141,9 +141,10 @@ class RunOptions:
     """Local runner: bytes the process may hold resident (``--max-state``): the run stops
     at the end of the first epoch after which it holds more (:mod:`core.memory`)."""
     trust_deletes: bool = False
-    """Local runner: no delete check (``validate=False``): for a source consistent by
-    construction, such as a database's change stream (a delete of a row that is not
-    there is then not refused, and the results are wrong from there on)."""
+    """No delete check (``validate=False``): for a source consistent by construction,
+    such as a database's change stream (a delete of a row that is not there is then
+    not refused, and the results are wrong from there on). On Spark and Flink the join
+    partitions check none and keep no tuple for it (an aggregate's leaves keep sums)."""
 
     def maintain_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``CompiledQuery.maintain`` (``eps`` only when given;
@@ -495,6 +496,11 @@ def compile_file(path: str, eps: float | None = None, partitioning: str = "singl
     return compile_query(text, source_name=path, **kwargs)
 
 
+RUNNER_CHECK = {False: "the tuples the joins keep, in the keyed state",
+                True: "off in the joins (--trust-deletes)"}
+"""The delete check of the Spark and Flink runners, for the run's summary line."""
+
+
 def state_limit(ctx: RunContext, view: LiveView, resume: str) -> StateLimit | None:
     """``--max-state``'s check (None without it), at each epoch's end and inside an
     epoch: the run stops there with :class:`core.memory.StateLimitError`; ``resume``
@@ -531,11 +537,6 @@ def maintain_view(ctx: RunContext, query: Any = None) -> LiveView:
 
 
 def _check_available(opts: RunOptions) -> runners.Runner:
-    if opts.trust_deletes and opts.runner != "local":
-        msg = (f"--trust-deletes is for the local runner; the {opts.runner} runner checks "
-               "deletes against the tuples its joins keep (and row digests for an outer "
-               "join's side), with no row kept for it alone: run without it")
-        raise UsageError(msg)
     if opts.max_state is not None and opts.runner != "local":
         where = ("RocksDB can keep it on disk" if opts.runner == "flink"
                  else "its state store, per partition")
@@ -574,6 +575,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunContext:
     outputs = open_outputs(opts, tuple(query.output_columns), query.cq.order_by)
     ctx = RunContext(query, opts, outputs,
                      progress if progress is not None else Progress(sys.stderr, False))
+    if opts.runner != "local":  # (the local runner's view says which, maintain_view)
+        ctx.progress.check_note = RUNNER_CHECK[opts.trust_deletes]
     try:
         runner(ctx)
     finally:

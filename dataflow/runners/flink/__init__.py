@@ -73,7 +73,8 @@ def run_flink(ctx: RunContext) -> DriveStats:
                    checkpoint=opts.spark_checkpoint,
                    checkpoint_interval_ms=max(10, round(1000 * (
                        FLINK_CHECKPOINT_S if opts.checkpoint_interval is None
-                       else opts.checkpoint_interval))))
+                       else opts.checkpoint_interval))),
+                   trust_deletes=opts.trust_deletes)
     if scheme(opts.updates) == "kafka":
         ctx.progress.counted_in_job = (
             "flink job done (the job itself read the updates; Flink metrics"

@@ -229,7 +229,7 @@ class PartitionFunction(KeyedProcessFunction):
             return hit[0]
         q, layout = self.plan.compiled()
         state = self._restored(partition)
-        task = PartitionTask(q, layout, state=state)
+        task = PartitionTask(q, layout, state=state, trust_deletes=self.plan.trust_deletes)
         replay = [r for bundle in (self.pending.get() or []) for r in bundle]
         task.process(replay)  # updates only: they emit nothing
         self.tasks[partition] = (task, state)
@@ -483,12 +483,13 @@ class FlinkJob:
     """Build and run the job on a mini-cluster (or the cluster ``flink run`` submits to)."""
 
     def __init__(self, query: Any, *, epoch_size: int | None, parallelism: int,
-                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000) -> None:
+                 checkpoint: str | None = None, checkpoint_interval_ms: int = 1000,
+                 trust_deletes: bool = False) -> None:
         self.query = query
-        self.plan = WorkerPlan.of(query, parallelism)
+        self.plan = WorkerPlan.of(query, parallelism, trust_deletes)
         self.layout = PartitionLayout(query, parallelism)
         self.stages: StagePlan | None = (
-            StagePlan.of(query, parallelism) if needs_stages(query) else None)
+            StagePlan.of(query, parallelism, trust_deletes) if needs_stages(query) else None)
         """A DAG of views or a top-k: one keyed operator per stage (:meth:`_stages`)."""
         self.epoch_size = epoch_size
         self.checkpoint = checkpoint

@@ -82,6 +82,7 @@ def run_spark(ctx: RunContext) -> DriveStats:
         kafka_options=opts.kafka_options,
         verbose=opts.verbose,
         change=change,
+        trust_deletes=opts.trust_deletes,
     )
     job.run(out, ctx.progress.stats, should_stop=lambda: ctx.progress.stop_requested)
     if change is not None:

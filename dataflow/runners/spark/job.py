@@ -105,7 +105,9 @@ class PartitionProcessor(StatefulProcessor):
         clock = time.perf_counter
         t0 = clock()
         hit = self.store.cache(part, self.plan,
-                               lambda state: PartitionTask(q, layout, state=state),
+                               lambda state: PartitionTask(
+                                   q, layout, state=state,
+                                   trust_deletes=self.plan.trust_deletes),
                                _restore_open_epoch)
         task: PartitionTask = hit.payload
         t1 = clock()
@@ -337,9 +339,10 @@ class SparkJob:
         kafka_options: Sequence[str] = (),
         verbose: bool = False,
         change: Mapping[str, Any] | None = None,
+        trust_deletes: bool = False,
     ) -> None:
         self.query = query
-        self.plan = WorkerPlan.of(query, parallelism)
+        self.plan = WorkerPlan.of(query, parallelism, trust_deletes)
         self.layout = PartitionLayout(query, parallelism)
         self.staged = needs_stages(query)
         """A DAG of views or a top-k: one chained operator per stage
