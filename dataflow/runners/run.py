@@ -139,7 +139,8 @@ class RunOptions:
 
     max_state: int | None = None
     """Local runner: bytes the process may hold resident (``--max-state``): the run stops
-    at the end of the first epoch after which it holds more (:mod:`core.memory`)."""
+    at the end of the first epoch after which it holds more, or inside an epoch that
+    grows past it, nothing of that epoch written (:mod:`core.memory`)."""
     trust_deletes: bool = False
     """No delete check (``validate=False``): for a source consistent by construction,
     such as a database's change stream (a delete of a row that is not there is then
