@@ -589,6 +589,7 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
     import kafka_broker as kb
 
     from connectors.kafka import KafkaDeliveryError, KafkaDeltaSink, KafkaEpochMismatchError
+    from connectors.kafka.sink import EPOCH_ATTEMPTS, answer_timeout_s
     from core.records import EpochDelta
 
     if kb.noida_version() is None:
@@ -642,9 +643,15 @@ def test_an_epoch_the_broker_did_not_take_is_retried_whole_or_stops_the_run() ->
         # Frozen for good: the run stops with a clear error. Either nothing of epoch 3
         # was committed, or (its commit sent, unanswered) the error says it is in doubt.
         os.kill(broker.pid, signal.SIGSTOP)
+        t3 = time.monotonic()
         with pytest.raises(KafkaDeliveryError) as err:
             sink.write_epoch(EpochDelta(3, ((1, (99,)),)))
         os.kill(broker.pid, signal.SIGCONT)
+        # Within a bound, never a hang: each attempt waits at most its timeouts (the
+        # new producer's max.block.ms, then flush and abort answer_timeout_s each).
+        bound = EPOCH_ATTEMPTS * (2.0 + 2 * answer_timeout_s(
+            parse_kafka_url(url, fast).client_config("producer")))
+        assert time.monotonic() - t3 < bound
         said = str(err.value)
         in_doubt = "may still commit it" in said
         assert re.search(

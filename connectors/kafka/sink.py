@@ -31,6 +31,48 @@ from core.schema import Row
 EPOCH_ATTEMPTS = 3
 """How often the delta sink tries an epoch's transaction before it stops the run."""
 
+ANSWER_MARGIN_S = 5.0
+"""Seconds beyond the producer's own delivery and request timeouts that the sink waits
+for the broker to take an epoch's records, commit or abort, before it calls the attempt
+failed: kafka-python's ``flush()`` and ``commit_transaction()`` wait without a bound."""
+
+
+def answer_timeout_s(producer_config: Mapping[str, Any]) -> float:
+    """How long one step of an epoch's transaction may wait for the broker: the
+    producer's delivery timeout plus its request timeout (kafka-python's defaults when
+    unset) plus :data:`ANSWER_MARGIN_S`.
+
+    >>> answer_timeout_s({"delivery_timeout_ms": 2000, "request_timeout_ms": 1000})
+    8.0
+    >>> answer_timeout_s({})
+    155.0
+    """
+    delivery = int(producer_config.get("delivery_timeout_ms", 120_000))
+    request = int(producer_config.get("request_timeout_ms", 30_000))
+    return (delivery + request) / 1000 + ANSWER_MARGIN_S
+
+
+def end_transaction(producer: Any, commit: bool, timeout_s: float) -> None:
+    """Commit (or abort) ``producer``'s open transaction, waiting at most ``timeout_s``
+    for the broker's answer: a broker that stops answering mid-commit raises
+    ``KafkaTimeoutError`` (the epoch is then in doubt, and the sink's next producer
+    settles it) instead of hanging the run. kafka-python's own ``commit_transaction``
+    waits on the same result without a bound."""
+    from kafka.errors import KafkaTimeoutError
+
+    manager = getattr(producer, "_transaction_manager", None)
+    sender = getattr(producer, "_sender", None)
+    if manager is None or sender is None:  # (another client version: its own wait)
+        (producer.commit_transaction if commit else producer.abort_transaction)()
+        return
+    result = manager.begin_commit() if commit else manager.begin_abort()
+    sender.wakeup()
+    if not result.wait(timeout_ms=timeout_s * 1000):
+        what = "commit" if commit else "abort"
+        msg = f"the broker did not answer the transaction's {what} in {timeout_s:.0f} s"
+        raise KafkaTimeoutError(msg)
+
+
 class KafkaDeliveryError(IvmflowError):
     """An epoch could not be delivered to the broker; nothing of it was committed."""
 
@@ -276,6 +318,7 @@ class KafkaDeltaSink:
 
         p = self._producer
         committing = False  # (from the commit on, a failure leaves the epoch in doubt)
+        bound = answer_timeout_s(self.endpoint.client_config("producer"))
         p.begin_transaction()
         try:
             sent = [p.send(topic, value, key=key, partition=0)  # (topic order = epoch order)
@@ -287,21 +330,21 @@ class KafkaDeltaSink:
                      for (t, q), o in offsets.items()},
                     self._source.group_id,
                 )
-            p.flush()
+            p.flush(timeout=bound)  # (raises KafkaTimeoutError past it)
             # kafka-python fails a batch that timed out without failing the transaction,
             # so committing now would lose its records silently.
             failed = next((f.exception for f in sent if f.failed()), None)
             if failed is None:
                 fault_point("sink.write")  # (the records are sent, not committed)
                 committing = True
-                p.commit_transaction()
+                end_transaction(p, commit=True, timeout_s=bound)
                 fault_point("sink.commit")
                 return None
         except KafkaError as e:
             failed = e
         except BaseException:
             with contextlib.suppress(Exception):
-                p.abort_transaction()
+                end_transaction(p, commit=False, timeout_s=bound)
             raise
         if isinstance(failed, (ProducerFencedError, InvalidProducerEpochError)):
             # Not retried: taking the id back would fence the run that took it over.
@@ -311,7 +354,7 @@ class KafkaDeltaSink:
                    "or give each run its own transactional.id / output topic.")
             raise KafkaFencedError(msg) from failed
         with contextlib.suppress(Exception):
-            p.abort_transaction()
+            end_transaction(p, commit=False, timeout_s=bound)
         return f"{type(failed).__name__}: {failed}", committing
 
     def _offsets(self) -> dict[TopicPartitionKey, int]:
