@@ -222,7 +222,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout20-'
+        'layout21-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning) + (("trust-deletes",) if self.trust_deletes else ()))
@@ -243,7 +243,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 20
+STATE_LAYOUT = 21
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -268,8 +268,10 @@ a delta-join bag that another atom probes by an index keeps its multiplicities i
 index, no ``<bag>.atom<i>`` map, :class:`~operators.deltajoin.DeltaJoin`; 19: no
 node stores counters, a generalized node's read from its children too; 20: an element
 of a value stored per element, and a nested tuple key, store their value alone under
-key text that reads back, :func:`~operators.writeback.encode_entry`), so that a
-checkpoint of another layout fails loud instead of being read wrongly."""
+key text that reads back, :func:`~operators.writeback.encode_entry`; 21: a GHD's CROWN
+leaves over delta-join and triangle bags keep payload sums, not the bag's tuples,
+:class:`~dataflow.engines.ghd.GhdEngine`), so that a checkpoint of another layout fails
+loud instead of being read wrongly."""
 
 
 class StateLayoutError(IvmflowError):

@@ -64,12 +64,14 @@ class Engine:
     """One partition: the join-tree operators and their state."""
 
     def __init__(self, plan: Plan, dataflow: Dataflow, state: State | None = None, *,
-                 generated_hooks: bool = True, keep_leaf_tuples: bool = True) -> None:
+                 generated_hooks: bool = True,
+                 keep_leaf_tuples: bool | frozenset[int] = True) -> None:
         """``generated_hooks=False`` passes the changes to the enumeration through the
         nodes' ``on_tuple``/``on_key`` hooks instead of generated delta walks (the same
         results, slower; tests compare the two). ``keep_leaf_tuples=False``:
         lower leaves keep their payload sums only (:attr:`JoinNode.sum_leaf`), for a
-        caller that checks deletes itself."""
+        caller that checks deletes itself; a set of atoms: only those atoms' leaves
+        keep their tuples (a GHD's bags whose atoms are checked inside the bag)."""
         self.plan = plan
         self.state = state if state is not None else DictState()
         self.ring = make_ring(plan)
@@ -93,7 +95,8 @@ class Engine:
                 self.ring,
                 self.state,
                 payload,
-                keep_leaf_tuples,
+                keep_leaf_tuples if isinstance(keep_leaf_tuples, bool)
+                else spec.atom in keep_leaf_tuples,
             )
         for spec in plan.nodes:
             if spec.parent is not None:

@@ -144,14 +144,21 @@ class GhdEngine(InterpretedEngine):
                  keep_leaf_tuples: bool = True) -> None:
         """``keep_leaf_tuples=False``: CROWN's leaf bags that only feed sums keep the
         sums (:class:`~dataflow.engines.crown.Engine`), for a caller that checks
-        deletes itself."""
+        deletes itself. With it True, only single-atom bags' leaves keep their tuples:
+        they are those atoms' delete checks. A delta-join or triangle bag checks its
+        atoms' deletes against its own relation copies, and its tuples are derived
+        from them, so CROWN's leaf over it keeping them too would be a second copy of
+        the bag that nothing reads (TPC-H Q5's lineitem-supplier bag: a quarter of
+        the partition's state on the runners)."""
         self.gp = gp
         self.plan = gp.plan
         self.eps = eps
         self.state = state if state is not None else DictState()
+        keep: bool | frozenset[int] = keep_leaf_tuples and frozenset(
+            b.index for b in gp.bags if b.kind == "atom")
         self.crown = Engine(
             gp.bag_plan, compile_dataflow(gp.bag_plan), PrefixedState(self.state, "crown."),
-            keep_leaf_tuples=keep_leaf_tuples,
+            keep_leaf_tuples=keep,
         )
         self.ring = self.crown.ring
         self.triangles: dict[int, TriangleEngine] = {}
