@@ -28,10 +28,12 @@ argument that is not a grouping expression, ``GROUPING()`` outside the select li
 ``HAVING`` and ``ORDER BY``, ``QUALIFY`` in the same SELECT, more than
 :data:`MAX_SETS` sets.
 
-The file's own grouped SELECT (its top level) reads its grouping sets from one base
-where its aggregates roll up (:func:`_rollup_base`): a WITH ``_gs_base`` aggregates the
-FROM once by every grouping expression, and each branch aggregates that base, so the
-FROM's joins and subqueries are maintained once, not once per set.
+A grouped SELECT that reads no outer column (the file's own, one in a derived table
+or in the file's WITH: :func:`_liftable`) reads its grouping sets from one base where
+its aggregates roll up (:func:`_rollup_base`): a WITH of the file's, ``_gs_base``
+(``_gs_base1``, ... for the next ones), aggregates the FROM once by every grouping
+expression, and each branch aggregates that base, so the FROM's joins and subqueries
+are maintained once, not once per set.
 
 Example:
     >>> import sqlglot
@@ -45,13 +47,20 @@ Example:
     SELECT NULL AS a, NULL AS b, CAST(3 AS BIGINT) AS g, SUM(_ga0) AS s FROM _gs_base)
     AS _gs
 
-    Nested in a query, a branch per set over its FROM:
+    In a derived table, the base goes to the file's WITH (TPC-DS Q67's rollup under
+    a rank); in a subquery that may read outer columns, a branch per set:
 
     >>> q = sqlglot.parse_one("SELECT * FROM (SELECT a, SUM(c) AS s FROM t "
     ...                       "GROUP BY ROLLUP(a)) x", read="duckdb")
     >>> print(expand_grouping_sets(q).sql())  # doctest: +NORMALIZE_WHITESPACE
-    SELECT * FROM (SELECT a, SUM(c) AS s FROM t GROUP BY a UNION ALL
-    SELECT NULL AS a, SUM(c) AS s FROM t) AS x
+    WITH _gs_base AS (SELECT a AS _gk0, SUM(c) AS _ga0 FROM t GROUP BY a) SELECT * FROM
+    (SELECT _gk0 AS a, SUM(_ga0) AS s FROM _gs_base GROUP BY _gk0 UNION ALL
+    SELECT NULL AS a, SUM(_ga0) AS s FROM _gs_base) AS x
+    >>> q = sqlglot.parse_one("SELECT * FROM u WHERE u.v IN (SELECT SUM(c) AS s FROM t "
+    ...                       "GROUP BY ROLLUP(a))", read="duckdb")
+    >>> print(expand_grouping_sets(q).sql())  # doctest: +NORMALIZE_WHITESPACE
+    SELECT * FROM u WHERE u.v IN (SELECT SUM(c) AS s FROM t GROUP BY a UNION ALL
+    SELECT SUM(c) AS s FROM t)
 """
 
 from __future__ import annotations
@@ -106,24 +115,91 @@ def expand_grouping_sets(expression: exp.Expr, schema: Schema | None = None) -> 
     tables = {} if schema is None else {
         name.lower(): frozenset(c.name.lower() for c in rel.columns)
         for name, rel in schema.relations.items() if name.lower() not in ctes}
+    hoisted: list[tuple[exp.CTE | None, exp.CTE]] = []
+    """Bases of grouped SELECTs below the file's, each with the file's WITH it stands
+    in (None: the file's SELECT): the base goes just before it, after the WITHs that
+    one may read."""
     for select in reversed(list(root.find_all(exp.Select, bfs=False))):
         group = select.args.get("group")
         sets = _sets(group) if group is not None else None
         if sets is None and select.find(exp.Grouping) is None:
             continue
         plain = list(group.expressions) if group is not None else []
-        # (only the file's SELECT can hold the base's WITH: lifted once, read by all)
-        host: list[exp.CTE] | None = [] if select is root and BASE not in ctes else None
-        new = _expand(select, sets if sets is not None else [plain], tables, host)
-        if host:  # (after the file's own WITHs: the base may read them)
-            with_ = new.args.get("with_") or exp.With(expressions=[])
-            with_.set("expressions", [*with_.expressions, *host])
-            new.set("with_", with_)
+        # The base is a WITH of the file's (lifted once, read by all): for the file's
+        # SELECT, and for one only derived tables and the file's WITHs hold, which
+        # read no outer column, so lifting them changes nothing they see.
+        base_name = BASE + (str(len(hoisted)) if hoisted else "")
+        host: list[exp.CTE] | None = (
+            [] if base_name not in ctes and (select is root or _liftable(select, root))
+            else None)
+        new = _expand(select, sets if sets is not None else [plain], tables, host,
+                      base_name)
         if select is root:
+            if host:  # (after the file's own WITHs: the base may read them)
+                _attach(new, host)
             root = new
         else:
+            within = _top_cte(select, root)
+            hoisted.extend((within, base) for base in host or ())
             select.replace(new)
+    if hoisted:
+        _attach(root, [base for within, base in hoisted if within is None])
+        with_ = root.args["with_"]
+        for within, base in hoisted:
+            if within is not None:
+                items = list(with_.expressions)
+                at = next(i for i, c in enumerate(items) if c is within)
+                with_.set("expressions", [*items[:at], base, *items[at:]])
     return root
+
+
+def _attach(root: exp.Expr, ctes: list[exp.CTE]) -> None:
+    """Append ``ctes`` to the WITH of ``root`` (the file's query), after its own."""
+    with_ = root.args.get("with_") or exp.With(expressions=[])
+    with_.set("expressions", [*with_.expressions, *ctes])
+    root.set("with_", with_)
+
+
+def _top_cte(node: exp.Expr, root: exp.Expr) -> exp.CTE | None:
+    """The WITH of the file's (``root``'s) that ``node`` stands in, if any."""
+    while node is not root and node.parent is not None:
+        if isinstance(node, exp.CTE) and node.parent.parent is root:
+            return node
+        node = node.parent
+    return None
+
+
+def _liftable(select: exp.Select, root: exp.Expr) -> bool:
+    """Whether ``select`` stands in ``root`` (a SELECT or set operation) only inside
+    derived tables (a FROM's or JOIN's subquery), set-operation branches and the
+    root's own WITHs: it reads no outer column (no LATERAL), and no WITH but the
+    root's is in scope, so the file's WITH may hold what it reads from.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("SELECT * FROM (SELECT a FROM t) d WHERE d.a IN "
+    ...                       "(SELECT b FROM u)")
+    >>> inner, where = [s for s in q.find_all(exp.Select) if s is not q]
+    >>> _liftable(inner, q), _liftable(where, q)
+    (True, False)
+    """
+    if not isinstance(root, (exp.Select, exp.SetOperation)):
+        return False
+    node: exp.Expr = select
+    while node is not root:
+        parent = node.parent
+        if parent is None:
+            return False
+        if node is not select and isinstance(node, exp.Select) and node.args.get("with_"):
+            return False  # (a WITH of its own: its names are not in the file's scope)
+        if isinstance(node, exp.Subquery):
+            if isinstance(parent, exp.Lateral) or not isinstance(parent, (exp.From, exp.Join)):
+                return False
+        elif (isinstance(node, exp.Select)
+              and not isinstance(parent, (exp.Subquery, exp.SetOperation, exp.CTE))) or (
+                isinstance(node, exp.CTE) and parent.parent is not root):
+            return False  # (a scalar, IN or EXISTS subquery; a nested query's WITH)
+        node = parent
+    return True
 
 
 def _sets(group: exp.Group) -> list[list[exp.Expr]] | None:
@@ -187,20 +263,21 @@ def _same(a: exp.Expr, b: exp.Expr) -> bool:
 
 def _expand(select: exp.Select, sets: list[list[exp.Expr]],
             tables: dict[str, frozenset[str]] | None = None,
-            host: list[exp.CTE] | None = None) -> exp.Select | exp.Union:
-    """The union of ``select``'s grouping-set branches; with ``host`` (the file's
-    SELECT: a list its WITH takes) read from the base of :func:`_rollup_base`, whose
-    WITH is appended to ``host``."""
+            host: list[exp.CTE] | None = None, base_name: str = "_gs_base"
+            ) -> exp.Select | exp.Union:
+    """The union of ``select``'s grouping-set branches; with ``host`` (a list the
+    file's WITH takes) read from the base of :func:`_rollup_base`, whose WITH (named
+    ``base_name``) is appended to ``host``."""
     for arg in ("qualify", "windows"):
         if select.args.get(arg):
             raise ExprError(select.args[arg] if arg == "qualify" else select,
                             f"{arg.upper()} beside grouping sets is not supported")
     if any(w.find_ancestor(exp.Select) is select for w in select.find_all(exp.Window)):
-        return _windowed(select, sets, tables or {}, host)
+        return _windowed(select, sets, tables or {}, host, base_name)
     grouped = _distinct([e for s in sets for e in s])
     _check_groupings(select, grouped)
     distinct = bool(select.args.get("distinct")) and len(sets) > 1
-    base = _rollup_base(select, sets, grouped) if host is not None else None
+    base = _rollup_base(select, sets, grouped, base_name) if host is not None else None
     if base is not None and host is not None:
         host.append(base.cte)
         branches = [_branch(base.select, s, base.grouped, distinct) for s in base.sets]
@@ -249,8 +326,8 @@ class _RollupBase:
     grouped: list[exp.Expr]
 
 
-def _rollup_base(select: exp.Select, sets: list[list[exp.Expr]], grouped: list[exp.Expr]
-                 ) -> _RollupBase | None:
+def _rollup_base(select: exp.Select, sets: list[list[exp.Expr]], grouped: list[exp.Expr],
+                 base_name: str = "_gs_base") -> _RollupBase | None:
     """The file's grouped SELECT with ``sets`` read from one aggregate by all of its
     grouping expressions, where its aggregates roll up (SUM, COUNT, AVG, MIN, MAX,
     without DISTINCT or FILTER), else None (a branch per set over the FROM).
@@ -316,7 +393,7 @@ def _rollup_base(select: exp.Select, sets: list[list[exp.Expr]], grouped: list[e
             raise _NotRollable  # (read from the FROM beside the grouping: not kept)
         return map_args(node, rewrite)
 
-    over = exp.select().from_(exp.Table(this=exp.to_identifier(BASE)))
+    over = exp.select().from_(exp.Table(this=exp.to_identifier(base_name)))
     items: list[exp.Expr] = []
     try:
         for item in select.expressions:
@@ -339,7 +416,7 @@ def _rollup_base(select: exp.Select, sets: list[list[exp.Expr]], grouped: list[e
     cte_body.set("expressions", [*(exp.alias_(g.copy(), k.name) for g, k in
                                    zip(grouped, keys)), *partials])
     cte_body.set("group", exp.Group(expressions=[g.copy() for g in grouped]))
-    cte = exp.CTE(this=cte_body, alias=exp.TableAlias(this=exp.to_identifier(BASE)))
+    cte = exp.CTE(this=cte_body, alias=exp.TableAlias(this=exp.to_identifier(base_name)))
     index = [[next(k for g, k in zip(grouped, keys) if _same(e, g)) for e in s]
              for s in sets]
     return _RollupBase(cte, over, [[k.copy() for k in s] for s in index],
@@ -347,8 +424,8 @@ def _rollup_base(select: exp.Select, sets: list[list[exp.Expr]], grouped: list[e
 
 
 def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
-              tables: dict[str, frozenset[str]], host: list[exp.CTE] | None = None
-              ) -> exp.Select:
+              tables: dict[str, frozenset[str]], host: list[exp.CTE] | None = None,
+              base_name: str = "_gs_base") -> exp.Select:
     """A SELECT with grouping sets and window functions: the windows over the union of
     the grouping sets' branches, as SQL applies them after the grouping. The grouped
     SELECT keeps the window-free select items (by their names) and each window-free
@@ -448,7 +525,7 @@ def _windowed(select: exp.Select, sets: list[list[exp.Expr]],
                                            exp.SAFE_IDENTIFIER_RE.match(n))
                                 for n, e in inner_items.values()])
     outer = exp.select(*outer_items).from_(exp.Subquery(
-        this=_expand(grouped, sets, host=host),
+        this=_expand(grouped, sets, host=host, base_name=base_name),
         alias=exp.TableAlias(this=exp.to_identifier("_gw"))))
     for arg in (*_OUTER, "distinct"):
         value = order if arg == "order" else select.args.get(arg)

@@ -48,6 +48,14 @@ QUERIES = [
     "GROUP BY ROLLUP(a, b)) r",
     "WITH r AS (SELECT a, SUM(c) AS total FROM t GROUP BY ROLLUP(a)) "
     "SELECT r.a, r.total, u.d FROM r, u WHERE r.a = u.a",
+    # each read from its base in the file's WITH (TPC-DS Q67: a rollup under a rank,
+    # top-k per partition); two bases; an IN subquery's sets read their FROM each
+    "SELECT * FROM (SELECT a, b, total, RANK() OVER (PARTITION BY a ORDER BY total DESC) "
+    "AS rk FROM (SELECT t.a AS a, b, SUM(COALESCE(p * c, 0)) AS total FROM t, u "
+    "WHERE t.a = u.a GROUP BY ROLLUP(t.a, b)) dw1) dw2 WHERE rk <= 2",
+    "SELECT x.a, x.n, y.m FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP(a)) x, "
+    "(SELECT a, AVG(d) AS m FROM u GROUP BY CUBE(a)) y WHERE x.a = y.a",
+    "SELECT a, c FROM t WHERE c IN (SELECT SUM(d) AS s FROM u GROUP BY ROLLUP(a))",
     # over a join; DISTINCT; no aggregate at all; GROUPING() of a plain GROUP BY
     "SELECT t.a, u.d, COUNT(*) AS n FROM t, u WHERE t.a = u.a GROUP BY ROLLUP(t.a, u.d)",
     "SELECT DISTINCT a, GROUPING(b) AS gb FROM t GROUP BY ROLLUP(a, b)",
