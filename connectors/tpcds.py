@@ -6,7 +6,8 @@ loaded by its file path: no network), the 99 query texts from its ``tpcds_querie
 
 - ``schema.sql``: the 24 ``CREATE TABLE`` statements with dsdgen's column types, its
   ``BIGINT`` identifiers and counts as ``INTEGER`` (the spec's identifier and integer
-  types; ``DECIMAL(7,2)``, ``DATE`` and ``VARCHAR`` as they are);
+  types; ``DECIMAL(7,2)``, ``DATE`` and ``VARCHAR`` as they are), without keys (what
+  DuckDB loads);
 - ``updates.csv``: the update stream (``docs/formats.md``), epoch by epoch:
 
   1. the initial load, every row of the 24 tables as a ``+`` line (dimensions first);
@@ -25,8 +26,9 @@ loaded by its file path: no network), the 99 query texts from its ``tpcds_querie
      ``customer_address`` (``ca_state``), ``dimension_updates`` customers and addresses
      and a third as many items per epoch;
 
-- ``queries/q01.sql`` ... ``q99.sql``: the schema, then the query as DuckDB's
-  ``tpcds_queries()`` writes it (an ivmflow query file);
+- ``queries/q01.sql`` ... ``q99.sql``: the schema with the spec's primary keys
+  (:data:`KEYS`), then the query as DuckDB's ``tpcds_queries()`` writes it (an ivmflow
+  query file);
 - ``manifest.json``: the parameters, the epochs (name, inserts and deletes per table).
 
 A new ticket is a copy of a sampled ticket of the current data (all its lines, and its
@@ -226,11 +228,28 @@ def schema_of(con: Any) -> dict[str, tuple[tuple[str, str], ...]]:
     return {t: tuple(c) for t, c in cols.items()}
 
 
-def schema_sql(schema: Mapping[str, Sequence[tuple[str, str]]]) -> str:
-    """The CREATE TABLE statements of ``schema`` (:func:`schema_of`), in its order."""
+def schema_sql(schema: Mapping[str, Sequence[tuple[str, str]]], keys: bool = False) -> str:
+    """The CREATE TABLE statements of ``schema`` (:func:`schema_of`), in its order;
+    ``keys``: with the spec's primary keys (:data:`KEYS`) declared, as the query files
+    have them (ivmflow's planner reads a key as a functional dependency: a join on it
+    adds no factor to a bag's size). DuckDB's load, ``schema.sql``, has none: DuckDB
+    checks a key within a transaction, and a dimension update deletes and inserts one.
+
+    >>> print(schema_sql({"reason": (("r_reason_sk", "INTEGER"), ("r_desc", "VARCHAR"))},
+    ...                  keys=True))
+    CREATE TABLE reason (
+        r_reason_sk INTEGER,
+        r_desc VARCHAR,
+        PRIMARY KEY (r_reason_sk)
+    );
+    <BLANKLINE>
+    """
     out = []
     for table, columns in schema.items():
-        cols = ",\n".join(f"    {name} {typ}" for name, typ in columns)
+        lines = [f"    {name} {typ}" for name, typ in columns]
+        if keys and table in KEYS:
+            lines.append(f"    PRIMARY KEY ({', '.join(KEYS[table])})")
+        cols = ",\n".join(lines)
         out.append(f"CREATE TABLE {table} (\n{cols}\n);\n")
     return "\n".join(out)
 
@@ -241,9 +260,10 @@ def queries(con: Any | None = None) -> dict[int, str]:
 
 
 def query_file_text(nr: int, text: str, schema: str) -> str:
-    """An ivmflow query file: the schema (:func:`schema_sql`), then query ``nr``."""
+    """An ivmflow query file: the schema (:func:`schema_sql`, with its keys), then
+    query ``nr``."""
     head = (f"-- TPC-DS Q{nr}, as DuckDB's tpcds_queries() writes it,\n"
-            "-- over dsdgen's schema (identifiers INTEGER).\n")
+            "-- over dsdgen's schema (identifiers INTEGER) with the spec's primary keys.\n")
     return f"{head}{schema}\n{text.strip()}\n"
 
 
@@ -423,8 +443,9 @@ def write_tpcds(spec: TpcdsSpec, out_dir: str | Path) -> dict[str, Any]:
     schema = schema_of(con)
     ddl = schema_sql(schema)
     (out / "schema.sql").write_text(ddl, encoding="utf-8")
+    keyed = schema_sql(schema, keys=True)
     for nr, text in queries(con).items():
-        (out / "queries" / f"q{nr:02d}.sql").write_text(query_file_text(nr, text, ddl),
+        (out / "queries" / f"q{nr:02d}.sql").write_text(query_file_text(nr, text, keyed),
                                                         encoding="utf-8")
     stream = tpch._Stream(con, out / "updates.csv", schema, KEYS)
     try:

@@ -13,7 +13,9 @@ greedy merge starting from disjoint triangles). The bag query must be acyclic; t
 order: the lowest per-update exponent (bag maintenance and bag delta size), the lowest
 maintenance exponent, the most triangle bags (IVM-epsilon), the lowest width (max over
 bags of the space exponent: 1.5 for a triangle, the integral edge cover of the
-interface otherwise), the lowest totals, the fewest bags.
+interface otherwise, with the atoms' declared keys as functional dependencies), the
+lowest total update exponent, the smallest delta-join bags (most atoms in one, then
+in all), the lowest total width, the fewest bags.
 
 Example (the dumbbell: two triangles joined by an edge):
     >>> from plans.sql import parse_query
@@ -50,7 +52,7 @@ BagKind = Literal["triangle", "deltajoin", "atom"]
 DELTA_EXPONENT: dict[str, float] = {"triangle": 1.0, "atom": 0.0}
 """Worst-case size of a bag's delta per base update, as an exponent of N (delta joins:
 their update exponent)."""
-_Key = tuple[float, float, int, float, float, float, int, str]
+_Key = tuple[float, float, int, float, float, int, int, float, int, str]
 MAX_SEARCH_ATOMS = 9
 """Above this many atoms the partition search (Bell numbers) is skipped."""
 
@@ -97,15 +99,44 @@ class GhdPlan:
         return max(b.width for b in self.bags)
 
 
-def _edge_cover(target: frozenset[str], edges: Sequence[frozenset[str]]) -> int:
-    """Integral edge cover number of ``target`` by ``edges`` (brute force, small)."""
-    if not target:
+def _fd_cover(target: frozenset[str], atoms: Sequence[Atom],
+              given: frozenset[str] = frozenset()) -> int:
+    """Fewest of ``atoms`` whose variables, with ``given``, cover ``target`` once closed
+    under the atoms' declared keys (``PRIMARY KEY``: the values of an atom's key
+    variables fix its tuple, so a key join adds no factor of N); without declared keys,
+    the integral edge cover number (brute force: bags are small). Only costs read it:
+    a key that the data breaks makes an estimate wrong, never a result.
+
+    >>> from core.schema import Column, Relation
+    >>> from plans.cq import Atom
+    >>> sales = Atom(0, "s", Relation("s", (Column("d", "INT"), Column("i", "INT"))),
+    ...              ("d", "i"), (), ("d", "i"))
+    >>> day = Relation("day", (Column("d", "INT"), Column("w", "INT")))
+    >>> keyed = Atom(1, "day", dataclasses.replace(day, key=(0,)), ("d", "w"), (), ("d", "w"))
+    >>> plain = Atom(1, "day", day, ("d", "w"), (), ("d", "w"))
+    >>> _fd_cover(frozenset("diw"), [sales, keyed]), _fd_cover(frozenset("diw"), [sales, plain])
+    (1, 2)
+    """
+    if target <= given:
         return 0
-    for k in range(1, len(edges) + 1):
+    edges = [frozenset(a.vars) for a in atoms]
+    keys = [frozenset(a.column_vars[i] for i in a.relation.key) if a.relation.key else None
+            for a in atoms]
+
+    def closure(seen: frozenset[str]) -> frozenset[str]:
+        grown = True
+        while grown:
+            grown = False
+            for edge, key in zip(edges, keys):
+                if key is not None and key <= seen and not edge <= seen:
+                    seen, grown = seen | edge, True
+        return seen
+
+    for k in range(len(atoms) + 1):
         for combo in itertools.combinations(edges, k):
-            if target <= frozenset().union(*combo):
+            if target <= closure(given.union(*combo)):
                 return k
-    return len(edges) + 1  # pragma: no cover - target is always covered by its atoms
+    return len(atoms) + 1  # pragma: no cover - target is always covered by its atoms
 
 
 def _is_triangle(atoms: Sequence[Atom]) -> bool:
@@ -163,13 +194,13 @@ def _block_cost(
     edges = [frozenset(a.vars) for a in atoms]
     if len(block) == 1:
         return "atom", 1.0, 0.0
-    cover = float(_edge_cover(interface, edges))
+    cover = float(_fd_cover(interface, atoms))
     if _is_triangle(atoms):
         # IVM-eps: O(N^0.5) per update at eps = 1/2, listing views O(N^1.5).
         return "triangle", 1.5, 0.5
     all_vars = frozenset().union(*edges)
     upd = max(
-        _edge_cover(all_vars - edges[k], edges[:k] + edges[k + 1:]) for k in range(len(edges))
+        _fd_cover(all_vars, atoms[:k] + atoms[k + 1:], edges[k]) for k in range(len(edges))
     )
     return "deltajoin", cover, float(upd)
 
@@ -191,8 +222,13 @@ def _score(
     maintenance = [c[2] for c in costs]
     text = "|".join(",".join(str(a) for a in b) for b in blocks)
     triangles = sum(c[0] == "triangle" for c in costs)
-    key = (max(upds), max(maintenance), -triangles, max(widths), sum(upds), sum(widths),
-           len(blocks), text)
+    # Among equal exponents, the smallest delta joins: a delta join re-joins each
+    # update with all its other atoms, where CROWN across bags updates in place; with
+    # declared keys a bag of every key-joined atom is linear too (TPC-DS Q85's eight
+    # atoms: 3x slower as one bag than as a bag of two and six single atoms).
+    joined = [len(b) for b, c in zip(blocks, costs) if c[0] == "deltajoin"] or [0]
+    key = (max(upds), max(maintenance), -triangles, max(widths), sum(upds), max(joined),
+           sum(joined), sum(widths), len(blocks), text)
     return key, costs
 
 
@@ -235,8 +271,13 @@ def _greedy_bags(cq: ConjunctiveQuery) -> list[list[int]]:
     blocks = norm(blocks)
     while _score(cq, blocks) is None and len(blocks) > 1:
         best: tuple[_Key, list[list[int]]] | None = None
-        fallback: list[list[int]] | None = None  # no merge is acyclic yet: the smallest
-        fallback_size = 0
+        # No merge is acyclic yet: the fallback merges two groups of the cyclic core
+        # into the smallest bag (by its width with the declared keys, then its atoms):
+        # TPC-DS Q72's catalog_sales with its sale date's date_dim row (a key join, as
+        # big as catalog_sales), not with inventory on the item (900M tuples at SF 1).
+        fallback: list[list[int]] | None = None
+        fallback_key: tuple[int, int] = (0, 0)
+        core = _cyclic_core(cq, blocks)
         for i, j in itertools.combinations(range(len(blocks)), 2):
             vi = frozenset().union(*(edges[a] for a in blocks[i]))
             vj = frozenset().union(*(edges[a] for a in blocks[j]))
@@ -244,17 +285,40 @@ def _greedy_bags(cq: ConjunctiveQuery) -> list[list[int]]:
                 continue
             merged = norm([b for k, b in enumerate(blocks) if k not in (i, j)]
                           + [blocks[i] + blocks[j]])
-            if fallback is None or len(blocks[i]) + len(blocks[j]) < fallback_size:
-                fallback, fallback_size = merged, len(blocks[i]) + len(blocks[j])
+            if i in core and j in core:
+                union = blocks[i] + blocks[j]
+                key = (_fd_cover(vi | vj, [cq.atoms[a] for a in union]), len(union))
+                if fallback is None or key < fallback_key:
+                    fallback, fallback_key = merged, key
             scored = _score(cq, merged)
             if scored is not None and (best is None or scored[0] < best[0]):
                 best = (scored[0], merged)
         if best is not None:
             return best[1]
-        if fallback is None:  # pragma: no cover - connected queries share variables
+        if fallback is None:  # pragma: no cover - a cyclic core shares variables
             return [list(range(n))]
         blocks = fallback
     return blocks
+
+
+def _cyclic_core(cq: ConjunctiveQuery, blocks: Sequence[Sequence[int]]) -> set[int]:
+    """The groups left when ears are removed from the groups' hypergraph (GYO): those
+    on a cycle. An ear is a group whose variables shared with the rest all lie in one
+    other group; merging it breaks no cycle."""
+    edges = cq.hyperedges()
+    vars_of = {i: frozenset().union(*(edges[a] for a in b)) for i, b in enumerate(blocks)}
+    left = set(vars_of)
+    removed = True
+    while removed and len(left) > 1:
+        removed = False
+        for i in sorted(left):
+            others = left - {i}
+            shared = vars_of[i] & frozenset().union(*(vars_of[j] for j in others))
+            if any(shared <= vars_of[j] for j in others):
+                left.discard(i)
+                removed = True
+                break
+    return left
 
 
 def _triangle_subplan(cq: ConjunctiveQuery, block: Sequence[int]) -> TrianglePlan:
