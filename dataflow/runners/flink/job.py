@@ -16,8 +16,9 @@ objects in thread mode (typed tuples are an order of magnitude slower through Py
 State in Flink, per entry: every named map of the State protocol is a ``MapState``
 under the partition key; the engine works on an in-memory cache and at each epoch close
 writes back only the entries it touched. The rows of the open epoch go to a
-``ListState`` once per bundle, so a checkpoint taken mid-epoch is complete (restore =
-the cache rebuilt from the MapStates + a replay of that list). RocksDB with incremental
+``ListState`` once per bundle, compressed (:func:`pack_rows`), so a checkpoint taken
+mid-epoch is complete (restore = the cache rebuilt from the MapStates + a replay of
+that list). RocksDB with incremental
 checkpoints is the state backend (``IVMFLOW_FLINK_STATE_BACKEND=hashmap`` for the heap);
 ``IVMFLOW_FLINK_CONF`` adds Flink settings (:func:`extra_flink_conf`).
 Checkpoints are retained; a run started again with the same ``--checkpoint`` resumes
@@ -34,6 +35,7 @@ import os
 import pickle
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -166,6 +168,32 @@ def extra_flink_conf(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def pack_rows(rows: Sequence[Any]) -> bytes:
+    """One bundle of the open epoch's rows as the ``open_epoch_rows`` list stores it:
+    pickled, then compressed (zlib, level 1: about 0.4 us a row). Why: a cleared list
+    stays in RocksDB's files until a compaction takes them with its tombstone, and
+    incremental checkpoints count those files; after a load of one epoch that residue
+    was most of a checkpoint (docs/benchmarks.md, "What the checkpoints hold").
+    RocksDB's Snappy finds repeats but does not entropy-code; zlib makes these rows
+    several times smaller.
+
+    >>> import datetime
+    >>> rows = [(0, i, 1, "u", 0, (i, datetime.date(1995, 1, 1)), 1, 0) for i in range(3)]
+    >>> unpack_rows(pack_rows(rows)) == rows, unpack_rows(rows) is rows
+    (True, True)
+    """
+    return zlib.compress(pickle.dumps(list(rows), pickle.HIGHEST_PROTOCOL), 1)
+
+
+def unpack_rows(bundle: bytes | list[Any]) -> list[Any]:
+    """A stored bundle's rows (:func:`pack_rows`'s bytes; a list as a checkpoint of
+    before the compression holds it)."""
+    if isinstance(bundle, bytes):
+        rows: list[Any] = pickle.loads(zlib.decompress(bundle))
+        return rows
+    return bundle
+
+
 class PartitionFunction(KeyedProcessFunction):
     """Hosts one partition's engine per key (the partition number).
 
@@ -174,7 +202,8 @@ class PartitionFunction(KeyedProcessFunction):
     :func:`encode_entry`, the pickled value, or (key, value) pair for keys whose text
     does not read back), and at each epoch close only the entries touched during
     the epoch are written back (``putAll`` and removals). Rows of the open epoch are
-    appended to a ``ListState`` per bundle, so a checkpoint taken mid-epoch is complete:
+    appended to a ``ListState`` per bundle (:func:`pack_rows`), so a checkpoint taken
+    mid-epoch is complete:
     a restore rebuilds the cache from the MapStates and replays that list."""
 
     def __init__(self, plan: WorkerPlan, sinks: EpochSinks | None = None) -> None:
@@ -230,7 +259,7 @@ class PartitionFunction(KeyedProcessFunction):
         q, layout = self.plan.compiled()
         state = self._restored(partition)
         task = PartitionTask(q, layout, state=state, trust_deletes=self.plan.trust_deletes)
-        replay = [r for bundle in (self.pending.get() or []) for r in bundle]
+        replay = [r for bundle in (self.pending.get() or []) for r in unpack_rows(bundle)]
         task.process(replay)  # updates only: they emit nothing
         self.tasks[partition] = (task, state)
         return task
@@ -299,7 +328,7 @@ class PartitionFunction(KeyedProcessFunction):
                            sum(map(len, out.values())))
         if start < len(rows):
             task.process(rows[start:])
-            self.pending.add(rows[start:])
+            self.pending.add(pack_rows(rows[start:]))
 
 
 class StageFunction(PartitionFunction):
@@ -333,7 +362,7 @@ class StageFunction(PartitionFunction):
             state = self._restored(slot)
             task = StageTask(stage_plan(self.plan), slot, state, self.closed.value() or 0)
             self.tasks[slot] = (task.task, state)
-            task.feed([r for bundle in (self.pending.get() or []) for r in bundle])
+            task.feed([r for bundle in (self.pending.get() or []) for r in unpack_rows(bundle)])
             self.slots[slot] = task
         return task
 
@@ -374,9 +403,9 @@ class StageFunction(PartitionFunction):
         if task.closed != before:
             self.pending.clear()
             if task.unclosed:
-                self.pending.add(task.unclosed)
+                self.pending.add(pack_rows(task.unclosed))
         else:
-            self.pending.add(list(rows))
+            self.pending.add(pack_rows(rows))
         yield from bundle_by_partition(downstream)
         yield from outputs
 
