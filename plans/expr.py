@@ -82,6 +82,21 @@ def column_refs(node: exp.Expr) -> list[exp.Column]:
     return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
 
 
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    """The conjuncts of a condition, parentheses around it and its parts dropped (TPC-DS
+    Q51 writes ``ON (a = b AND c = d)``).
+
+    >>> import sqlglot
+    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("(a = 1 AND (b = 2 AND c)) AND d"))]
+    ['a = 1', 'b = 2', 'c', 'd']
+    """
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return conjuncts(node.this) + conjuncts(node.expression)
+    return [node]
+
+
 class ExprCompiler:
     """Compiles sqlglot expressions into Python source over the resolver's leaves;
     constants and helpers are bound in ``env`` (names unique across a query)."""

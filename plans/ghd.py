@@ -44,7 +44,7 @@ from core.graph import Dataflow, Edge, Op
 from core.schema import Column, Relation, Schema
 from plans.cq import Atom, ConjunctiveQuery, OutputColumn, column_type_of
 from plans.dag import compile_dataflow, finalize_mode, partition_prelude
-from plans.jointree import is_acyclic
+from plans.jointree import gyo_core, is_acyclic
 from plans.plan import Mode, Plan, build_plan
 from plans.triangle import ROLE_NAMES, TrianglePlan, recognise_triangle
 
@@ -302,23 +302,10 @@ def _greedy_bags(cq: ConjunctiveQuery) -> list[list[int]]:
 
 
 def _cyclic_core(cq: ConjunctiveQuery, blocks: Sequence[Sequence[int]]) -> set[int]:
-    """The groups left when ears are removed from the groups' hypergraph (GYO): those
-    on a cycle. An ear is a group whose variables shared with the rest all lie in one
-    other group; merging it breaks no cycle."""
+    """The groups that GYO reduction of the groups' hypergraph leaves: those on a cycle
+    (an ear, whose variables shared with the rest lie in one other group, breaks none)."""
     edges = cq.hyperedges()
-    vars_of = {i: frozenset().union(*(edges[a] for a in b)) for i, b in enumerate(blocks)}
-    left = set(vars_of)
-    removed = True
-    while removed and len(left) > 1:
-        removed = False
-        for i in sorted(left):
-            others = left - {i}
-            shared = vars_of[i] & frozenset().union(*(vars_of[j] for j in others))
-            if any(shared <= vars_of[j] for j in others):
-                left.discard(i)
-                removed = True
-                break
-    return left
+    return set(gyo_core([frozenset().union(*(edges[a] for a in b)) for b in blocks]))
 
 
 def _triangle_subplan(cq: ConjunctiveQuery, block: Sequence[int]) -> TrianglePlan:

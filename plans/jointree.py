@@ -39,25 +39,39 @@ Edge = frozenset[str]
 def gyo_reduce(edges: Sequence[Edge]) -> list[Edge]:
     """GYO reduction: drop variables that occur in one edge only and edges contained in
     another; the hypergraph is alpha-acyclic iff nothing non-empty remains."""
-    work = [set(e) for e in edges]
+    return [frozenset(e) for e in _gyo(edges).values() if e]
+
+
+def gyo_core(edges: Sequence[Edge]) -> list[int]:
+    """The positions of the edges :func:`gyo_reduce` leaves (those on a cycle).
+
+    >>> gyo_core([frozenset("ab"), frozenset("bc"), frozenset("ca"), frozenset("cd")])
+    [0, 1, 2]
+    """
+    return [i for i, e in _gyo(edges).items() if e]
+
+
+def _gyo(edges: Sequence[Edge]) -> dict[int, set[str]]:
+    """What GYO reduction leaves of each edge not dropped, by its position."""
+    work = {i: set(e) for i, e in enumerate(edges)}
     changed = True
     while changed:
         changed = False
         counts: dict[str, int] = {}
-        for e in work:
+        for e in work.values():
             for v in e:
                 counts[v] = counts.get(v, 0) + 1
-        for e in work:
+        for e in work.values():
             lonely = {v for v in e if counts[v] == 1}
             if lonely:
                 e -= lonely
                 changed = True
-        for i, e in enumerate(work):
-            if any(j != i and (e < f or (e == f and j < i)) for j, f in enumerate(work)):
-                work.pop(i)
+        for i, e in work.items():
+            if any(j != i and (e < f or (e == f and j < i)) for j, f in work.items()):
+                del work[i]
                 changed = True
                 break
-    return [frozenset(e) for e in work if e]
+    return work
 
 
 def is_acyclic(edges: Sequence[Edge]) -> bool:

@@ -49,7 +49,7 @@ from plans.cq import Atom, ConjunctiveQuery
 from plans.expr import ExprError, SqlType
 from plans.grouping import expand_grouping
 from plans.outerjoin import Condition, JoinSide, KeyedView, compile_condition
-from plans.pushdown import push_constants_into_withs
+from plans.pushdown import push_constants
 from plans.setops import Item, SetOperation, common_type, lift_items, lift_set_operations
 from plans.sql import build_query
 from plans.sqlcheck import check_supported, describe
@@ -240,11 +240,7 @@ def logical_plan(parsed: ParsedQuery) -> LogicalPlan:
     views before it (typed by their outputs), then the query over them. A file with
     set operations is first lifted into items (:mod:`plans.setops`), each planned so
     over the ones before it; grouping sets are a union first (:mod:`plans.grouping`)."""
-    pushed = push_constants_into_withs(parsed.select)
-    if pushed is not parsed.select:
-        assert isinstance(pushed, exp.Select)
-        parsed = ParsedQuery(parsed.text, parsed.source, parsed.schema, pushed)
-    parsed = expand_grouping(parsed)
+    parsed = expand_grouping(push_constants(parsed))
     try:
         items = lift_set_operations(parsed.select)
     except ExprError as err:

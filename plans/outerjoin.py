@@ -35,7 +35,7 @@ from typing import Any
 from sqlglot import exp
 
 from core.schema import Relation
-from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
+from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs, conjuncts
 
 PRESERVED_TAG = 1
 """Hidden tag of a row of the left (first) side that can match nothing."""
@@ -213,27 +213,17 @@ def _and(conds: list[exp.Expr]) -> exp.Expr | None:
     return exp.and_(*conds) if len(conds) > 1 else conds[0].copy()
 
 
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    """The conjuncts of an ON, parentheses around it and its parts dropped (TPC-DS Q51
-    writes ``ON (a = b AND c = d)``)."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
 def _split_on(join: exp.Join, left_aliases: list[str], r_alias: str,
               side: str) -> tuple[list[tuple[exp.Column, exp.Column]], dict[str, list[exp.Expr]]]:
     """The ON's equalities (left column, right column) and its conjuncts per side."""
     on = join.args.get("on")
     if on is None:
         raise ExprError(join.this, f"{side} OUTER JOIN without ON is not supported")
-    conjuncts = _conjuncts(on)
+    parts = conjuncts(on)
     pairs: list[tuple[exp.Column, exp.Column]] = []
     per_side: dict[str, list[exp.Expr]] = {}
     rest: list[exp.Expr] = []
-    for c in conjuncts:
+    for c in parts:
         while isinstance(c, exp.Paren):
             c = c.this
         if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(

@@ -30,7 +30,20 @@ from collections import Counter
 
 from sqlglot import exp
 
-__all__ = ["push_constants_into_withs"]
+from plans.expr import conjuncts
+from plans.sqlparse import ParsedQuery
+
+__all__ = ["push_constants", "push_constants_into_withs"]
+
+
+def push_constants(parsed: ParsedQuery) -> ParsedQuery:
+    """``parsed`` with its SELECT rewritten by :func:`push_constants_into_withs`
+    (itself when nothing is pushed)."""
+    pushed = push_constants_into_withs(parsed.select)
+    if pushed is parsed.select:
+        return parsed
+    assert isinstance(pushed, exp.Select)
+    return ParsedQuery(parsed.text, parsed.source, parsed.schema, pushed)
 
 
 def push_constants_into_withs(select: exp.Expr) -> exp.Expr:
@@ -46,14 +59,15 @@ def push_constants_into_withs(select: exp.Expr) -> exp.Expr:
         return select
     known: dict[tuple[str, str], exp.Literal] = {}
     """(source alias, column) -> the constant the WHERE holds it to"""
-    for cond in _conjuncts(select.args.get("where")):
+    where = select.args.get("where")
+    for cond in conjuncts(where.this) if where is not None else []:
         pair = _column_equals_constant(cond)
         if pair is not None:
-            where = _resolve(pair[0], sources, ctes)
-            if where is not None and not sources[where[0]][1]:
-                known.setdefault(where, pair[1])
+            held = _resolve(pair[0], sources, ctes)
+            if held is not None and not sources[held[0]][1]:
+                known.setdefault(held, pair[1])
     for alias, (_name, _nullable, on) in sources.items():
-        for cond in _conjuncts(on):
+        for cond in conjuncts(on) if on is not None else []:
             if not (isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
                     and isinstance(cond.expression, exp.Column)):
                 continue
@@ -107,18 +121,6 @@ def _sources(select: exp.Select) -> dict[str, Source] | None:
             else None
         out[alias] = (name, nullable, on)
     return out
-
-
-def _conjuncts(node: exp.Expr | None) -> list[exp.Expr]:
-    if node is None:
-        return []
-    if isinstance(node, exp.Where):
-        node = node.this
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
 
 
 def _column_equals_constant(cond: exp.Expr) -> tuple[exp.Column, exp.Literal] | None:

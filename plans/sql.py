@@ -33,7 +33,7 @@ from plans.cq import (
     Predicate,
     Reaggregate,
 )
-from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs
+from plans.expr import Code, ExprCompiler, ExprError, SqlType, column_refs, conjuncts
 from plans.sqlcheck import check_supported, describe
 from plans.sqlparse import (
     AGGREGATES,
@@ -161,7 +161,7 @@ class Builder:
         walk(node)
         parts = [self._group_connectives(p) for p in flat]
         if kind is exp.Or:
-            branches = [self._conjuncts(p) for p in parts]
+            branches = [conjuncts(p) for p in parts]
             common = [c for c in branches[0]
                       if all(any(c == d for d in b) for b in branches[1:])]
             if common:
@@ -185,13 +185,6 @@ class Builder:
         if len(joined) == 1:
             return joined[0]
         return exp.and_(*joined) if kind is exp.And else exp.or_(*joined)
-
-    def _conjuncts(self, cond: exp.Expr) -> list[exp.Expr]:
-        if isinstance(cond, exp.And):
-            return self._conjuncts(cond.this) + self._conjuncts(cond.expression)
-        if isinstance(cond, exp.Paren):
-            return self._conjuncts(cond.this)
-        return [cond]
 
     def _aliases_in(self, node: exp.Expr) -> set[str]:
         return {self._resolve(c)[0] for c in column_refs(node)}
@@ -264,12 +257,12 @@ class Builder:
                                            "an anti-join) is not supported yet")
             self._add_table(join.this)
             if join.args.get("on") is not None:
-                conditions.extend(self._conjuncts(join.args["on"]))
+                conditions.extend(conjuncts(join.args["on"]))
         where = sel.args.get("where")
         if where is not None:
-            conditions.extend(self._conjuncts(where.this))
+            conditions.extend(conjuncts(where.this))
         conditions = [c for cond in conditions
-                      for c in self._conjuncts(self._group_connectives(cond))]
+                      for c in conjuncts(self._group_connectives(cond))]
         # Equalities first: they name the variables the other conditions read.
         rest = [c for c in conditions if not sqlwhere.simple_condition(self, c)]
 
