@@ -159,6 +159,7 @@ class KafkaDeltaSink:
         self._seen = 0
         self.failed_attempts = 0
         """Epoch transactions aborted because the broker did not take a record."""
+        self._answer_timeout_s = answer_timeout_s(endpoint.client_config("producer"))
         self.closed = False
 
     @property
@@ -318,7 +319,7 @@ class KafkaDeltaSink:
 
         p = self._producer
         committing = False  # (from the commit on, a failure leaves the epoch in doubt)
-        bound = answer_timeout_s(self.endpoint.client_config("producer"))
+        bound = self._answer_timeout_s
         p.begin_transaction()
         try:
             sent = [p.send(topic, value, key=key, partition=0)  # (topic order = epoch order)
