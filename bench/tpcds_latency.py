@@ -53,7 +53,7 @@ LOAD_DIR = "load_by_table"
 def ensure_data(args: argparse.Namespace) -> Path:
     """``--data`` or the stream of the options, generated once into bench/.cache."""
     if args.data:
-        return Path(args.data)
+        return Path(args.data).resolve()  # (the by_query links point here: absolute)
     if args.quick:  # (the acceptance bench's stream, cached for it)
         from bench.tpcds_accept import ensure_data as accept_data
 

@@ -232,3 +232,415 @@ def packer(bint decimals):
     def pack(t):
         return pack_row(t, decimals)
     return pack
+
+
+# --- field maps ------------------------------------------------------------------------
+# FieldMap: a join node's map whose keys are a fixed number of values and whose values
+# are, mostly, tuples of a fixed number of values, with its entries in one native array,
+# not as Python objects: a sum leaf's projection (operators/joinnode.py, JoinNode.sum_leaf:
+# key -> ring payload sum, TPC-H Q5's (nation, order) -> (count, count, revenue)) and a
+# top leaf's groups (key -> its one tuple, bare: TPC-H Q21's per-(supplier, order)
+# counts read from their view). As a dict of packed keys and packed values an entry
+# costs about 150 bytes (a 48-byte key, a 64-byte value, a dict slot); here one slot
+# holds the key's hash and every field of key and value, 8 bytes and a tag each as in a
+# packed row (56 bytes for 2 key and 3 value fields), at
+# a load of 8/15 to 4/5 (open addressing, linear probing, backward-shift deletion: no
+# tombstones; the table grows by half, a key's home slot by multiply-shift over any
+# size). Fields that are not 64-bit ints or short DECIMALs are references, as in a
+# packed row: any key or value works, at a Python object's cost. A value that is not a
+# tuple (or packed row) of that many values (a bucket of several tuples: a dict, a set)
+# is kept as a reference, read back as the same object. Keys compare as Python values
+# do (an int field inline against an int, anything else by ==), so the map finds what a
+# dict of the same keys would.
+from libc.string cimport memcpy, memset
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED
+
+cdef enum:
+    _MAPPED = 1 << 20  # bytes from which a slot array is its own mapping
+
+
+cdef char *_slots_alloc(Py_ssize_t n) except NULL:
+    # (A big array is mapped apart, so that freeing it when the table grows gives its
+    # pages back: from the heap, glibc keeps them, and the tables a map outgrew stayed
+    # resident, half again the live one's bytes.) Zeroed either way.
+    cdef void *p
+    if n >= _MAPPED:
+        p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if p == MAP_FAILED:
+            raise MemoryError()
+        return <char *>p
+    p = PyMem_Calloc(n, 1)
+    if p == NULL:
+        raise MemoryError()
+    return <char *>p
+
+
+cdef void _slots_free(char *p, Py_ssize_t n) noexcept:
+    if n >= _MAPPED:
+        munmap(p, n)
+    else:
+        PyMem_Free(p)
+
+
+cdef int _store_all(tuple t, int n, int64_t *vals, unsigned char *tags) except -1:
+    """The first ``n`` values of ``t`` into ``vals`` and ``tags`` as a packed row's
+    fields; on a failure, the references taken so far released, nothing kept."""
+    cdef int f, done = 0
+    try:
+        for f in range(n):
+            vals[f] = _store(t[f], True, &tags[f])
+            done = f + 1
+    except BaseException:
+        _release_all(vals, tags, done)
+        raise
+    return 0
+
+
+cdef void _release_all(int64_t *vals, unsigned char *tags, int n) noexcept:
+    cdef int f
+    for f in range(n):
+        if tags[f] == T_OBJ:
+            Py_DECREF(<object><PyObject *><intptr_t>vals[f])
+
+
+cdef inline Py_ssize_t _slot_home(Py_hash_t h, Py_ssize_t cap) noexcept:
+    # (Fibonacci mixing, then the top 32 bits scaled to [0, cap): cap < 2**32)
+    return <Py_ssize_t>((((<unsigned long long>h * 11400714819323198485ULL) >> 32)
+                         * <unsigned long long>cap) >> 32)
+
+
+cdef class FieldMap:
+    """A mapping of keys of ``nkey`` values (a bare value when ``nkey`` is 1, else a
+    tuple) to tuples of ``nval`` values, its entries in native memory (see the module
+    comment): ``get``, ``[k]``, ``[k] = v``, ``del``, ``pop``, ``in``, ``len``,
+    iteration over keys, ``keys()``, ``values()``, ``items()``, ``clear()`` and
+    ``nbytes``. Those values read back as tuples; any other value is kept as it is.
+
+    >>> from decimal import Decimal
+    >>> m = FieldMap(2, 3)
+    >>> m[(24, 600000)] = (1, 1, Decimal("901.00")); m[(3, 7)] = (2, 2, Decimal("-0.5"))
+    >>> m.get((24, 600000)), m[(3, 7)], (3, 7) in m, (7, 3) in m, len(m)
+    ((1, 1, Decimal('901.00')), (2, 2, Decimal('-0.5')), True, False, 2)
+    >>> del m[(3, 7)]; sorted(m.items()), m.pop((1, 1), None)
+    ([((24, 600000), (1, 1, Decimal('901.00')))], None)
+    >>> bucket = {(5, 6, 7): 2}; m[(5, 6)] = bucket; m[(5, 6)] is bucket
+    True
+    """
+
+    cdef char *slots
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t used
+    cdef readonly int nkey
+    cdef readonly int nval
+    cdef int nf  # nkey + nval
+    cdef Py_ssize_t size  # bytes a slot: hash, nf values, nf tags, a flag (below)
+    cdef unsigned long long version  # (changes while iterating are an error, as in a dict)
+
+    def __cinit__(self, int nkey, int nval):
+        if nkey < 1 or nval < 1 or nkey + nval > 32:
+            raise ValueError(f"a FieldMap holds 1 to 32 fields, not {nkey} + {nval}")
+        self.nkey = nkey
+        self.nval = nval
+        self.nf = nkey + nval
+        self.size = (8 + 8 * self.nf + self.nf + 1 + 7) // 8 * 8
+        self.cap = 8
+        self.used = 0
+        self.slots = _slots_alloc(self.cap * self.size)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.slots != NULL:
+            for i in range(self.cap):
+                if self._used(i):
+                    self._release(i)
+            _slots_free(self.slots, self.cap * self.size)
+
+    # -- slot layout ---------------------------------------------------------------
+    cdef inline char *_at(self, Py_ssize_t i) noexcept:
+        return self.slots + i * self.size
+
+    cdef inline bint _used(self, Py_ssize_t i) noexcept:
+        return self._at(i)[self.size - 1] != 0
+
+    cdef inline Py_hash_t *_hash(self, Py_ssize_t i) noexcept:
+        return <Py_hash_t *>self._at(i)
+
+    cdef inline int64_t *_vals(self, Py_ssize_t i) noexcept:
+        return <int64_t *>(self._at(i) + 8)
+
+    cdef inline unsigned char *_tags(self, Py_ssize_t i) noexcept:
+        return <unsigned char *>(self._at(i) + 8 + 8 * self.nf)
+
+    cdef inline bint _by_ref(self, Py_ssize_t i) noexcept:
+        # (the flag: 0 a free slot, 1 the value's fields inline, 2 the value a reference
+        # in the first value field)
+        return self._at(i)[self.size - 1] == 2
+
+    cdef void _release(self, Py_ssize_t i) noexcept:
+        cdef int64_t *vals = self._vals(i)
+        cdef unsigned char *tags = self._tags(i)
+        _release_all(vals, tags, self.nkey + 1 if self._by_ref(i) else self.nf)
+
+    # -- keys ------------------------------------------------------------------------
+    cdef inline tuple _key_tuple(self, object key):
+        if self.nkey == 1:
+            return (key,)
+        if type(key) is tuple:
+            if len(<tuple>key) != self.nkey:
+                raise KeyError(key)
+            return <tuple>key
+        t = tuple(key)
+        if len(t) != self.nkey:
+            raise KeyError(key)
+        return t
+
+    cdef bint _matches(self, Py_ssize_t i, tuple kt) except -1:
+        cdef int f
+        cdef int64_t *vals = self._vals(i)
+        cdef unsigned char *tags = self._tags(i)
+        cdef object v
+        for f in range(self.nkey):
+            v = kt[f]
+            if tags[f] == T_INT and type(v) is int:
+                if not (-9223372036854775807 <= v <= 9223372036854775807) or vals[f] != <int64_t>v:
+                    return False
+            elif not (_value(vals[f], tags[f]) == v):
+                return False
+        return True
+
+    cdef Py_ssize_t _find(self, object key, Py_hash_t h, tuple kt) except -2:
+        """The slot holding ``key``, or -1."""
+        cdef Py_ssize_t i = _slot_home(h, self.cap)
+        while self._used(i):
+            if self._hash(i)[0] == h and self._matches(i, kt):
+                return i
+            i += 1
+            if i == self.cap:
+                i = 0
+        return -1
+
+    cdef object _key_at(self, Py_ssize_t i):
+        cdef int64_t *vals = self._vals(i)
+        cdef unsigned char *tags = self._tags(i)
+        if self.nkey == 1:
+            return _value(vals[0], tags[0])
+        return tuple([_value(vals[f], tags[f]) for f in range(self.nkey)])
+
+    cdef object _value_at(self, Py_ssize_t i):
+        cdef int64_t *vals = self._vals(i)
+        cdef unsigned char *tags = self._tags(i)
+        if self._by_ref(i):
+            return <object><PyObject *><intptr_t>vals[self.nkey]
+        return tuple([_value(vals[f], tags[f]) for f in range(self.nkey, self.nf)])
+
+    cdef inline tuple _inline_value(self, object value):
+        """``value``'s fields when it is kept inline, else None (a reference)."""
+        if type(value) is tuple:
+            return <tuple>value if len(<tuple>value) == self.nval else None
+        if type(value) in PACKED_TYPES and len(value) == self.nval:
+            return tuple(value)
+        return None
+
+    # -- writes ----------------------------------------------------------------------
+    cdef int _store_fields(self, Py_ssize_t i, tuple kt, object value) except -1:
+        """Key and value into free slot ``i``, and its flag (a failure leaves the slot
+        free, the references taken so far released)."""
+        cdef int64_t vals[32]
+        cdef unsigned char tags[32]
+        _store_all(kt, self.nkey, vals, tags)
+        memcpy(self._vals(i), vals, 8 * self.nkey)
+        memcpy(self._tags(i), tags, self.nkey)
+        try:
+            self._put_value(i, value)
+        except BaseException:
+            _release_all(vals, tags, self.nkey)
+            memset(self._at(i), 0, self.size)
+            raise
+        return 0
+
+    cdef int _put_value(self, Py_ssize_t i, object value) except -1:
+        """The value of slot ``i`` (whose key is written) replaced by ``value``, the old
+        one's references released; the flag set. A failure changes nothing."""
+        cdef int64_t vals[32]
+        cdef unsigned char tags[32]
+        cdef int n = 1
+        cdef int64_t *old = self._vals(i)
+        cdef unsigned char *old_tags = self._tags(i)
+        cdef unsigned char old_flag = self._at(i)[self.size - 1]
+        cdef unsigned char flag = 2
+        cdef tuple vt = self._inline_value(value)
+        if vt is None:
+            Py_INCREF(value)
+            vals[0] = <int64_t><intptr_t><PyObject *>value
+            tags[0] = T_OBJ
+        else:
+            flag = 1
+            n = self.nval
+            _store_all(vt, n, vals, tags)
+        if old_flag:
+            _release_all(old + self.nkey, old_tags + self.nkey, 1 if old_flag == 2 else self.nval)
+        memcpy(old + self.nkey, vals, 8 * n)
+        memcpy(old_tags + self.nkey, tags, n)
+        self._at(i)[self.size - 1] = flag
+        return 0
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t old_cap = self.cap, i, j
+        cdef Py_ssize_t cap = old_cap + old_cap // 2
+        cdef char *old = self.slots
+        cdef char *new
+        if cap >= 2**32:
+            raise MemoryError("a FieldMap holds fewer than 2**32 slots")
+        new = _slots_alloc(cap * self.size)
+        self.slots = new
+        self.cap = cap
+        for i in range(old_cap):
+            if (old + i * self.size)[self.size - 1] != 0:
+                j = _slot_home((<Py_hash_t *>(old + i * self.size))[0], cap)
+                while self._used(j):
+                    j += 1
+                    if j == cap:
+                        j = 0
+                memcpy(self._at(j), old + i * self.size, self.size)
+        _slots_free(old, old_cap * self.size)
+        return 0
+
+    cdef void _remove(self, Py_ssize_t i) noexcept:
+        """Backward-shift deletion of slot ``i`` (its references already released)."""
+        cdef Py_ssize_t j = i, home
+        while True:
+            j += 1
+            if j == self.cap:
+                j = 0
+            if not self._used(j):
+                break
+            home = _slot_home(self._hash(j)[0], self.cap)
+            # slot j may move to i when its home is not cyclically in (i, j]
+            if (i <= j and (home <= i or home > j)) or (i > j and (home <= i and home > j)):
+                memcpy(self._at(i), self._at(j), self.size)
+                i = j
+        memset(self._at(i), 0, self.size)
+        self.used -= 1
+        self.version += 1
+
+    # -- the mapping -----------------------------------------------------------------
+    def get(self, key, default=None):
+        cdef tuple kt = self._key_tuple(key)
+        cdef Py_ssize_t i = self._find(key, hash(key), kt)
+        return default if i < 0 else self._value_at(i)
+
+    def __getitem__(self, key):
+        cdef tuple kt = self._key_tuple(key)
+        cdef Py_ssize_t i = self._find(key, hash(key), kt)
+        if i < 0:
+            raise KeyError(key)
+        return self._value_at(i)
+
+    def __contains__(self, key):
+        try:
+            kt = self._key_tuple(key)
+        except KeyError:
+            return False
+        return self._find(key, hash(key), kt) >= 0
+
+    def __setitem__(self, key, value):
+        cdef tuple kt = self._key_tuple(key)
+        cdef Py_hash_t h = hash(key)
+        cdef Py_ssize_t i = self._find(key, h, kt)
+        if i >= 0:
+            self._put_value(i, value)
+            return
+        if (self.used + 1) * 5 > self.cap * 4:
+            self._grow()
+        i = _slot_home(h, self.cap)
+        while self._used(i):
+            i += 1
+            if i == self.cap:
+                i = 0
+        self._store_fields(i, kt, value)
+        self._hash(i)[0] = h
+        self.used += 1
+        self.version += 1
+
+    def __delitem__(self, key):
+        cdef tuple kt = self._key_tuple(key)
+        cdef Py_ssize_t i = self._find(key, hash(key), kt)
+        if i < 0:
+            raise KeyError(key)
+        self._release(i)
+        self._remove(i)
+
+    def pop(self, key, *default):
+        cdef tuple kt
+        cdef Py_ssize_t i
+        try:
+            kt = self._key_tuple(key)
+            i = self._find(key, hash(key), kt)
+        except KeyError:
+            i = -1
+        if i < 0:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = self._value_at(i)
+        self._release(i)
+        self._remove(i)
+        return value
+
+    def __len__(self):
+        return self.used
+
+    def _slots_in_use(self):
+        cdef Py_ssize_t i
+        cdef unsigned long long version = self.version
+        for i in range(self.cap):
+            if self.version != version:
+                raise RuntimeError("FieldMap changed size during iteration")
+            if self._used(i):
+                yield i
+
+    def __iter__(self):
+        for i in self._slots_in_use():
+            yield self._key_at(i)
+
+    def keys(self):
+        return iter(self)
+
+    def values(self):
+        for i in self._slots_in_use():
+            yield self._value_at(i)
+
+    def items(self):
+        for i in self._slots_in_use():
+            yield self._key_at(i), self._value_at(i)
+
+    def clear(self):
+        cdef Py_ssize_t i
+        for i in range(self.cap):
+            if self._used(i):
+                self._release(i)
+        memset(self.slots, 0, self.cap * self.size)
+        self.used = 0
+        self.version += 1
+
+    @property
+    def nbytes(self):
+        """Bytes of the slot array (references' objects not counted)."""
+        return self.cap * self.size
+
+    def __sizeof__(self):
+        return object.__sizeof__(self) + self.cap * self.size
+
+    def __repr__(self):
+        return "FieldMap({" + ", ".join(f"{k!r}: {v!r}" for k, v in self.items()) + "})"
+
+    def __reduce__(self):
+        return (_field_map, (self.nkey, self.nval, list(self.items())))
+
+
+def _field_map(int nkey, int nval, list items):
+    m = FieldMap(nkey, nval)
+    for k, v in items:
+        m[k] = v
+    return m

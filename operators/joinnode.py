@@ -48,7 +48,7 @@ absorbed them (CROWN, section 5.2).
 
 Example:
     >>> from operators.state import DictState
-    >>> from operators.ring import IntRing
+    >>> from operators.ring import IntRing, VectorRing
     >>> leaf = JoinNode("R2", ("b",), False, 0, True, "bag", IntRing(), DictState())
     >>> root = JoinNode("R1", ("a", "b"), False, 0, True, "bag", IntRing(), DictState())
     >>> root.attach_child(leaf, key_attrs=("b",))
@@ -81,7 +81,7 @@ from operators.nodemaps import (
     make_projector,
     members,
 )
-from operators.ring import IntRing
+from operators.ring import IntRing, VectorRing
 from operators.state import State, read_only_get
 
 __all__ = ["EMPTY", "NO_MAP", "NO_TUPLES", "IndexedBase", "JoinNode", "KeyedBase",
@@ -110,7 +110,7 @@ class LiveTuples(Mapping[Any, bool]):
     (``proj``) whose key is in the parent's live index; all of them at the root.
 
     >>> from operators.state import DictState
-    >>> from operators.ring import IntRing
+    >>> from operators.ring import IntRing, VectorRing
     >>> st = DictState()
     >>> r = JoinNode("R", ("a", "b"), False, 0, True, "bag", IntRing(), st)
     >>> s = JoinNode("S", ("b", "c"), False, 1, True, "bag", IntRing(), st)
@@ -285,6 +285,11 @@ class JoinNode:
             # reads t again (its tuples would be most of the state of an aggregate
             # over one big table: TPC-H's lineitem under Q1, Q3, Q6, ...).
             self.base = NO_TUPLES  # type: ignore[assignment]
+            if isinstance(self.ring, VectorRing) and self.key_attrs:
+                # (key -> payload sum and nothing else: the backend may keep it natively,
+                # an entry in one array where a dict of packed keys and payloads takes
+                # some 150 bytes: TPC-H Q5's (nation, order) sums)
+                self._field_proj(self.ring.k + 1)
         elif not self.generalized:
             if self.children:
                 # An atom node with children indexes every tuple under its first child's
@@ -293,6 +298,12 @@ class JoinNode:
                 self.base = IndexedBase(self.index[0], self.child_key_of[0])  # type: ignore[assignment]
             elif self.top and self._int_payloads():
                 self.base_in_proj = True
+                if self.key_attrs and self.key_attrs != self.attrs:
+                    # (key -> its group, mostly one tuple, bare: natively, the key's and
+                    # the tuple's fields in one slot; TPC-H Q21's per-(supplier, order)
+                    # counts read from their view. A key that is the whole tuple is
+                    # the tuple already: one object for both, kept a dict.)
+                    self._field_proj(len(self.attrs))
                 self.base = IndexedBase(self.proj, self.key_of)  # type: ignore[assignment]
             elif not (self._int_payloads() and self._is_key_leaf()):
                 self.base = self.state.map(f"{self.name}.base")
@@ -304,6 +315,15 @@ class JoinNode:
         tree = self._tree()
         if all(node.finished for node in tree):
             nodecode.compile_tree(tree[0])
+
+    def _field_proj(self, nval: int) -> None:
+        """:attr:`proj` as the state's :meth:`~operators.state.State.field_map`: keys of
+        this node's key's values, values mostly tuples of ``nval`` (called in
+        :meth:`finish`, before the tree's code binds the map)."""
+        if len(self.key_attrs) + nval > 32:  # (a slot's most fields: kept a dict)
+            return
+        self.proj = self.state.field_map(f"{self.name}.proj", len(self.key_attrs), nval)
+        self.proj_read = read_only_get(self.proj)
 
     @property
     def keeps_tuples(self) -> bool:

@@ -23,6 +23,13 @@ class State(Protocol):
 
     def map(self, name: str) -> MutableMapping[Any, Any]: ...
 
+    def field_map(self, name: str, nkey: int, nval: int) -> MutableMapping[Any, Any]:
+        """The map ``name``, still empty, for keys of ``nkey`` values whose values are
+        mostly tuples of ``nval`` (a join tree's sum leaf: key -> ring payload; a top
+        leaf's groups: key -> its one tuple): a backend may hold it natively
+        (:class:`DictState` with ``field_maps``); else ``map(name)``."""
+        ...
+
     def names(self) -> list[str]: ...
 
     def entries(self) -> int:
@@ -32,16 +39,37 @@ class State(Protocol):
 
 
 class DictState:
-    """In-process state: one dict per declared name."""
+    """In-process state: one dict per declared name; with ``field_maps(nkey, nval)``,
+    the maps asked for by :meth:`field_map` are made by it instead (the native build's
+    ``FieldMap`` of ``core/native_rows.pyx``: entries in one native array)."""
 
-    def __init__(self) -> None:
-        self._maps: dict[str, dict[Any, Any]] = {}
+    def __init__(self, field_maps: Callable[[int, int], MutableMapping[Any, Any]] | None = None
+                 ) -> None:
+        self._maps: dict[str, MutableMapping[Any, Any]] = {}
+        self.field_maps = field_maps
 
-    def map(self, name: str) -> dict[Any, Any]:
+    def map(self, name: str) -> MutableMapping[Any, Any]:
         m = self._maps.get(name)
         if m is None:
             m = {}
             self._maps[name] = m
+        return m
+
+    def field_map(self, name: str, nkey: int, nval: int) -> MutableMapping[Any, Any]:
+        """``field_maps(nkey, nval)`` under ``name`` where given (replacing the empty dict
+        :meth:`map` made), else :meth:`map`.
+
+        >>> st = DictState(field_maps=lambda nkey, nval: {"native": (nkey, nval)})
+        >>> _ = st.map("S.proj"); st.field_map("S.proj", 2, 3), st.map("S.proj")
+        ({'native': (2, 3)}, {'native': (2, 3)})
+        """
+        m = self.map(name)
+        if self.field_maps is None:
+            return m
+        if len(m):
+            msg = f"state map {name} holds entries: a sum map replaces it before any update"
+            raise RuntimeError(msg)
+        self._maps[name] = m = self.field_maps(nkey, nval)
         return m
 
     def names(self) -> list[str]:

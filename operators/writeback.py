@@ -412,6 +412,10 @@ class WriteBackState:
             self._maps[name] = m
         return m
 
+    def field_map(self, name: str, nkey: int, nval: int) -> TrackedMap:
+        """:meth:`map`: the runners write these entries back as any other's."""
+        return self.map(name)
+
     def names(self) -> list[str]:
         return sorted(self._maps)
 

@@ -18,7 +18,9 @@ import re
 import subprocess
 import sys
 import warnings
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -538,3 +540,86 @@ def test_the_compiled_delete_check_keeps_digests_natively() -> None:
             view.apply(Update("-", "S", ("k1", 99)))
     assert compiled.end_epoch().rows == interpreted.end_epoch().rows
     assert len(compiled.validator.counts["S"]) == len(interpreted.validator.counts["S"])
+
+
+_KEY_PARTS = st.one_of(st.integers(0, 30), st.integers(-2**63, 2**63 - 1), st.just(2**70),
+                       st.sampled_from(["x", "y", None, 1.5]))
+_PAYLOAD_PARTS = st.one_of(st.integers(-5, 5), st.integers(-2**66, 2**66),
+                           st.decimals(allow_nan=False, allow_infinity=False, places=2,
+                                       min_value=-10**20, max_value=10**20),
+                           st.fractions(max_denominator=7), st.sampled_from(["z", None]))
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["set", "set", "del", "pop", "get"]),
+                          st.tuples(_KEY_PARTS, _KEY_PARTS),
+                          st.tuples(_PAYLOAD_PARTS, _PAYLOAD_PARTS, _PAYLOAD_PARTS)),
+                max_size=300))
+def test_native_field_map_is_a_dict(
+        ops: list[tuple[str, tuple[Any, Any], tuple[Any, Any, Any]]]) -> None:
+    """``FieldMap`` (core/native_rows.pyx: a sum leaf's or a top leaf's map in one
+    native array) reads back as the dict the same operations make, after every step:
+    keys and payloads of ints inline and out of 64 bits, DECIMALs (their exponents
+    kept), fractions, texts and NULLs by reference; growth by half, backward-shift
+    deletes across the table's end."""
+    from core.native import native_rows
+
+    m, want = native_rows().FieldMap(2, 3), {}
+    for op, key, payload in ops:
+        if op == "set":
+            m[key] = want[key] = payload
+        elif op == "del" and key in want:
+            del m[key], want[key]
+        elif op == "del":
+            with pytest.raises(KeyError):
+                del m[key]
+        elif op == "pop":
+            assert m.pop(key, "none") == want.pop(key, "none")
+        got = m.get(key)
+        assert got == want.get(key) and (key in m) == (key in want) and len(m) == len(want)
+        if got is not None:  # (the same DECIMAL exponents: equal and printed alike)
+            assert repr(got) == repr(want[key])
+    assert dict(m.items()) == want and sorted(map(repr, m)) == sorted(map(repr, want))
+    assert [m[k] for k in want] == list(want.values())
+    bucket = {(1, 2, 3): 2}  # (another value: kept as it is, the same object)
+    m[(1, 2)] = bucket
+    assert m[(1, 2)] is bucket and m.get((1, 2)) is bucket
+    m[(1, 2)] = (1, 2)
+    assert m.pop((1, 2)) == (1, 2) and (1, 2) not in m
+
+
+@needs_native
+def test_a_compiled_view_keeps_sum_leaves_natively() -> None:
+    """A compiled view keeps a join tree's sum leaf (key -> payload sums) in a
+    ``FieldMap``, an interpreted one in a dict; deltas and snapshots agree, deletes
+    included, and a key equal as a Python value (1 and 1.0) finds its entry."""
+    sql = ("CREATE TABLE R(a INT, b INT); CREATE TABLE S(b INT, c DECIMAL(10,2)); "
+           "SELECT R.a, SUM(S.c) AS s, COUNT(*) AS n FROM R, S WHERE R.b = S.b GROUP BY R.a")
+    q = compile_query(sql)
+    compiled, interpreted = q.maintain(native=True), q.maintain(native=False)
+    sums = [st_map for engine in compiled.engines for st_map in (
+        engine.state.map(name) for name in engine.state.names())
+        if type(st_map).__name__ == "FieldMap"]
+    assert sums, compiled.engines[0].state.names()
+    def rows(step: int) -> list[tuple[tuple[int, int], tuple[int, Decimal]]]:
+        r = random.Random(step)
+        return [((i % 9, r.randrange(12)), (r.randrange(12), Decimal(r.randrange(-999, 999)) / 100))
+                for i in range(80)]
+
+    for step in range(6):
+        for view in (compiled, interpreted):
+            for r_row, s_row in rows(step):
+                view.apply(Update("+", "R", r_row))
+                view.apply(Update("+", "S", s_row))
+        assert compiled.end_epoch().rows == interpreted.end_epoch().rows
+        for view in (compiled, interpreted):  # (a third of this step's S rows go)
+            for _r_row, s_row in rows(step)[::3]:
+                view.apply(Update("-", "S", s_row))
+        assert compiled.end_epoch().rows == interpreted.end_epoch().rows
+    assert compiled.snapshot() == interpreted.snapshot()
+    plain = interpreted.engines[0].state
+    name = next(n for n in compiled.engines[0].state.names()
+                if compiled.engines[0].state.map(n) is sums[0])
+    assert dict(sums[0].items()) == {k: tuple(v) for k, v in plain.map(name).items()}
+    assert compiled.native_field_maps and not interpreted.native_field_maps

@@ -49,6 +49,7 @@ from operators.deletecheck import CheckMode, DeleteCheck, RowDigest, digest_maps
 from operators.input import RelationInput, RelationRoute
 from operators.joinnode import JoinNode
 from operators.node import UpdateNode
+from operators.state import DictState
 
 if TYPE_CHECKING:
     from dataflow.api import CompiledQuery
@@ -66,6 +67,15 @@ def _bound_hash(digest: RowDigest, _build: Any) -> Callable[[tuple[Any, ...]], i
     """The hash ``digest`` has bound (a compiled build's, once it bound it)."""
     return digest.hash
 
+
+
+class StandInFieldMap(dict[Any, Any]):
+    """What ``explain`` binds where a native run binds a ``FieldMap``: not a ``dict``
+    itself, so the generated code's translation types it as the run's (an object,
+    not a ``cdef dict``), and predicts the same module."""
+
+    def __init__(self, nkey: int, nval: int) -> None:
+        super().__init__()
 
 class View(UpdateNode):
     """A live, incrementally maintained query result (one or more partitions)."""
@@ -104,11 +114,18 @@ class View(UpdateNode):
         self.eps = query.eps if eps is None else eps
         _check_eps(self.eps)
         # The view checks deletes itself (below), so leaves that only feed sums keep
-        # the sums, not their tuples.
+        # the sums, not their tuples; where the native build runs, in native maps.
+        field_maps = (None if self.partitioner.partitions > 1 or keep_rows
+                      else self._native_field_maps(native, on_compile) if row_packer is None
+                      else StandInFieldMap)  # (explain: not a dict, as a native run's)
         self.engines: list[PartitionEngine] = [
-            query.kind.make_engine(eps=self.eps, keep_leaf_tuples=False)
+            query.kind.make_engine(state=DictState(field_maps), eps=self.eps,
+                                   keep_leaf_tuples=False)
             for _ in range(self.partitioner.partitions)
         ]
+        self.native_field_maps = field_maps is not None
+        """Whether the join trees' sum leaves keep their sums in native maps
+        (:meth:`_native_field_maps`)."""
         # Partitions (and engines that emit bag multiplicities) make DISTINCT count
         # supports in the finalizer.
         self.finalizer = make_finalizer(
@@ -185,6 +202,22 @@ class View(UpdateNode):
             raise InputError(src, format_update(update), "a multiplicity of at least 1",
                              str(update.mult))
         return route, row
+
+    @staticmethod
+    def _native_field_maps(native: bool | None, on_compile: Callable[[], None] | None
+                         ) -> Callable[[int, int], Any] | None:
+        """The native build's ``FieldMap`` (:mod:`core.native_rows`) for the sum
+        leaves of a single partition's join trees (key -> ring payload sum: an entry in
+        one native array, some 60 bytes where a dict of packed keys and payloads takes
+        150), where the build can run; else None (dicts). Not with ``keep_rows``, as
+        rows are not packed then either (:meth:`_pack_rows`)."""
+        if native_mode(native) == "off" or native_available() is not None:
+            return None
+        try:
+            maps: Callable[[int, int], Any] = native_rows(on_compile).FieldMap
+        except NativeBuildError:
+            return None
+        return maps
 
     def _pack_rows(self, native: bool | None, keep_rows: bool,
                    on_compile: Callable[[], None] | None,

@@ -48,6 +48,9 @@ class PrefixedState:
     def map(self, name: str) -> Any:
         return self.inner.map(self.prefix + name)
 
+    def field_map(self, name: str, nkey: int, nval: int) -> Any:
+        return self.inner.field_map(self.prefix + name, nkey, nval)
+
     def names(self) -> list[str]:
         n = len(self.prefix)
         return [x[n:] for x in self.inner.names() if x.startswith(self.prefix)]
