@@ -304,6 +304,30 @@ cdef void _release_all(int64_t *vals, unsigned char *tags, int n) noexcept:
             Py_DECREF(<object><PyObject *><intptr_t>vals[f])
 
 
+cdef bint _copy_packed(object row, int n, int64_t *vals, unsigned char *tags):
+    """A packed row of ``n`` values: its fields into ``vals`` and ``tags`` (references
+    taken), True; anything else: False, nothing written."""
+    cdef int64_t *src
+    cdef unsigned char *src_tags
+    cdef int f
+    if type(row) is PackedRow2 and (<PackedRow2>row).n == n:
+        src, src_tags = (<PackedRow2>row).vals, (<PackedRow2>row).tags
+    elif type(row) is PackedRow4 and (<PackedRow4>row).n == n:
+        src, src_tags = (<PackedRow4>row).vals, (<PackedRow4>row).tags
+    elif type(row) is PackedRow6 and (<PackedRow6>row).n == n:
+        src, src_tags = (<PackedRow6>row).vals, (<PackedRow6>row).tags
+    elif type(row) is PackedRow8 and (<PackedRow8>row).n == n:
+        src, src_tags = (<PackedRow8>row).vals, (<PackedRow8>row).tags
+    else:
+        return False
+    for f in range(n):
+        vals[f] = src[f]
+        tags[f] = src_tags[f]
+        if tags[f] == T_OBJ:
+            Py_INCREF(<object><PyObject *><intptr_t>vals[f])
+    return True
+
+
 cdef inline Py_ssize_t _slot_home(Py_hash_t h, Py_ssize_t cap) noexcept:
     # (Fibonacci mixing, then the top 32 bits scaled to [0, cap): cap < 2**32)
     return <Py_ssize_t>((((<unsigned long long>h * 11400714819323198485ULL) >> 32)
@@ -435,11 +459,10 @@ cdef class FieldMap:
         return tuple([_value(vals[f], tags[f]) for f in range(self.nkey, self.nf)])
 
     cdef inline tuple _inline_value(self, object value):
-        """``value``'s fields when it is kept inline, else None (a reference)."""
-        if type(value) is tuple:
-            return <tuple>value if len(<tuple>value) == self.nval else None
-        if type(value) in PACKED_TYPES and len(value) == self.nval:
-            return tuple(value)
+        """``value`` when it is a tuple kept inline, else None (a packed row: see
+        :meth:`_put_value`; anything else a reference)."""
+        if type(value) is tuple and len(<tuple>value) == self.nval:
+            return <tuple>value
         return None
 
     # -- writes ----------------------------------------------------------------------
@@ -470,7 +493,10 @@ cdef class FieldMap:
         cdef unsigned char old_flag = self._at(i)[self.size - 1]
         cdef unsigned char flag = 2
         cdef tuple vt = self._inline_value(value)
-        if vt is None:
+        if vt is None and _copy_packed(value, self.nval, vals, tags):
+            flag = 1  # (a packed row's fields as they are: a payload rpack made)
+            n = self.nval
+        elif vt is None:
             Py_INCREF(value)
             vals[0] = <int64_t><intptr_t><PyObject *>value
             tags[0] = T_OBJ

@@ -320,7 +320,11 @@ class JoinNode:
         """:attr:`proj` as the state's :meth:`~operators.state.State.field_map`: keys of
         this node's key's values, values mostly tuples of ``nval`` (called in
         :meth:`finish`, before the tree's code binds the map)."""
-        if len(self.key_attrs) + nval > 32:  # (a slot's most fields: kept a dict)
+        if nval > 8:
+            # (kept a dict of tuples: past 8 values a value is no packed row, whose
+            # fields a field map copies as they are, but a tuple, whose DECIMALs it
+            # would parse on every write and make again on every read; an aggregate
+            # of that many sums: TPC-H Q1's, 15% slower so, over 4 keys)
             return
         self.proj = self.state.field_map(f"{self.name}.proj", len(self.key_attrs), nval)
         self.proj_read = read_only_get(self.proj)

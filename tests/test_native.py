@@ -561,14 +561,16 @@ def test_native_field_map_is_a_dict(
     """``FieldMap`` (core/native_rows.pyx: a sum leaf's or a top leaf's map in one
     native array) reads back as the dict the same operations make, after every step:
     keys and payloads of ints inline and out of 64 bits, DECIMALs (their exponents
-    kept), fractions, texts and NULLs by reference; growth by half, backward-shift
-    deletes across the table's end."""
+    kept), fractions, texts and NULLs by reference, as tuples and as packed rows;
+    growth by half, backward-shift deletes across the table's end."""
     from core.native import native_rows
 
     m, want = native_rows().FieldMap(2, 3), {}
+    pack = native_rows().packer(True)
     for op, key, payload in ops:
-        if op == "set":
-            m[key] = want[key] = payload
+        if op == "set":  # (a packed payload, as rpack makes: its fields copied as they are)
+            m[pack(key) if key[0] == 0 else key] = pack(payload) if key[1] == 1 else payload
+            want[key] = payload
         elif op == "del" and key in want:
             del m[key], want[key]
         elif op == "del":
