@@ -253,6 +253,8 @@ def packer(bint decimals):
 # do (an int field inline against an int, anything else by ==), so the map finds what a
 # dict of the same keys would.
 from libc.string cimport memcpy, memset
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FAILED
 
@@ -326,6 +328,30 @@ cdef bint _copy_packed(object row, int n, int64_t *vals, unsigned char *tags):
         if tags[f] == T_OBJ:
             Py_INCREF(<object><PyObject *><intptr_t>vals[f])
     return True
+
+
+cdef inline bint _field_is(int64_t val, unsigned char tag, object v) except -1:
+    """Whether a stored field equals ``v`` as Python values compare (a dict's test:
+    the same object, or ==)."""
+    cdef int overflow = 0
+    cdef long long x
+    if tag == T_INT and type(v) is int:
+        x = PyLong_AsLongLongAndOverflow(v, &overflow)
+        return overflow == 0 and x == val
+    if tag == T_OBJ and <PyObject *><intptr_t>val == <PyObject *>v:
+        return True
+    return _value(val, tag) == v
+
+
+cdef tuple _fields_tuple(int64_t *vals, unsigned char *tags, int n):
+    cdef tuple t = PyTuple_New(n)
+    cdef int f
+    cdef object v
+    for f in range(n):
+        v = _value(vals[f], tags[f])
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(t, f, v)
+    return t
 
 
 cdef inline Py_ssize_t _slot_home(Py_hash_t h, Py_ssize_t cap) noexcept:
@@ -408,8 +434,10 @@ cdef class FieldMap:
 
     # -- keys ------------------------------------------------------------------------
     cdef inline tuple _key_tuple(self, object key):
+        """A key of several values as a tuple of ``nkey`` (KeyError for another
+        length); None for a key of one value (the key itself is compared)."""
         if self.nkey == 1:
-            return (key,)
+            return None
         if type(key) is tuple:
             if len(<tuple>key) != self.nkey:
                 raise KeyError(key)
@@ -419,25 +447,22 @@ cdef class FieldMap:
             raise KeyError(key)
         return t
 
-    cdef bint _matches(self, Py_ssize_t i, tuple kt) except -1:
+    cdef bint _matches(self, Py_ssize_t i, object key, tuple kt) except -1:
         cdef int f
         cdef int64_t *vals = self._vals(i)
         cdef unsigned char *tags = self._tags(i)
-        cdef object v
+        if kt is None:
+            return _field_is(vals[0], tags[0], key)
         for f in range(self.nkey):
-            v = kt[f]
-            if tags[f] == T_INT and type(v) is int:
-                if not (-9223372036854775807 <= v <= 9223372036854775807) or vals[f] != <int64_t>v:
-                    return False
-            elif not (_value(vals[f], tags[f]) == v):
+            if not _field_is(vals[f], tags[f], kt[f]):
                 return False
         return True
 
     cdef Py_ssize_t _find(self, object key, Py_hash_t h, tuple kt) except -2:
-        """The slot holding ``key``, or -1."""
+        """The slot holding ``key`` (``kt``: :meth:`_key_tuple`), or -1."""
         cdef Py_ssize_t i = _slot_home(h, self.cap)
         while self._used(i):
-            if self._hash(i)[0] == h and self._matches(i, kt):
+            if self._hash(i)[0] == h and self._matches(i, key, kt):
                 return i
             i += 1
             if i == self.cap:
@@ -449,14 +474,14 @@ cdef class FieldMap:
         cdef unsigned char *tags = self._tags(i)
         if self.nkey == 1:
             return _value(vals[0], tags[0])
-        return tuple([_value(vals[f], tags[f]) for f in range(self.nkey)])
+        return _fields_tuple(vals, tags, self.nkey)
 
     cdef object _value_at(self, Py_ssize_t i):
         cdef int64_t *vals = self._vals(i)
         cdef unsigned char *tags = self._tags(i)
         if self._by_ref(i):
             return <object><PyObject *><intptr_t>vals[self.nkey]
-        return tuple([_value(vals[f], tags[f]) for f in range(self.nkey, self.nf)])
+        return _fields_tuple(vals + self.nkey, tags + self.nkey, self.nval)
 
     cdef inline tuple _inline_value(self, object value):
         """``value`` when it is a tuple kept inline, else None (a packed row: see
@@ -466,12 +491,12 @@ cdef class FieldMap:
         return None
 
     # -- writes ----------------------------------------------------------------------
-    cdef int _store_fields(self, Py_ssize_t i, tuple kt, object value) except -1:
+    cdef int _store_fields(self, Py_ssize_t i, object key, tuple kt, object value) except -1:
         """Key and value into free slot ``i``, and its flag (a failure leaves the slot
         free, the references taken so far released)."""
         cdef int64_t vals[32]
         cdef unsigned char tags[32]
-        _store_all(kt, self.nkey, vals, tags)
+        _store_all((key,) if kt is None else kt, self.nkey, vals, tags)
         memcpy(self._vals(i), vals, 8 * self.nkey)
         memcpy(self._tags(i), tags, self.nkey)
         try:
@@ -584,7 +609,7 @@ cdef class FieldMap:
             i += 1
             if i == self.cap:
                 i = 0
-        self._store_fields(i, kt, value)
+        self._store_fields(i, key, kt, value)
         self._hash(i)[0] = h
         self.used += 1
         self.version += 1
