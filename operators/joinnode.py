@@ -48,7 +48,7 @@ absorbed them (CROWN, section 5.2).
 
 Example:
     >>> from operators.state import DictState
-    >>> from operators.ring import IntRing, VectorRing
+    >>> from operators.ring import IntRing
     >>> leaf = JoinNode("R2", ("b",), False, 0, True, "bag", IntRing(), DictState())
     >>> root = JoinNode("R1", ("a", "b"), False, 0, True, "bag", IntRing(), DictState())
     >>> root.attach_child(leaf, key_attrs=("b",))
@@ -110,7 +110,7 @@ class LiveTuples(Mapping[Any, bool]):
     (``proj``) whose key is in the parent's live index; all of them at the root.
 
     >>> from operators.state import DictState
-    >>> from operators.ring import IntRing, VectorRing
+    >>> from operators.ring import IntRing
     >>> st = DictState()
     >>> r = JoinNode("R", ("a", "b"), False, 0, True, "bag", IntRing(), st)
     >>> s = JoinNode("S", ("b", "c"), False, 1, True, "bag", IntRing(), st)

@@ -67,7 +67,7 @@ class DictState:
         if self.field_maps is None:
             return m
         if len(m):
-            msg = f"state map {name} holds entries: a sum map replaces it before any update"
+            msg = f"state map {name} holds entries: a field map replaces it before any update"
             raise RuntimeError(msg)
         self._maps[name] = m = self.field_maps(nkey, nval)
         return m

@@ -68,6 +68,17 @@ def _bound_hash(digest: RowDigest, _build: Any) -> Callable[[tuple[Any, ...]], i
     return digest.hash
 
 
+def _native_rows_module(native: bool | None, on_compile: Callable[[], None] | None
+                        ) -> Any | None:
+    """The built :mod:`core.native_rows` where the native build can run (rows packed,
+    field maps), else None: nothing native then."""
+    if native_mode(native) == "off" or native_available() is not None:
+        return None
+    try:
+        return native_rows(on_compile)
+    except NativeBuildError:
+        return None
+
 
 class StandInFieldMap(dict[Any, Any]):
     """What ``explain`` binds where a native run binds a ``FieldMap``: not a ``dict``
@@ -76,6 +87,7 @@ class StandInFieldMap(dict[Any, Any]):
 
     def __init__(self, nkey: int, nval: int) -> None:
         super().__init__()
+
 
 class View(UpdateNode):
     """A live, incrementally maintained query result (one or more partitions)."""
@@ -114,18 +126,22 @@ class View(UpdateNode):
         self.eps = query.eps if eps is None else eps
         _check_eps(self.eps)
         # The view checks deletes itself (below), so leaves that only feed sums keep
-        # the sums, not their tuples; where the native build runs, in native maps.
-        field_maps = (None if self.partitioner.partitions > 1 or keep_rows
-                      else self._native_field_maps(native, on_compile) if row_packer is None
-                      else StandInFieldMap)  # (explain: not a dict, as a native run's)
+        # the sums, not their tuples; where the native build runs, in native maps:
+        # a sum leaf's projection and a top leaf's groups are field maps (one native
+        # array each, some 60 bytes an entry where a dict of packed keys and values
+        # takes 150). Not with keep_rows, as rows are not packed then either.
+        field_maps: Callable[[int, int], Any] | None = None
+        if self.partitioner.partitions == 1 and not keep_rows:
+            module = None if row_packer is not None else _native_rows_module(native, on_compile)
+            field_maps = (StandInFieldMap if row_packer is not None  # (explain)
+                          else None if module is None else module.FieldMap)
         self.engines: list[PartitionEngine] = [
             query.kind.make_engine(state=DictState(field_maps), eps=self.eps,
                                    keep_leaf_tuples=False)
             for _ in range(self.partitioner.partitions)
         ]
         self.native_field_maps = field_maps is not None
-        """Whether the join trees' sum leaves keep their sums in native maps
-        (:meth:`_native_field_maps`)."""
+        """Whether the join trees' sum leaves and top leaves' groups are field maps."""
         # Partitions (and engines that emit bag multiplicities) make DISTINCT count
         # supports in the finalizer.
         self.finalizer = make_finalizer(
@@ -203,22 +219,6 @@ class View(UpdateNode):
                              str(update.mult))
         return route, row
 
-    @staticmethod
-    def _native_field_maps(native: bool | None, on_compile: Callable[[], None] | None
-                         ) -> Callable[[int, int], Any] | None:
-        """The native build's ``FieldMap`` (:mod:`core.native_rows`) for the sum
-        leaves of a single partition's join trees (key -> ring payload sum: an entry in
-        one native array, some 60 bytes where a dict of packed keys and payloads takes
-        150), where the build can run; else None (dicts). Not with ``keep_rows``, as
-        rows are not packed then either (:meth:`_pack_rows`)."""
-        if native_mode(native) == "off" or native_available() is not None:
-            return None
-        try:
-            maps: Callable[[int, int], Any] = native_rows(on_compile).FieldMap
-        except NativeBuildError:
-            return None
-        return maps
-
     def _pack_rows(self, native: bool | None, keep_rows: bool,
                    on_compile: Callable[[], None] | None,
                    packer: Callable[[tuple[Any, ...]], Any] | None) -> int:
@@ -238,12 +238,10 @@ class View(UpdateNode):
             return 0
         pack = packer
         if pack is None:
-            if native_mode(native) == "off" or native_available() is not None:
+            module = _native_rows_module(native, on_compile)
+            if module is None:
                 return 0
-            try:
-                pack = native_rows(on_compile).packer(True)
-            except NativeBuildError:
-                return 0
+            pack = module.packer(True)
         engine = self.engines[0]
         nodes = engine.atom_nodes
         packed = 0
