@@ -366,6 +366,9 @@ cdef class FieldMap:
     comment): ``get``, ``[k]``, ``[k] = v``, ``del``, ``pop``, ``in``, ``len``,
     iteration over keys, ``keys()``, ``values()``, ``items()``, ``clear()`` and
     ``nbytes``. Those values read back as tuples; any other value is kept as it is.
+    With ``key_at`` (the value's positions of the key's ``nkey`` values: a top leaf's
+    group, its key a part of its one tuple), a value holding the key's values there,
+    the same values, keeps only its other fields: the key is not stored twice.
 
     >>> from decimal import Decimal
     >>> m = FieldMap(2, 3)
@@ -376,6 +379,9 @@ cdef class FieldMap:
     ([((24, 600000), (1, 1, Decimal('901.00')))], None)
     >>> bucket = {(5, 6, 7): 2}; m[(5, 6)] = bucket; m[(5, 6)] is bucket
     True
+    >>> g = FieldMap(2, 3, key_at=(2, 0)); g[(7, 5)] = (5, "x", 7); g[(1, 2)] = (9, 9, 9)
+    >>> g[(7, 5)], g[(1, 2)], g.nbytes < m.nbytes
+    ((5, 'x', 7), (9, 9, 9), True)
     """
 
     cdef char *slots
@@ -383,16 +389,39 @@ cdef class FieldMap:
     cdef Py_ssize_t used
     cdef readonly int nkey
     cdef readonly int nval
-    cdef int nf  # nkey + nval
+    cdef int nf  # nkey + the value fields a slot stores
+    cdef readonly tuple key_at  # (None: the value's fields all stored)
+    # src[p]: the slot's field that holds the value's field p (a key field, with key_at)
+    cdef int src[32]
     cdef Py_ssize_t size  # bytes a slot: hash, nf values, nf tags, a flag (below)
     cdef unsigned long long version  # (changes while iterating are an error, as in a dict)
 
-    def __cinit__(self, int nkey, int nval):
+    def __cinit__(self, int nkey, int nval, key_at=None):
+        cdef int p, f
         if nkey < 1 or nval < 1 or nkey + nval > 32:
             raise ValueError(f"a FieldMap holds 1 to 32 fields, not {nkey} + {nval}")
         self.nkey = nkey
         self.nval = nval
-        self.nf = nkey + nval
+        if key_at is None:
+            self.nf = nkey + nval
+            for p in range(nval):
+                self.src[p] = nkey + p
+        else:
+            key_at = tuple(key_at)
+            if (len(key_at) != nkey or len(set(key_at)) != nkey
+                    or not all(type(p) is int and 0 <= p < nval for p in key_at)):
+                raise ValueError(f"key_at: {nkey} distinct positions of a value of "
+                                 f"{nval}, not {key_at!r}")
+            # (at least one value field: a value kept by reference is held there)
+            self.nf = nkey + max(1, nval - nkey)
+            f = nkey
+            for p in range(nval):
+                if p in key_at:
+                    self.src[p] = key_at.index(p)
+                else:
+                    self.src[p] = f
+                    f += 1
+        self.key_at = key_at
         self.size = (8 + 8 * self.nf + self.nf + 1 + 7) // 8 * 8
         self.cap = 8
         self.used = 0
@@ -431,6 +460,10 @@ cdef class FieldMap:
         cdef int64_t *vals = self._vals(i)
         cdef unsigned char *tags = self._tags(i)
         _release_all(vals, tags, self.nkey + 1 if self._by_ref(i) else self.nf)
+
+    cdef inline int _stored_fields(self) noexcept:
+        """The value fields a slot holds inline."""
+        return self.nf - self.nkey
 
     # -- keys ------------------------------------------------------------------------
     cdef inline tuple _key_tuple(self, object key):
@@ -479,9 +512,19 @@ cdef class FieldMap:
     cdef object _value_at(self, Py_ssize_t i):
         cdef int64_t *vals = self._vals(i)
         cdef unsigned char *tags = self._tags(i)
+        cdef tuple t
+        cdef int p
+        cdef object v
         if self._by_ref(i):
             return <object><PyObject *><intptr_t>vals[self.nkey]
-        return _fields_tuple(vals + self.nkey, tags + self.nkey, self.nval)
+        if self.key_at is None:
+            return _fields_tuple(vals + self.nkey, tags + self.nkey, self.nval)
+        t = PyTuple_New(self.nval)
+        for p in range(self.nval):
+            v = _value(vals[self.src[p]], tags[self.src[p]])
+            Py_INCREF(v)
+            PyTuple_SET_ITEM(t, p, v)
+        return t
 
     cdef inline tuple _inline_value(self, object value):
         """``value`` when it is a tuple kept inline, else None (a packed row: see
@@ -521,20 +564,48 @@ cdef class FieldMap:
         if vt is None and _copy_packed(value, self.nval, vals, tags):
             flag = 1  # (a packed row's fields as they are: a payload rpack made)
             n = self.nval
-        elif vt is None:
-            Py_INCREF(value)
-            vals[0] = <int64_t><intptr_t><PyObject *>value
-            tags[0] = T_OBJ
-        else:
+        elif vt is not None:
             flag = 1
             n = self.nval
             _store_all(vt, n, vals, tags)
+        if flag == 1 and self.key_at is not None:
+            n = self._without_key(old, old_tags, vals, tags)
+            if n < 0:  # (the value does not hold the key there: kept by reference)
+                flag = 2
+        if flag == 2:
+            Py_INCREF(value)
+            vals[0] = <int64_t><intptr_t><PyObject *>value
+            tags[0] = T_OBJ
+            n = 1
         if old_flag:
-            _release_all(old + self.nkey, old_tags + self.nkey, 1 if old_flag == 2 else self.nval)
+            _release_all(old + self.nkey, old_tags + self.nkey,
+                         1 if old_flag == 2 else self._stored_fields())
         memcpy(old + self.nkey, vals, 8 * n)
         memcpy(old_tags + self.nkey, tags, n)
         self._at(i)[self.size - 1] = flag
         return 0
+
+    cdef int _without_key(self, int64_t *key, unsigned char *key_tags, int64_t *vals,
+                          unsigned char *tags) noexcept:
+        """The ``nval`` fields of a value in ``vals`` (references taken) compacted to
+        those that are not the key's, when the key's fields at ``key_at`` are
+        the slot's key fields as stored (the same int or DECIMAL, or the same object:
+        they read back the same): the count kept, the key's duplicates released. -1
+        otherwise, every reference released."""
+        cdef int p, f = 0, k
+        for p in range(self.nval):
+            k = self.src[p]
+            if k < self.nkey and (vals[p] != key[k] or tags[p] != key_tags[k]):
+                _release_all(vals, tags, self.nval)
+                return -1
+        for p in range(self.nval):
+            if self.src[p] < self.nkey:
+                _release_all(vals + p, tags + p, 1)
+            else:
+                vals[f] = vals[p]
+                tags[f] = tags[p]
+                f += 1
+        return f
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t old_cap = self.cap, i, j
@@ -687,11 +758,11 @@ cdef class FieldMap:
         return "FieldMap({" + ", ".join(f"{k!r}: {v!r}" for k, v in self.items()) + "})"
 
     def __reduce__(self):
-        return (_field_map, (self.nkey, self.nval, list(self.items())))
+        return (_field_map, (self.nkey, self.nval, list(self.items()), self.key_at))
 
 
-def _field_map(int nkey, int nval, list items):
-    m = FieldMap(nkey, nval)
+def _field_map(int nkey, int nval, list items, key_at=None):
+    m = FieldMap(nkey, nval, key_at)
     for k, v in items:
         m[k] = v
     return m

@@ -300,10 +300,12 @@ class JoinNode:
                 self.base_in_proj = True
                 if self.key_attrs and self.key_attrs != self.attrs:
                     # (key -> its group, mostly one tuple, bare: natively, the key's and
-                    # the tuple's fields in one slot; TPC-H Q21's per-(supplier, order)
-                    # counts read from their view. A key that is the whole tuple is
-                    # the tuple already: one object for both, kept a dict.)
-                    self._field_proj(len(self.attrs))
+                    # the tuple's fields in one slot, the key's not twice; TPC-H Q21's
+                    # per-(supplier, order) counts read from their view. A key that is
+                    # the whole tuple is the tuple already: one object for both, kept
+                    # a dict.)
+                    self._field_proj(len(self.attrs), tuple(
+                        self.attrs.index(a) for a in self.key_attrs))
                 self.base = IndexedBase(self.proj, self.key_of)  # type: ignore[assignment]
             elif not (self._int_payloads() and self._is_key_leaf()):
                 self.base = self.state.map(f"{self.name}.base")
@@ -316,17 +318,19 @@ class JoinNode:
         if all(node.finished for node in tree):
             nodecode.compile_tree(tree[0])
 
-    def _field_proj(self, nval: int) -> None:
+    def _field_proj(self, nval: int, key_at: tuple[int, ...] | None = None) -> None:
         """:attr:`proj` as the state's :meth:`~operators.state.State.field_map`: keys of
-        this node's key's values, values mostly tuples of ``nval`` (called in
-        :meth:`finish`, before the tree's code binds the map)."""
+        this node's key's values, values mostly tuples of ``nval`` (holding the key's
+        values at ``key_at``: a group's tuple) (called in :meth:`finish`, before the
+        tree's code binds the map)."""
         if nval > 8:
             # (kept a dict of tuples: past 8 values a value is no packed row, whose
             # fields a field map copies as they are, but a tuple, whose DECIMALs it
             # would parse on every write and make again on every read; an aggregate
             # of that many sums: TPC-H Q1's, 15% slower so, over 4 keys)
             return
-        self.proj = self.state.field_map(f"{self.name}.proj", len(self.key_attrs), nval)
+        self.proj = self.state.field_map(f"{self.name}.proj", len(self.key_attrs), nval,
+                                         key_at)
         self.proj_read = read_only_get(self.proj)
 
     @property

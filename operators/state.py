@@ -16,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Protocol
 
+FieldMaps = Callable[[int, int, "tuple[int, ...] | None"], MutableMapping[Any, Any]]
+"""What makes a :class:`DictState`'s field maps: ``(nkey, nval, key_at) -> map``
+(:meth:`State.field_map`)."""
+
 
 class State(Protocol):
     """Where an operator keeps its keyed state. ``map(name)`` always returns the same
@@ -23,11 +27,13 @@ class State(Protocol):
 
     def map(self, name: str) -> MutableMapping[Any, Any]: ...
 
-    def field_map(self, name: str, nkey: int, nval: int) -> MutableMapping[Any, Any]:
+    def field_map(self, name: str, nkey: int, nval: int,
+                  key_at: tuple[int, ...] | None = None) -> MutableMapping[Any, Any]:
         """The map ``name``, still empty, for keys of ``nkey`` values whose values are
         mostly tuples of ``nval`` (a join tree's sum leaf: key -> ring payload; a top
-        leaf's groups: key -> its one tuple): a backend may hold it natively
-        (:class:`DictState` with ``field_maps``); else ``map(name)``."""
+        leaf's groups: key -> its one tuple, which holds the key's values at positions
+        ``key_at``): a backend may hold it natively (:class:`DictState` with
+        ``field_maps``); else ``map(name)``."""
         ...
 
     def names(self) -> list[str]: ...
@@ -39,12 +45,12 @@ class State(Protocol):
 
 
 class DictState:
-    """In-process state: one dict per declared name; with ``field_maps(nkey, nval)``,
+    """In-process state: one dict per declared name; with ``field_maps(nkey, nval,
+    key_at)``,
     the maps asked for by :meth:`field_map` are made by it instead (the native build's
     ``FieldMap`` of ``core/native_rows.pyx``: entries in one native array)."""
 
-    def __init__(self, field_maps: Callable[[int, int], MutableMapping[Any, Any]] | None = None
-                 ) -> None:
+    def __init__(self, field_maps: FieldMaps | None = None) -> None:
         self._maps: dict[str, MutableMapping[Any, Any]] = {}
         self.field_maps = field_maps
 
@@ -55,11 +61,12 @@ class DictState:
             self._maps[name] = m
         return m
 
-    def field_map(self, name: str, nkey: int, nval: int) -> MutableMapping[Any, Any]:
-        """``field_maps(nkey, nval)`` under ``name`` where given (replacing the empty dict
-        :meth:`map` made), else :meth:`map`.
+    def field_map(self, name: str, nkey: int, nval: int,
+                  key_at: tuple[int, ...] | None = None) -> MutableMapping[Any, Any]:
+        """``field_maps(nkey, nval, key_at)`` under ``name`` where given (replacing the
+        empty dict :meth:`map` made), else :meth:`map`.
 
-        >>> st = DictState(field_maps=lambda nkey, nval: {"native": (nkey, nval)})
+        >>> st = DictState(field_maps=lambda nkey, nval, key_at: {"native": (nkey, nval)})
         >>> _ = st.map("S.proj"); st.field_map("S.proj", 2, 3), st.map("S.proj")
         ({'native': (2, 3)}, {'native': (2, 3)})
         """
@@ -69,7 +76,7 @@ class DictState:
         if len(m):
             msg = f"state map {name} holds entries: a field map replaces it before any update"
             raise RuntimeError(msg)
-        self._maps[name] = m = self.field_maps(nkey, nval)
+        self._maps[name] = m = self.field_maps(nkey, nval, key_at)
         return m
 
     def names(self) -> list[str]:

@@ -412,7 +412,8 @@ class WriteBackState:
             self._maps[name] = m
         return m
 
-    def field_map(self, name: str, nkey: int, nval: int) -> TrackedMap:
+    def field_map(self, name: str, nkey: int, nval: int,
+                  key_at: tuple[int, ...] | None = None) -> TrackedMap:
         """:meth:`map`: the runners write these entries back as any other's."""
         return self.map(name)
 

@@ -591,6 +591,46 @@ def test_native_field_map_is_a_dict(
     assert m.pop((1, 2)) == (1, 2) and (1, 2) not in m
 
 
+_GROUP_KEY_PARTS = st.one_of(st.integers(0, 30), st.just(2**70), st.just(1.0),
+                             st.decimals(places=1, min_value=0, max_value=3),
+                             st.decimals(places=2, min_value=0, max_value=3),
+                             st.sampled_from(["x", None]))
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["group", "group", "other", "del", "get"]),
+                          st.tuples(_GROUP_KEY_PARTS, _GROUP_KEY_PARTS),
+                          _GROUP_KEY_PARTS, st.tuples(_GROUP_KEY_PARTS, _GROUP_KEY_PARTS),
+                          st.booleans()),
+                max_size=200))
+def test_native_field_map_with_the_key_in_its_values(
+        ops: list[tuple[str, tuple[Any, Any], Any, tuple[Any, Any], bool]]) -> None:
+    """A ``FieldMap`` with ``key_at`` (a top leaf's groups: the value is a tuple
+    holding the key's values at those positions) stores such a value's other fields
+    only, and still reads back exactly what was set, after every step: the same
+    values, DECIMAL exponents and types (a key of 1 with a value holding 1.0 or
+    another DECIMAL exponent is kept whole), as tuples and as packed rows; values
+    that do not hold the key, by reference."""
+    from core.native import native_rows
+
+    m, want = native_rows().FieldMap(2, 3, key_at=(2, 0)), {}
+    pack = native_rows().packer(True)
+    for op, key, middle, other, packed in ops:
+        if op in ("group", "other"):
+            # (the key's own objects, as the generated code projects them from the tuple)
+            value = (key[1], middle, key[0]) if op == "group" else (other[0], middle, other[1])
+            m[key] = pack(value) if packed else value
+            want[key] = value
+        elif op == "del" and key in want:
+            del m[key], want[key]
+        got = m.get(key)
+        assert (key in m) == (key in want) and len(m) == len(want)
+        assert repr(got) == repr(want.get(key))
+    assert sorted(map(repr, m.items())) == sorted(map(repr, want.items()))
+    assert m.nbytes < native_rows().FieldMap(2, 3).nbytes or len(m) > 6
+
+
 @needs_native
 def test_a_compiled_view_keeps_sum_leaves_natively() -> None:
     """A compiled view keeps a join tree's sum leaf (key -> payload sums) in a

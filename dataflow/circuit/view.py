@@ -49,7 +49,7 @@ from operators.deletecheck import CheckMode, DeleteCheck, RowDigest, digest_maps
 from operators.input import RelationInput, RelationRoute
 from operators.joinnode import JoinNode
 from operators.node import UpdateNode
-from operators.state import DictState
+from operators.state import DictState, FieldMaps
 
 if TYPE_CHECKING:
     from dataflow.api import CompiledQuery
@@ -85,7 +85,7 @@ class StandInFieldMap(dict[Any, Any]):
     itself, so the generated code's translation types it as the run's (an object,
     not a ``cdef dict``), and predicts the same module."""
 
-    def __init__(self, nkey: int, nval: int) -> None:
+    def __init__(self, nkey: int, nval: int, key_at: tuple[int, ...] | None = None) -> None:
         super().__init__()
 
 
@@ -130,7 +130,7 @@ class View(UpdateNode):
         # a sum leaf's projection and a top leaf's groups are field maps (one native
         # array each, some 60 bytes an entry where a dict of packed keys and values
         # takes 150). Not with keep_rows, as rows are not packed then either.
-        field_maps: Callable[[int, int], Any] | None = None
+        field_maps: FieldMaps | None = None
         if self.partitioner.partitions == 1 and not keep_rows:
             module = None if row_packer is not None else _native_rows_module(native, on_compile)
             field_maps = (StandInFieldMap if row_packer is not None  # (explain)

@@ -48,8 +48,9 @@ class PrefixedState:
     def map(self, name: str) -> Any:
         return self.inner.map(self.prefix + name)
 
-    def field_map(self, name: str, nkey: int, nval: int) -> Any:
-        return self.inner.field_map(self.prefix + name, nkey, nval)
+    def field_map(self, name: str, nkey: int, nval: int,
+                  key_at: tuple[int, ...] | None = None) -> Any:
+        return self.inner.field_map(self.prefix + name, nkey, nval, key_at)
 
     def names(self) -> list[str]:
         n = len(self.prefix)
