@@ -30,6 +30,10 @@ from typing import Any
 from operators.nodemaps import IndexedBase
 from operators.state import State
 
+BIG_BUCKET = 8
+"""Tuples from which a delta join's bucket is a field map (where the state makes
+them: a few tuples keep a dict, as a field map's first table holds 8 slots)."""
+
 Step = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 """(atom, key positions in the atom, their variable slots, the atom's new variable slots
 (-1 for an already bound position))."""
@@ -70,7 +74,8 @@ class DeltaJoin:
         self.slots = [tuple(slot[v] for v in a) for a in self.atom_vars]
         self.out_slots = tuple(slot[v] for v in out_vars)
         # Indexes: (atom, key positions) -> key -> {tuple: multiplicity}.
-        self.indexes: dict[tuple[int, tuple[int, ...]], MutableMapping[Any, dict[Any, int]]] = {}
+        self.indexes: dict[tuple[int, tuple[int, ...]],
+                           MutableMapping[Any, MutableMapping[Any, int]]] = {}
         self.plans: list[list[Step]] = []
         for i in range(len(self.atom_vars)):
             steps = self._order(i)
@@ -83,10 +88,14 @@ class DeltaJoin:
             self.plans.append(steps)
         # (per atom its indexes, each with the function that files a tuple under its key)
         self._by_atom: list[list[tuple[Callable[[tuple[Any, ...]], Any],
-                                       MutableMapping[Any, dict[Any, int]]]]]
+                                       MutableMapping[Any, MutableMapping[Any, int]]]]]
         self._by_atom = [[] for _ in self.atom_vars]
         for (j, key), idx in sorted(self.indexes.items(), key=lambda kv: kv[0]):
             self._by_atom[j].append((_key_of(key), idx))
+        # A bucket past BIG_BUCKET tuples becomes a field map where the state makes them
+        # (tuple -> multiplicity, the tuple's fields in the slot: some 70 bytes a tuple
+        # where a dict of packed rows took 100; TPC-H Q5's lineitems per supplier).
+        self._field_bucket = state.field_map_factory()
         # An atom's multiplicities: read from its first index's buckets where it has
         # one (which hold them already: a second map of every tuple would double the
         # bag's bytes, TPC-H Q5's lineitem), else its own map ``<name>.atom<i>``.
@@ -185,12 +194,24 @@ class DeltaJoin:
             if new:
                 if bucket is None:
                     idx[k] = {t: new}
+                elif (type(bucket) is dict and len(bucket) >= BIG_BUCKET
+                      and self._field_bucket is not None and 0 < len(t) <= 8):
+                    idx[k] = self._as_field_map(bucket, len(t))
+                    idx[k][t] = new
                 else:
                     bucket[t] = new
             elif bucket is not None:
                 bucket.pop(t, None)
                 if not bucket:
                     del idx[k]
+
+    def _as_field_map(self, bucket: dict[Any, int], width: int) -> MutableMapping[Any, int]:
+        """The tuples of a dict bucket in a field map (of tuples of ``width``)."""
+        assert self._field_bucket is not None
+        grown = self._field_bucket(width, 1, None)
+        for tup, m in bucket.items():
+            grown[tup] = m
+        return grown
 
     def full(self) -> dict[tuple[Any, ...], int]:
         """The whole projected join, recomputed from the atoms (tests, snapshots)."""

@@ -217,6 +217,11 @@ class JoinNode:
         self.base_in_proj = False
         """Whether the multiplicities live in the ``proj`` groups (a top leaf over
         integer payloads: groups are tuple -> multiplicity dicts, not sets)."""
+        self.unit_group: MutableMapping[Any, int] | None = None
+        """A top leaf's one group (its key is empty: every tuple -> its multiplicity)
+        as a field map, kept as ``proj[()]`` while it holds a tuple (set in
+        :meth:`finish` where the state keeps field maps; else the group is a dict
+        bucket as any other's)."""
         # buckets: sets of tuples; dicts tuple -> multiplicity in the first (base_in_index)
         self.index: list[MutableMapping[Any, Any]] = []
         self.index_shared: list[int | None] = []
@@ -306,6 +311,15 @@ class JoinNode:
                     # a dict.)
                     self._field_proj(len(self.attrs), tuple(
                         self.attrs.index(a) for a in self.key_attrs))
+                elif (not self.key_attrs and len(self.attrs) <= 8
+                      and (make := self.state.field_map_factory()) is not None):
+                    # (one group of every tuple: a count view's, as TPC-H Q21's four
+                    # counts per (order, supplier) and per order, where a dict of
+                    # packed tuples took some 80 bytes a tuple; the map of tuple ->
+                    # multiplicity, the tuple's fields and a reference to the count
+                    # in one slot, 40 for two fields)
+                    # (held in proj only, so its tuples are counted once)
+                    self.unit_group = make(len(self.attrs), 1, None)
                 self.base = IndexedBase(self.proj, self.key_of)  # type: ignore[assignment]
             elif not (self._int_payloads() and self._is_key_leaf()):
                 self.base = self.state.map(f"{self.name}.base")

@@ -170,6 +170,8 @@ def bind_maps(node: JoinNode, env: dict[str, Any]) -> None:
         env[f"index_{n}_{i}"] = node.index[i]
         env[f"indexread_{n}_{i}"] = node.index_read[i]
         env[f"L_{n}_{i}"] = node.live_index[i]
+    if node.unit_group is not None:
+        env[f"ugroup_{n}"], env[f"ugroupget_{n}"] = node.unit_group, node.unit_group.get
     env[f"emit_{n}"] = node._emit_via_hook
     env[f"keyhook_{n}"] = node._key_via_hook
 
@@ -400,6 +402,8 @@ def proj_leaf_lines(node: JoinNode) -> list[str]:
     if node.parent is not None:
         call = f"support_{node.parent.num}({node.pos_in_parent}, k, "
         appear, disappear = [f"        {call}True)"], [f"            {call}False)"]
+    if node.unit_group is not None:
+        return unit_group_lines(node, live, one, minus_one, appear, disappear)
     stored = stored_key_expr("t", node.attrs, node.scalar, node.key_attrs, "k")
     put = bucket_put_lines("        ", f"proj_{n}", "k", "group", stored)
     lines = [f"def apply_{n}(t, dm):", f"    k = {k}", f"    group = proj_{n}.get(k)",
@@ -417,6 +421,26 @@ def proj_leaf_lines(node: JoinNode) -> list[str]:
     if not node.counting:
         lines += [f"        if {live}:", f"            emit_{n}(t, new - old)"]
     return lines
+
+
+def unit_group_lines(node: JoinNode, live: str, one: str, minus_one: str,
+                     appear: list[str], disappear: list[str]) -> list[str]:
+    """:func:`proj_leaf_lines` for a top leaf whose one group (key ``()``) is a field
+    map, ``ugroup_n`` (:attr:`~operators.joinnode.JoinNode.unit_group`): the same
+    steps, the group stored as ``proj_n[()]`` from its first tuple to its last, and
+    the multiplicity written there (never a bare tuple: the map holds each tuple's
+    fields in its slot)."""
+    n = node.num
+    return [f"def apply_{n}(t, dm):", "    k = ()", f"    old = ugroupget_{n}(t, 0)",
+            "    new = old + dm", "    if old == 0:", f"        ugroup_{n}[t] = new",
+            f"        if len(ugroup_{n}) == 1:", f"            proj_{n}[k] = ugroup_{n}",
+            *("    " + ln for ln in appear), f"        if {live}:",
+            f"            emit_{n}(t, {one})", "    elif new == 0:", f"        if {live}:",
+            f"            emit_{n}(t, {minus_one})", f"        del ugroup_{n}[t]",
+            f"        if len(ugroup_{n}) == 0:", f"            del proj_{n}[k]",
+            *disappear, "    else:", f"        ugroup_{n}[t] = new",
+            *([f"        if {live}:", f"            emit_{n}(t, new - old)"]
+              if not node.counting else [])]
 
 
 # -- projections of the lower part ---------------------------------------------------

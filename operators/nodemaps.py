@@ -37,18 +37,35 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
+import operators.state as state_module
 from operators.state import read_only_get
 
 Projector = Callable[[Any], Any]
 EMPTY: frozenset[Any] = frozenset()
 
-CONTAINERS = (list, set, frozenset, dict, MappingProxyType)
+CONTAINERS: tuple[type[Any], ...] = (list, set, frozenset, dict, MappingProxyType)
 """The types of a bucket that holds its tuples in a container (subclasses too: the
 runners' write-back cache tracks sets and dicts as subclasses); anything else is one
 bare tuple."""
 
-DICTS = (dict, MappingProxyType)
+DICTS: tuple[type[Any], ...] = (dict, MappingProxyType)
 """The container types of a dict bucket (tuple -> multiplicity)."""
+
+
+def register_dict_bucket(kind: type) -> None:
+    """Read maps of type ``kind`` as dict buckets from now on (the native build's
+    ``FieldMap``: a top leaf's one group of every tuple,
+    :attr:`~operators.joinnode.JoinNode.unit_group`).
+
+    >>> class Counts(dict): ...
+    >>> register_dict_bucket(Counts); Counts in DICTS and Counts in CONTAINERS
+    True
+    """
+    global CONTAINERS, DICTS
+    if kind not in DICTS:
+        CONTAINERS = (*CONTAINERS, kind)
+        DICTS = (*DICTS, kind)
+        state_module.BUCKETS = (*state_module.BUCKETS, kind)
 
 
 def members(bucket: Any) -> Any:

@@ -36,6 +36,14 @@ class State(Protocol):
         ``field_maps``); else ``map(name)``."""
         ...
 
+    def field_map_factory(self) -> FieldMaps | None:
+        """What makes this state's field maps (native ones, or explain's stand-ins), or
+        None where :meth:`field_map` gives plain maps: a map kept inside another's
+        entry (a top leaf's one group of every tuple, a delta join's bucket) is a field
+        map only where this gives one (the runners' write-back tracks each map's own
+        entries: None there)."""
+        ...
+
     def names(self) -> list[str]: ...
 
     def entries(self) -> int:
@@ -79,12 +87,25 @@ class DictState:
         self._maps[name] = m = self.field_maps(nkey, nval, key_at)
         return m
 
+    def field_map_factory(self) -> FieldMaps | None:
+        """``field_maps``.
+
+        >>> DictState().field_map_factory() is None, DictState(dict).field_map_factory()
+        (True, <class 'dict'>)
+        """
+        return self.field_maps
+
     def names(self) -> list[str]:
         return sorted(self._maps)
 
     def entries(self) -> int:
         """Stored entries: map keys plus the members of set/dict values."""
         return count_entries(self._maps.values())
+
+
+BUCKETS: tuple[type[Any], ...] = (list, set, frozenset, dict)
+"""The values whose members :func:`count_entries` counts (the native build's field
+maps join them: :func:`operators.nodemaps.register_dict_bucket`)."""
 
 
 def count_entries(maps: Iterable[MutableMapping[Any, Any]]) -> int:
@@ -97,7 +118,7 @@ def count_entries(maps: Iterable[MutableMapping[Any, Any]]) -> int:
     for m in maps:
         total += len(m)
         for v in m.values():
-            if isinstance(v, (list, set, frozenset, dict)):
+            if isinstance(v, BUCKETS):
                 total += len(v)
     return total
 

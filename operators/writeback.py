@@ -417,6 +417,11 @@ class WriteBackState:
         """:meth:`map`: the runners write these entries back as any other's."""
         return self.map(name)
 
+    def field_map_factory(self) -> None:
+        """None: a map is never kept inside another here (the write-back tracks each
+        map's own entries)."""
+        return None
+
     def names(self) -> list[str]:
         return sorted(self._maps)
 

@@ -49,6 +49,7 @@ from operators.deletecheck import CheckMode, DeleteCheck, RowDigest, digest_maps
 from operators.input import RelationInput, RelationRoute
 from operators.joinnode import JoinNode
 from operators.node import UpdateNode
+from operators.nodemaps import register_dict_bucket
 from operators.state import DictState, FieldMaps
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ class View(UpdateNode):
             module = None if row_packer is not None else _native_rows_module(native, on_compile)
             field_maps = (StandInFieldMap if row_packer is not None  # (explain)
                           else None if module is None else module.FieldMap)
+            if module is not None:  # (a top leaf's one group is a field map: a bucket)
+                register_dict_bucket(module.FieldMap)
         self.engines: list[PartitionEngine] = [
             query.kind.make_engine(state=DictState(field_maps), eps=self.eps,
                                    keep_leaf_tuples=False)

@@ -52,6 +52,9 @@ class PrefixedState:
                   key_at: tuple[int, ...] | None = None) -> Any:
         return self.inner.field_map(self.prefix + name, nkey, nval, key_at)
 
+    def field_map_factory(self) -> Any:
+        return self.inner.field_map_factory()
+
     def names(self) -> list[str]:
         n = len(self.prefix)
         return [x[n:] for x in self.inner.names() if x.startswith(self.prefix)]
