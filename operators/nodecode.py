@@ -324,7 +324,8 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
                  "    if old == 0 or new:", f"        base_{n}[t] = new"]
     for i, k in enumerate(keys[1:], 1):
         lines.append(f"        k = {k}")
-        if node.index_shared[i] is None:  # (else the earlier child's index holds it)
+        if node.index_shared[i] is None and not node.index_whole[i]:
+            # (else the earlier child's index holds it, or the first one does)
             lines += set_add("        ", f"index_{n}_{i}", "k", "b", stored_key=stored_key_expr(
                 "t", node.attrs, node.scalar, node.children[i].key_attrs, "k"))
         lines += [f"        if k in proj_{node.children[i].num}:", "            c += 1"]
@@ -358,7 +359,7 @@ def apply_lines(node: JoinNode, pay: Payloads) -> list[str]:
         # (old > 0 here, so b0 is the bucket that holds t)
         lines += bucket_remove_lines("        ", f"index_{n}_0", "k0", "b0")
     for i, k in enumerate(keys[1:], 1):
-        if node.index_shared[i] is None:
+        if node.index_shared[i] is None and not node.index_whole[i]:
             lines += [f"        k = {k}", *set_discard("        ", f"index_{n}_{i}", "k", "b")]
     return lines
 

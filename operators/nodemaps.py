@@ -58,8 +58,8 @@ def register_dict_bucket(kind: type) -> None:
     :attr:`~operators.joinnode.JoinNode.unit_group`).
 
     >>> class Counts(dict): ...
-    >>> register_dict_bucket(Counts); Counts in DICTS and Counts in CONTAINERS
-    True
+    >>> register_dict_bucket(Counts); sorted(counted(Counts({(1, 2): 3, (4, 5): 1})))
+    [((1, 2), 3), ((4, 5), 1)]
     """
     global CONTAINERS, DICTS
     if kind not in DICTS:
@@ -96,6 +96,31 @@ def holds(bucket: Any, t: Any) -> bool:
     if isinstance(bucket, CONTAINERS):
         return t in bucket
     return bool(bucket == t)
+
+
+def whole_tuple_lookup(first_read: Callable[..., Any], first_key_of: Projector
+                       ) -> Callable[..., Any]:
+    """A node's index on its whole tuple, read from its first index (``first_read``:
+    its read-only lookup, under ``first_key_of``'s key), which holds every tuple of
+    the node: a key's bucket is the tuple itself while the node holds it (its
+    multiplicity is the first index's to say), else ``default``.
+
+    >>> by_first = {1: {(1, 2): 3}, 4: (4, 5)}
+    >>> read = whole_tuple_lookup(by_first.get, make_projector(("a", "b"), False, ("a",)))
+    >>> read((1, 2)), read((4, 5)), read((1, 3)), read((7, 7), EMPTY)
+    ((1, 2), (4, 5), None, frozenset())
+    """
+
+    def read(k: Any, default: Any = None) -> Any:
+        bucket = first_read(first_key_of(k))
+        if bucket is None:
+            return default
+        if isinstance(bucket, DICTS):
+            return k if bucket.get(k, 0) else default
+        # (the tuple the node stores, where it is there bare: the same object)
+        return bucket if bucket == k else default
+
+    return read
 
 
 def empty_key(_t: Any) -> tuple[()]:
