@@ -284,8 +284,11 @@ class JoinNode:
         self.index.append(NO_MAP if self.generalized or whole  # type: ignore[arg-type]
                           else self.index[shared] if shared is not None
                           else self.state.map(f"{self.name}.index.{child.name}"))
+        # (a child sharing an index reads it as the earlier child does: a whole-tuple
+        # index has nothing stored to read)
         self.index_read.append(
             whole_tuple_lookup(self.index_read[0], self.child_key_of[0]) if whole
+            else self.index_read[shared] if shared is not None
             else read_only_get(self.index[-1]))
         self.live_index.append(self.state.map(f"{self.name}.live.{child.name}") if self.top
                                else NO_MAP)  # type: ignore[arg-type]

@@ -706,13 +706,16 @@ def test_an_index_on_the_whole_tuple_is_read_from_the_first() -> None:
     and their per-(order, supplier) counts) stores no index of its own in the native
     build: the first index, which holds every tuple, answers for it. Deltas and
     snapshots equal the interpreted build's (which keeps the index) through inserts
-    and deletes, the child's keys coming and going without the node's tuples (other
-    rows of L), and the compiled view holds fewer entries."""
+    and deletes, the children's keys coming and going without the node's tuples
+    (other rows of L), a second child on the same key reading the same way (Q21's
+    two count views per (order, supplier)), and the compiled view holds fewer
+    entries."""
     sql = ("CREATE TABLE L(o INT, s INT, x INT); CREATE TABLE O(o INT, st INT); "
            "SELECT L1.s, COUNT(*) AS n FROM L L1, O, "
-           "(SELECT o, s, COUNT(*) AS c FROM L WHERE x > 2 GROUP BY o, s) C "
-           "WHERE L1.o = O.o AND L1.o = C.o AND L1.s = C.s AND O.st = 1 AND L1.x <= 2 "
-           "GROUP BY L1.s")
+           "(SELECT o, s, COUNT(*) AS c FROM L WHERE x > 2 GROUP BY o, s) C, "
+           "(SELECT o, s, COUNT(*) AS c FROM L WHERE x <> 2 GROUP BY o, s) D "
+           "WHERE L1.o = O.o AND L1.o = C.o AND L1.s = C.s AND L1.o = D.o AND L1.s = D.s "
+           "AND O.st = 1 AND L1.x <= 2 GROUP BY L1.s")
     q = compile_query(sql)
     compiled, interpreted = q.maintain(native=True), q.maintain(native=False)
     nodes = [node for engine in compiled.outer.engines for node in engine.nodes]
