@@ -330,7 +330,7 @@ class JoinNode:
                     # a dict.)
                     self._field_proj(len(self.attrs), tuple(
                         self.attrs.index(a) for a in self.key_attrs))
-                elif (not self.key_attrs and len(self.attrs) <= 8
+                elif (not self.key_attrs and 0 < len(self.attrs) <= 8
                       and (make := self.state.field_map_factory()) is not None):
                     # (one group of every tuple: a count view's, as TPC-H Q21's four
                     # counts per (order, supplier) and per order, where a dict of
