@@ -196,8 +196,9 @@ class DeltaJoin:
                     idx[k] = {t: new}
                 elif (type(bucket) is dict and len(bucket) >= BIG_BUCKET
                       and self._field_bucket is not None and 0 < len(t) <= 8):
-                    idx[k] = self._as_field_map(bucket, len(t))
-                    idx[k][t] = new
+                    grown = self._as_field_map(bucket, len(t))
+                    grown[t] = new
+                    idx[k] = grown
                 else:
                     bucket[t] = new
             elif bucket is not None:

@@ -131,12 +131,16 @@ class View(UpdateNode):
         # a sum leaf's projection and a top leaf's groups are field maps (one native
         # array each, some 60 bytes an entry where a dict of packed keys and values
         # takes 150). Not with keep_rows, as rows are not packed then either.
+        # (the native module loaded once, for the field maps and the row packer)
         field_maps: FieldMaps | None = None
+        packer = row_packer
         if self.partitioner.partitions == 1 and not keep_rows:
-            module = None if row_packer is not None else _native_rows_module(native, on_compile)
-            field_maps = (StandInFieldMap if row_packer is not None  # (explain)
-                          else None if module is None else module.FieldMap)
-            if module is not None:  # (a top leaf's one group is a field map: a bucket)
+            if row_packer is not None:  # (explain: not a dict, as a native run's)
+                field_maps = StandInFieldMap
+            elif (module := _native_rows_module(native, on_compile)) is not None:
+                field_maps = module.FieldMap
+                packer = module.packer(True)
+                # (a top leaf's one group, a delta join's big bucket: read as buckets)
                 register_dict_bucket(module.FieldMap)
         self.engines: list[PartitionEngine] = [
             query.kind.make_engine(state=DictState(field_maps), eps=self.eps,
@@ -158,7 +162,7 @@ class View(UpdateNode):
             self.routes[atom.relation.name.lower()].atoms.append(
                 (atom.index, RelationInput(atom, cq.join_vars))
             )
-        self.packed_rows = self._pack_rows(native, keep_rows, on_compile, row_packer)
+        self.packed_rows = self._pack_rows(keep_rows, packer)
         """How many FROM items hand their node packed tuples (:meth:`_pack_rows`)."""
         # The delete check: over the relations the query reads (a relation declared
         # and not read is checked for shape and type only).
@@ -222,8 +226,7 @@ class View(UpdateNode):
                              str(update.mult))
         return route, row
 
-    def _pack_rows(self, native: bool | None, keep_rows: bool,
-                   on_compile: Callable[[], None] | None,
+    def _pack_rows(self, keep_rows: bool,
                    packer: Callable[[tuple[Any, ...]], Any] | None) -> int:
         """Where the native build can run, a single partition's FROM items whose node
         keeps their tuples (not a sum leaf, not a key leaf: those keep sums and keys)
@@ -232,29 +235,23 @@ class View(UpdateNode):
         ``keep_rows`` (the local checkpoint writes a node's rows as they are), and not
         where the build cannot run (then nothing changes). The engine's projections
         store their ring payloads (aggregate vectors) packed alike
-        (:attr:`packed_payloads`). ``packer`` stands in for the
-        native one (``explain`` generates a native run's code without building).
-        Returns how many."""
+        (:attr:`packed_payloads`). ``packer``: the native build's (None where it
+        cannot run), or a stand-in (``explain`` generates a native run's code without
+        building). Returns how many."""
         self.packed_payloads = 0
         """How many join trees store ring payloads packed (:meth:`_pack_rows`)."""
-        if keep_rows or len(self.engines) != 1:
+        if keep_rows or len(self.engines) != 1 or packer is None:
             return 0
-        pack = packer
-        if pack is None:
-            module = _native_rows_module(native, on_compile)
-            if module is None:
-                return 0
-            pack = module.packer(True)
         engine = self.engines[0]
         nodes = engine.atom_nodes
         packed = 0
         for route in self.routes.values():
             for atom, ri in route.atoms:
                 if nodes[atom].keeps_tuples:
-                    ri.pack_with(pack)
+                    ri.pack_with(packer)
                     packed += 1
         # (ring payloads are tuples the nodes build: the same packer stores them)
-        self.packed_payloads = engine.pack_payloads(pack)
+        self.packed_payloads = engine.pack_payloads(packer)
         return packed
 
     def _hold_relations(self) -> dict[str, int]:
