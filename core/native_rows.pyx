@@ -242,11 +242,14 @@ def packer(bint decimals):
 # top leaf's groups (key -> its one tuple, bare: TPC-H Q21's per-(supplier, order)
 # counts read from their view). As a dict of packed keys and packed values an entry
 # costs about 150 bytes (a 48-byte key, a 64-byte value, a dict slot); here one slot
-# holds the key's hash and every field of key and value, 8 bytes and a tag each as in a
-# packed row (56 bytes for 2 key and 3 value fields), at
-# a load of 8/15 to 4/5 (open addressing, linear probing, backward-shift deletion: no
-# tombstones; the table grows by half, a key's home slot by multiply-shift over any
-# size). Fields that are not 64-bit ints or short DECIMALs are references, as in a
+# holds every field of key and value, 8 bytes and a tag each as in a packed row, and a
+# flag byte (48 bytes for 2 key and 3 value fields), at a load of 8/15 to 4/5 (open
+# addressing, linear probing, backward-shift deletion: no tombstones; the table grows
+# by half, a key's home slot by multiply-shift over any size). No hash is stored (it
+# was 8 bytes a slot, a sixth of Q5's (nation, order) sums and a fifth of Q21's count
+# groups): six bits of it in the flag byte pass over most other keys while probing,
+# and where a home slot is needed again (growing, shifting back after a delete) the
+# key is made from its fields and hashed, equal values hashing equal. Fields that are not 64-bit ints or short DECIMALs are references, as in a
 # packed row: any key or value works, at a Python object's cost. A value that is not a
 # tuple (or packed row) of that many values (a bucket of several tuples: a dict, a set)
 # is kept as a reference, read back as the same object. Keys compare as Python values
@@ -360,6 +363,12 @@ cdef inline Py_ssize_t _slot_home(Py_hash_t h, Py_ssize_t cap) noexcept:
                          * <unsigned long long>cap) >> 32)
 
 
+cdef inline unsigned char _fingerprint(Py_hash_t h) noexcept:
+    # (six bits of the mixed hash that _slot_home does not read first: keys sharing a
+    # home slot's neighbourhood mostly differ here)
+    return <unsigned char>(((<unsigned long long>h * 11400714819323198485ULL) >> 26) & 63)
+
+
 cdef class FieldMap:
     """A mapping of keys of ``nkey`` values (a bare value when ``nkey`` is 1, else a
     tuple) to tuples of ``nval`` values, its entries in native memory (see the module
@@ -393,7 +402,7 @@ cdef class FieldMap:
     cdef readonly tuple key_at  # (None: the value's fields all stored)
     # src[p]: the slot's field that holds the value's field p (a key field, with key_at)
     cdef int src[32]
-    cdef Py_ssize_t size  # bytes a slot: hash, nf values, nf tags, a flag (below)
+    cdef Py_ssize_t size  # bytes a slot: nf values, nf tags, a flag (below)
     cdef unsigned long long version  # (changes while iterating are an error, as in a dict)
 
     def __cinit__(self, int nkey, int nval, key_at=None):
@@ -422,7 +431,7 @@ cdef class FieldMap:
                     self.src[p] = f
                     f += 1
         self.key_at = key_at
-        self.size = (8 + 8 * self.nf + self.nf + 1 + 7) // 8 * 8
+        self.size = (8 * self.nf + self.nf + 1 + 7) // 8 * 8
         self.cap = 8
         self.used = 0
         self.slots = _slots_alloc(self.cap * self.size)
@@ -442,19 +451,29 @@ cdef class FieldMap:
     cdef inline bint _used(self, Py_ssize_t i) noexcept:
         return self._at(i)[self.size - 1] != 0
 
-    cdef inline Py_hash_t *_hash(self, Py_ssize_t i) noexcept:
-        return <Py_hash_t *>self._at(i)
-
     cdef inline int64_t *_vals(self, Py_ssize_t i) noexcept:
-        return <int64_t *>(self._at(i) + 8)
+        return <int64_t *>self._at(i)
 
     cdef inline unsigned char *_tags(self, Py_ssize_t i) noexcept:
-        return <unsigned char *>(self._at(i) + 8 + 8 * self.nf)
+        return <unsigned char *>(self._at(i) + 8 * self.nf)
+
+    cdef inline unsigned char _flag(self, Py_ssize_t i) noexcept:
+        # (the flag: its low two bits 0 a free slot, 1 the value's fields inline, 2 the
+        # value a reference in the first value field; its high six the key's
+        # fingerprint, _fingerprint)
+        return <unsigned char>self._at(i)[self.size - 1]
 
     cdef inline bint _by_ref(self, Py_ssize_t i) noexcept:
-        # (the flag: 0 a free slot, 1 the value's fields inline, 2 the value a reference
-        # in the first value field)
-        return self._at(i)[self.size - 1] == 2
+        return (self._flag(i) & 3) == 2
+
+    cdef Py_hash_t _slot_hash(self, char *slot) except? -1:
+        """The hash of the key a used slot (of this map's layout, at ``slot``) holds:
+        made from its fields, the hash of a value equal to the key it was stored under."""
+        cdef int64_t *vals = <int64_t *>slot
+        cdef unsigned char *tags = <unsigned char *>(slot + 8 * self.nf)
+        if self.nkey == 1:
+            return hash(_value(vals[0], tags[0]))
+        return hash(_fields_tuple(vals, tags, self.nkey))
 
     cdef void _release(self, Py_ssize_t i) noexcept:
         cdef int64_t *vals = self._vals(i)
@@ -494,8 +513,9 @@ cdef class FieldMap:
     cdef Py_ssize_t _find(self, object key, Py_hash_t h, tuple kt) except -2:
         """The slot holding ``key`` (``kt``: :meth:`_key_tuple`), or -1."""
         cdef Py_ssize_t i = _slot_home(h, self.cap)
+        cdef unsigned char fp = _fingerprint(h)
         while self._used(i):
-            if self._hash(i)[0] == h and self._matches(i, key, kt):
+            if (self._flag(i) >> 2) == fp and self._matches(i, key, kt):
                 return i
             i += 1
             if i == self.cap:
@@ -558,7 +578,7 @@ cdef class FieldMap:
         cdef int n = 1
         cdef int64_t *old = self._vals(i)
         cdef unsigned char *old_tags = self._tags(i)
-        cdef unsigned char old_flag = self._at(i)[self.size - 1]
+        cdef unsigned char old_flag = self._flag(i) & 3
         cdef unsigned char flag = 2
         cdef tuple vt = self._inline_value(value)
         if vt is None and _copy_packed(value, self.nval, vals, tags):
@@ -582,7 +602,7 @@ cdef class FieldMap:
                          1 if old_flag == 2 else self._stored_fields())
         memcpy(old + self.nkey, vals, 8 * n)
         memcpy(old_tags + self.nkey, tags, n)
-        self._at(i)[self.size - 1] = flag
+        self._at(i)[self.size - 1] = (self._flag(i) & 0xFC) | flag
         return 0
 
     cdef int _without_key(self, int64_t *key, unsigned char *key_tags, int64_t *vals,
@@ -617,18 +637,25 @@ cdef class FieldMap:
         new = _slots_alloc(cap * self.size)
         self.slots = new
         self.cap = cap
-        for i in range(old_cap):
-            if (old + i * self.size)[self.size - 1] != 0:
-                j = _slot_home((<Py_hash_t *>(old + i * self.size))[0], cap)
-                while self._used(j):
-                    j += 1
-                    if j == cap:
-                        j = 0
-                memcpy(self._at(j), old + i * self.size, self.size)
+        try:
+            for i in range(old_cap):
+                if (old + i * self.size)[self.size - 1] != 0:
+                    j = _slot_home(self._slot_hash(old + i * self.size), cap)
+                    while self._used(j):
+                        j += 1
+                        if j == cap:
+                            j = 0
+                    memcpy(self._at(j), old + i * self.size, self.size)
+        except BaseException:
+            # (a key's hash failed, or an interrupt: the old table as it was)
+            self.slots = old
+            self.cap = old_cap
+            _slots_free(new, cap * self.size)
+            raise
         _slots_free(old, old_cap * self.size)
         return 0
 
-    cdef void _remove(self, Py_ssize_t i) noexcept:
+    cdef int _remove(self, Py_ssize_t i) except -1:
         """Backward-shift deletion of slot ``i`` (its references already released)."""
         cdef Py_ssize_t j = i, home
         while True:
@@ -637,7 +664,7 @@ cdef class FieldMap:
                 j = 0
             if not self._used(j):
                 break
-            home = _slot_home(self._hash(j)[0], self.cap)
+            home = _slot_home(self._slot_hash(self._at(j)), self.cap)
             # slot j may move to i when its home is not cyclically in (i, j]
             if (i <= j and (home <= i or home > j)) or (i > j and (home <= i and home > j)):
                 memcpy(self._at(i), self._at(j), self.size)
@@ -645,6 +672,7 @@ cdef class FieldMap:
         memset(self._at(i), 0, self.size)
         self.used -= 1
         self.version += 1
+        return 0
 
     # -- the mapping -----------------------------------------------------------------
     def get(self, key, default=None):
@@ -681,7 +709,7 @@ cdef class FieldMap:
             if i == self.cap:
                 i = 0
         self._store_fields(i, key, kt, value)
-        self._hash(i)[0] = h
+        self._at(i)[self.size - 1] = (self._flag(i) & 3) | (_fingerprint(h) << 2)
         self.used += 1
         self.version += 1
 

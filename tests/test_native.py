@@ -591,6 +591,53 @@ def test_native_field_map_is_a_dict(
     assert m.pop((1, 2)) == (1, 2) and (1, 2) not in m
 
 
+class _SameHash:
+    """A key part whose hash is the same for every value (equal by value): every key
+    made of it probes one cluster of slots."""
+
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SameHash) and other.v == self.v
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __repr__(self) -> str:
+        return f"_SameHash({self.v})"
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 2), st.lists(st.tuples(
+    st.sampled_from(["set", "set", "set", "del", "del"]),
+    st.one_of(st.integers(-3, 3), st.just(-1), st.just(-2), st.just(2**61 - 1),
+              st.just(2**61), st.just(2**62 - 2), st.integers(0, 5).map(_SameHash),
+              st.sampled_from([1.0, True, None]))), max_size=400))
+def test_native_field_map_finds_home_slots_again(
+        nkey: int, ops: list[tuple[str, Any]]) -> None:
+    """A ``FieldMap`` stores no hash: growing, and shifting slots back after a delete,
+    hash each key again from its stored fields. Keys whose hashes collide (-1 and -2,
+    2**61 - 1 and 0, one hash for every ``_SameHash``), keys equal across types (1,
+    1.0, True), long clusters of them deleted in any order: the map reads as the dict
+    the same operations make, after every step."""
+    from core.native import native_rows
+
+    m, want = native_rows().FieldMap(nkey, 2), {}
+    for op, part in ops:
+        key = part if nkey == 1 else (part, 3)
+        if op == "set":
+            m[key] = want[key] = (part, len(want))
+        elif key in want:
+            del m[key], want[key]
+        else:
+            assert m.pop(key, None) is None
+        assert len(m) == len(want) and (key in m) == (key in want)
+        assert all(m[k] == v for k, v in want.items())
+    assert sorted(map(repr, m.items())) == sorted(map(repr, want.items()))
+
+
 _GROUP_KEY_PARTS = st.one_of(st.integers(0, 30), st.just(2**70), st.just(1.0),
                              st.decimals(places=1, min_value=0, max_value=3),
                              st.decimals(places=2, min_value=0, max_value=3),
