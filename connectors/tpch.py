@@ -69,6 +69,7 @@ __all__ = [
     "connect",
     "extension_path",
     "install_hint",
+    "loaded_tables",
     "queries",
     "schema_sql",
     "write_tpch",
@@ -517,6 +518,18 @@ def _updates(con: Any, out: _Stream, n: int, rng: random.Random) -> None:
 # -- the whole directory -----------------------------------------------------------------
 
 
+def loaded_tables(sf: float, threads: int = 2) -> Any:
+    """A DuckDB connection holding dbgen's tables at scale factor ``sf`` in the spec's
+    types: the load epoch :func:`write_tpch` writes, row for row (a benchmark's DuckDB
+    starts from it where staging the load through Python would not fit: SF 10)."""
+    con = connect(sf, threads)
+    # DuckDB's dbgen types identifiers BIGINT and text VARCHAR; the spec's types here.
+    for table in TABLES:
+        casts = ", ".join(f"CAST({n} AS {t}) AS {n}" for n, t in SCHEMA[table])
+        con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT {casts} FROM {table}")
+    return con
+
+
 def write_tpch(spec: TpchSpec, out_dir: str | Path) -> dict[str, Any]:
     """Generate ``spec``'s data and stream into ``out_dir`` (created if need be);
     returns the manifest (also written as ``manifest.json``)."""
@@ -524,12 +537,8 @@ def write_tpch(spec: TpchSpec, out_dir: str | Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(out_dir)
     (out / "queries").mkdir(parents=True, exist_ok=True)
-    con = connect(spec.sf)
+    con = loaded_tables(spec.sf)
     t_dbgen = time.perf_counter() - t0
-    # DuckDB's dbgen types identifiers BIGINT and text VARCHAR; the spec's types here.
-    for table in TABLES:
-        casts = ", ".join(f"CAST({n} AS {t}) AS {n}" for n, t in SCHEMA[table])
-        con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT {casts} FROM {table}")
     (out / "schema.sql").write_text(schema_sql(), encoding="utf-8")
     for nr, text in queries(con).items():
         (out / "queries" / f"q{nr:02d}.sql").write_text(query_file_text(nr, text),
