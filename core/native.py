@@ -458,8 +458,8 @@ def native_maps(on_compile: Callable[[], None] | None = None) -> ModuleType:
     ...     counts[2**63] = 2
     ...     print(counts.get(2**63, 0), counts.nbytes)
     ... else:
-    ...     print(2, 128)
-    2 128
+    ...     print(2, 64)
+    2 64
     """
     module, _seconds = _build(MAPS_PYX.read_text(), on_compile)
     return module

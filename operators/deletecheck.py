@@ -8,9 +8,9 @@ Per relation the query reads, the check keeps one of:
   checked against that map;
 * **row digests** (the default): a multiset ``digest -> multiplicity`` of 64-bit
   digests of the rows (:class:`RowDigest`), about 90 bytes a distinct row in a Python
-  dict, where the whole row cost 300-900; in the compiled build 16 bytes an entry
-  (21-43 with the table's free slots) of native memory (:func:`digest_maps`:
-  ``DigestCounts`` of ``core/native_maps.pyx``);
+  dict, where the whole row cost 300-900; in the compiled build 8 bytes an entry of
+  one copy (10-15 with the table's free slots; a count above 1 in a dict beside it)
+  of native memory (:func:`digest_maps`: ``DigestCounts`` of ``core/native_maps.pyx``);
 * **whole rows** ``row -> multiplicity``, only for a consumer that needs the rows back
   (:meth:`DeleteCheck.items`: the local runner's state checkpoint over Kafka).
 
@@ -278,7 +278,7 @@ def digest_maps(mode: str, on_compile: Callable[[], None] | None = None
                 ) -> Callable[[str], MutableMapping[Any, int]] | None:
     """What a view's :class:`DeleteCheck` keeps digests in, by the native build's mode
     (:func:`core.native.native_mode`): ``DigestCounts`` of ``core/native_maps.pyx``
-    (16 bytes an entry, native memory) where a build can run, else None (dicts). A
+    (8 bytes an entry, native memory) where a build can run, else None (dicts). A
     build that fails gives dicts in mode ``auto`` and raises in mode ``on``.
 
     >>> digest_maps("off") is None
