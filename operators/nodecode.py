@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.codegen import define, set_add, set_discard
+from core.codegen import SMALL_BUCKET, define, set_add, set_discard
 from operators.nodemaps import KeyedBase, count_in, counted, key_expr, members, stored_key_expr
 from operators.nodewalks import boundary_lines, group_lines, live_test, sj_lines, walk_lines
 from operators.ring import IntRing
@@ -255,23 +255,51 @@ def compile_tree(root: JoinNode) -> None:
 
 # -- compact dict buckets (operators.nodemaps: a bare tuple is one of multiplicity 1) --
 def bucket_old_lines(indent: str, b: str) -> list[str]:
-    """``old``: the multiplicity of ``t`` in dict bucket ``b`` (None: absent)."""
+    """``old``: the multiplicity of ``t`` in dict bucket ``b`` (None: absent; a list
+    holds its tuples once each)."""
     i2 = indent + "    "
     return [f"{indent}if {b} is None:", f"{i2}old = 0", f"{indent}elif isinstance({b}, dict):",
-            f"{i2}old = {b}.get(t, 0)", f"{indent}else:", f"{i2}old = 1 if {b} == t else 0"]
+            f"{i2}old = {b}.get(t, 0)", f"{indent}elif isinstance({b}, list):",
+            f"{i2}old = 1 if t in {b} else 0",
+            f"{indent}else:", f"{i2}old = 1 if {b} == t else 0"]
 
 
 def bucket_put_lines(indent: str, table: str, key: str, b: str,
                      stored_key: str | None = None) -> list[str]:
     """Store multiplicity ``new`` (not 0, not ``old``) of ``t`` in ``table[key]``, whose
     bucket was ``b`` (read before, holding ``t`` ``old`` times); a new bucket under
-    ``stored_key`` (:func:`operators.nodemaps.stored_key_expr`), when given."""
+    ``stored_key`` (:func:`operators.nodemaps.stored_key_expr`), when given. Tuples of
+    multiplicity 1 stay a list up to :data:`~core.codegen.SMALL_BUCKET` of them (a
+    dict of 2 to 5 costs 184-232 bytes, a list of 4 88); a multiplicity above 1, or
+    one tuple more, makes the bucket a dict.
+
+    >>> print("\\n".join(bucket_put_lines("", "index", "k", "b")))
+    if isinstance(b, dict):
+        b[t] = new
+    elif b is None:
+        index[k] = t if new == 1 and t is not None else {t: new}
+    elif isinstance(b, list):
+        if new == 1 and len(b) < 8:
+            b.append(t)
+        else:
+            index[k] = {**dict.fromkeys(b, 1), t: new}
+    elif old:
+        index[k] = {t: new}
+    elif new == 1:
+        index[k] = [b, t]
+    else:
+        index[k] = {b: 1, t: new}
+    """
     i2 = indent + "    "
     return [f"{indent}if isinstance({b}, dict):", f"{i2}{b}[t] = new",
             f"{indent}elif {b} is None:",
             f"{i2}{table}[{stored_key or key}] = t if new == 1 and t is not None "
             "else {t: new}",
+            f"{indent}elif isinstance({b}, list):",
+            f"{i2}if new == 1 and len({b}) < {SMALL_BUCKET}:", f"{i2}    {b}.append(t)",
+            f"{i2}else:", f"{i2}    {table}[{key}] = {{**dict.fromkeys({b}, 1), t: new}}",
             f"{indent}elif old:", f"{i2}{table}[{key}] = {{t: new}}",
+            f"{indent}elif new == 1:", f"{i2}{table}[{key}] = [{b}, t]",
             f"{indent}else:", f"{i2}{table}[{key}] = {{{b}: 1, t: new}}"]
 
 
@@ -285,6 +313,9 @@ def bucket_remove_lines(indent: str, table: str, key: str, b: str,
             f"{i2}if len({b}) == 1:", f"{i2}    for {b}_one, {b}_m in {b}.items():",
             f"{i2}        if {b}_m == 1 and {b}_one is not None:",
             f"{i2}            {table}[{key}] = {b}_one",
+            f"{indent}elif isinstance({b}, list):", f"{i2}{b}.remove(t)",
+            f"{i2}if len({b}) == 1:", f"{i2}    {b}_one = {b}[0]",
+            f"{i2}    {table}[{key}] = {b}_one if {b}_one is not None else {{{b}_one: 1}}",
             f"{indent}else:", f"{i2}del {table}[{key}]",
             *(i2 + ln for ln in on_empty or [])]
 

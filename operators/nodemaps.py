@@ -11,11 +11,13 @@ and a one-element set costs 216 bytes in CPython, a one-item dict 184-232, the t
 itself a pointer: so a bucket of one tuple (of multiplicity 1, in a dict bucket) is the
 tuple itself, stored bare, and a container only from the second on (or a multiplicity
 above 1). A set bucket of 2 to 8 tuples is a list (88 bytes for 4, where a set costs
-216: :data:`core.codegen.SMALL_BUCKET`). A tuple is never a list, set or dict, so they
-read apart; an absent key reads
+216: :data:`core.codegen.SMALL_BUCKET`), and so is a dict bucket of 2 to 8 tuples
+of multiplicity 1 (a dict of 2 costs 184 bytes; a multiplicity above 1 makes it a
+dict). A tuple is never a list, set or dict, so they read apart; an absent key reads
 None, and a bare member is never None (a NULL tuple of a one-variable node is kept in
 a container). :func:`members`, :func:`counted` and :func:`count_in` read any bucket;
-the generated code writes them (:func:`core.codegen.set_add`).
+the generated code writes them (:func:`core.codegen.set_add`,
+:func:`operators.nodecode.bucket_put_lines`).
 
 Example:
     >>> make_projector(("a", "b", "c"), False, ("c", "a"))((1, 2, 3))
@@ -26,6 +28,10 @@ Example:
     ([(1, 2)], [(1, 2), (3, 4)], [(1, 2), (3, 4)])
     >>> count_in((1, 2), (1, 2)), count_in({(1, 2): 3}, (1, 2)), count_in(None, (1, 2))
     (1, 3, 0)
+    >>> count_in([(1, 2), (3, 4)], (3, 4)), count_in([(1, 2), (3, 4)], (5, 6))
+    (1, 0)
+    >>> list(counted([(1, 2), (3, 4)])), list(counted({(1, 2): 3})), list(counted((1, 2)))
+    ([((1, 2), 1), ((3, 4), 1)], [((1, 2), 3)], [((1, 2), 1)])
     >>> count_in((1, 2), (1, 3)), holds((1, 2), (1, 3)), holds(0, 0), holds(None, None)
     (0, False, True, False)
 """
@@ -75,8 +81,13 @@ def members(bucket: Any) -> Any:
 
 
 def counted(bucket: Any) -> Any:
-    """(tuple, multiplicity) pairs of a present dict bucket (a bare tuple counts 1)."""
-    return bucket.items() if isinstance(bucket, DICTS) else ((bucket, 1),)
+    """(tuple, multiplicity) pairs of a present dict bucket (a bare tuple, and each
+    tuple of a list, counts 1)."""
+    if isinstance(bucket, DICTS):
+        return bucket.items()
+    if isinstance(bucket, list):
+        return [(t, 1) for t in bucket]
+    return ((bucket, 1),)
 
 
 def count_in(bucket: Any, t: Any) -> int:
@@ -86,6 +97,8 @@ def count_in(bucket: Any, t: Any) -> int:
     if isinstance(bucket, DICTS):
         n: int = bucket.get(t, 0)
         return n
+    if isinstance(bucket, list):
+        return 1 if t in bucket else 0
     return 1 if bucket == t else 0
 
 
@@ -117,6 +130,8 @@ def whole_tuple_lookup(first_read: Callable[..., Any], first_key_of: Projector
             return default
         if isinstance(bucket, DICTS):
             return k if bucket.get(k, 0) else default
+        if isinstance(bucket, list):
+            return k if k in bucket else default
         # (the tuple the node stores, where it is there bare: the same object)
         return bucket if bucket == k else default
 

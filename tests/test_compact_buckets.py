@@ -1,5 +1,6 @@
 """Compact buckets (operators/nodemaps.py): a join node's index, live index or group that
-holds one tuple stores it bare, 2-8 in a list, more in a set. The generated writes keep
+holds one tuple stores it bare, 2-8 in a list, more in a set (a dict bucket, tuple ->
+multiplicity: 2-8 of one copy each in a list, else a dict). The generated writes keep
 a bucket's members exactly (None, 0 and '' among them: falsy members are members, None
 is never bare), and whole queries whose keys go from one tuple to several and back, with
 NULLs and falsy values in the joined columns and multiplicities of two, equal DuckDB
@@ -19,7 +20,8 @@ from oracle import bag_stream, check_stream
 from core.codegen import SMALL_BUCKET, define, set_add, set_discard
 from core.native import native_available
 from dataflow.api import compile_query
-from operators.nodemaps import CONTAINERS, members
+from operators.nodecode import bucket_old_lines, bucket_put_lines, bucket_remove_lines
+from operators.nodemaps import CONTAINERS, count_in, counted, members
 
 MEMBERS = st.sampled_from([None, 0, "", 1, (1, 2), (1, None), ("", 0), *range(2, 12)])
 
@@ -58,6 +60,48 @@ def test_set_buckets_hold_their_members_exactly(ops: list[tuple[bool, int, Any]]
                 assert 2 <= len(stored) <= SMALL_BUCKET, stored
             elif len(expected) > SMALL_BUCKET:
                 assert isinstance(stored, set), stored
+
+
+def _dict_bucket_ops() -> tuple[Callable[[Any, Any, int], None], dict[Any, Any]]:
+    table: dict[Any, Any] = {}
+    text = "\n".join(["def change(k, t, dm):", "    b = table.get(k)",
+                      *bucket_old_lines("    ", "b"), "    new = old + dm", "    if new:",
+                      *bucket_put_lines("        ", "table", "k", "b"), "    else:",
+                      *bucket_remove_lines("        ", "table", "k", "b")])
+    env = define(text, "<test dict buckets>", {"table": table})
+    return env["change"], table
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), MEMBERS, st.sampled_from([1, 1, 1, 2, -1, -1])),
+                max_size=150))
+def test_dict_buckets_hold_their_multiplicities_exactly(
+        ops: list[tuple[int, Any, int]]) -> None:
+    """A dict bucket (a node's first index, a top leaf's group: tuple -> multiplicity)
+    written by the generated code reads back its multiplicities exactly: bare for one
+    tuple of one copy (not None), a list of 2 to SMALL_BUCKET distinct tuples of one
+    copy each, else a dict; absent when empty."""
+    change, table = _dict_bucket_ops()
+    truth: dict[int, dict[Any, int]] = {}
+    for key, member, dm in ops:
+        have = truth.setdefault(key, {})
+        if have.get(member, 0) + dm < 0:
+            continue
+        change(key, member, dm)
+        have[member] = have.get(member, 0) + dm
+        if not have[member]:
+            del have[member]
+        for k, expected in truth.items():
+            if not expected:
+                assert k not in table
+                continue
+            stored = table[k]
+            assert dict(counted(stored)) == expected, (stored, expected)
+            assert all(count_in(stored, t) == m for t, m in expected.items())
+            if isinstance(stored, list):
+                assert 2 <= len(stored) <= SMALL_BUCKET and len(set(stored)) == len(stored)
+            elif not isinstance(stored, dict):
+                assert expected == {stored: 1} and stored is not None
 
 
 def test_a_bucket_goes_bare_list_set_and_back() -> None:
