@@ -19,7 +19,7 @@
 # ROW_FIELDS replaced.
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF
-from libc.stdint cimport int64_t, intptr_t
+from libc.stdint cimport int64_t, intptr_t, uint32_t
 
 from decimal import Decimal
 
@@ -245,11 +245,13 @@ def packer(bint decimals):
 # holds every field of key and value, 8 bytes and a tag each as in a packed row, and a
 # flag byte (48 bytes for 2 key and 3 value fields), at a load of 8/15 to 4/5 (open
 # addressing, linear probing, backward-shift deletion: no tombstones; the table grows
-# by half, a key's home slot by multiply-shift over any size). No hash is stored (it
-# was 8 bytes a slot, a sixth of Q5's (nation, order) sums and a fifth of Q21's count
-# groups): six bits of it in the flag byte pass over most other keys while probing,
-# and where a home slot is needed again (growing, shifting back after a delete) the
-# key is made from its fields and hashed, equal values hashing equal. Fields that are not 64-bit ints or short DECIMALs are references, as in a
+# by half, a key's home slot by multiply-shift over any size). No full hash is stored
+# (it was 8 bytes a slot, a sixth of Q5's (nation, order) sums and a fifth of Q21's
+# count groups): six bits of it in the flag byte pass over most other keys while
+# probing; the 32 bits a home slot is made of are kept where the slot's padding has
+# room (1 to 3 fields, and 8), and elsewhere, where a home slot is needed again
+# (growing, shifting back after a delete), the key is made from its fields and
+# hashed, equal values hashing equal. Fields that are not 64-bit ints or short DECIMALs are references, as in a
 # packed row: any key or value works, at a Python object's cost. A value that is not a
 # tuple (or packed row) of that many values (a bucket of several tuples: a dict, a set)
 # is kept as a reference, read back as the same object. Keys compare as Python values
@@ -357,10 +359,18 @@ cdef tuple _fields_tuple(int64_t *vals, unsigned char *tags, int n):
     return t
 
 
+cdef inline uint32_t _mixed(Py_hash_t h) noexcept:
+    # (Fibonacci mixing: the top 32 bits, all a home slot is made of)
+    return <uint32_t>((<unsigned long long>h * 11400714819323198485ULL) >> 32)
+
+
+cdef inline Py_ssize_t _mixed_home(uint32_t m, Py_ssize_t cap) noexcept:
+    # (the mixed hash scaled to [0, cap): cap < 2**32)
+    return <Py_ssize_t>((<unsigned long long>m * <unsigned long long>cap) >> 32)
+
+
 cdef inline Py_ssize_t _slot_home(Py_hash_t h, Py_ssize_t cap) noexcept:
-    # (Fibonacci mixing, then the top 32 bits scaled to [0, cap): cap < 2**32)
-    return <Py_ssize_t>((((<unsigned long long>h * 11400714819323198485ULL) >> 32)
-                         * <unsigned long long>cap) >> 32)
+    return _mixed_home(_mixed(h), cap)
 
 
 cdef inline unsigned char _fingerprint(Py_hash_t h) noexcept:
@@ -402,7 +412,8 @@ cdef class FieldMap:
     cdef readonly tuple key_at  # (None: the value's fields all stored)
     # src[p]: the slot's field that holds the value's field p (a key field, with key_at)
     cdef int src[32]
-    cdef Py_ssize_t size  # bytes a slot: nf values, nf tags, a flag (below)
+    cdef Py_ssize_t size  # bytes a slot: nf values, nf tags, [the mixed hash,] a flag
+    cdef bint keeps_mixed  # whether a slot's padding holds its key's mixed hash
     cdef unsigned long long version  # (changes while iterating are an error, as in a dict)
 
     def __cinit__(self, int nkey, int nval, key_at=None):
@@ -432,6 +443,9 @@ cdef class FieldMap:
                     f += 1
         self.key_at = key_at
         self.size = (8 * self.nf + self.nf + 1 + 7) // 8 * 8
+        # (where the padding has room, 1 to 3 fields and 8, it keeps the 32 bits a
+        # home slot is made of: no key is hashed again to grow or to delete)
+        self.keeps_mixed = self.size - (9 * self.nf + 1) >= 4
         self.cap = 8
         self.used = 0
         self.slots = _slots_alloc(self.cap * self.size)
@@ -465,6 +479,17 @@ cdef class FieldMap:
 
     cdef inline bint _by_ref(self, Py_ssize_t i) noexcept:
         return (self._flag(i) & 3) == 2
+
+    cdef inline uint32_t *_mixed_at(self, char *slot) noexcept:
+        return <uint32_t *>(slot + 9 * self.nf)
+
+    cdef uint32_t _slot_mixed(self, char *slot) except? 0:
+        """The mixed hash of a used slot's key: kept in the slot, or made again."""
+        cdef uint32_t m
+        if self.keeps_mixed:
+            memcpy(&m, self._mixed_at(slot), 4)  # (not 4-aligned where 9 * nf is odd)
+            return m
+        return _mixed(self._slot_hash(slot))
 
     cdef Py_hash_t _slot_hash(self, char *slot) except? -1:
         """The hash of the key a used slot (of this map's layout, at ``slot``) holds:
@@ -512,11 +537,16 @@ cdef class FieldMap:
 
     cdef Py_ssize_t _find(self, object key, Py_hash_t h, tuple kt) except -2:
         """The slot holding ``key`` (``kt``: :meth:`_key_tuple`), or -1."""
-        cdef Py_ssize_t i = _slot_home(h, self.cap)
+        cdef uint32_t m = _mixed(h)
+        cdef Py_ssize_t i = _mixed_home(m, self.cap)
         cdef unsigned char fp = _fingerprint(h)
+        cdef uint32_t there = m
         while self._used(i):
-            if (self._flag(i) >> 2) == fp and self._matches(i, key, kt):
-                return i
+            if (self._flag(i) >> 2) == fp:
+                if self.keeps_mixed:
+                    memcpy(&there, self._mixed_at(self._at(i)), 4)
+                if there == m and self._matches(i, key, kt):
+                    return i
             i += 1
             if i == self.cap:
                 i = 0
@@ -640,7 +670,7 @@ cdef class FieldMap:
         try:
             for i in range(old_cap):
                 if (old + i * self.size)[self.size - 1] != 0:
-                    j = _slot_home(self._slot_hash(old + i * self.size), cap)
+                    j = _mixed_home(self._slot_mixed(old + i * self.size), cap)
                     while self._used(j):
                         j += 1
                         if j == cap:
@@ -664,7 +694,7 @@ cdef class FieldMap:
                 j = 0
             if not self._used(j):
                 break
-            home = _slot_home(self._slot_hash(self._at(j)), self.cap)
+            home = _mixed_home(self._slot_mixed(self._at(j)), self.cap)
             # slot j may move to i when its home is not cyclically in (i, j]
             if (i <= j and (home <= i or home > j)) or (i > j and (home <= i and home > j)):
                 memcpy(self._at(i), self._at(j), self.size)
@@ -698,6 +728,7 @@ cdef class FieldMap:
         cdef tuple kt = self._key_tuple(key)
         cdef Py_hash_t h = hash(key)
         cdef Py_ssize_t i = self._find(key, h, kt)
+        cdef uint32_t m
         if i >= 0:
             self._put_value(i, value)
             return
@@ -710,6 +741,9 @@ cdef class FieldMap:
                 i = 0
         self._store_fields(i, key, kt, value)
         self._at(i)[self.size - 1] = (self._flag(i) & 3) | (_fingerprint(h) << 2)
+        if self.keeps_mixed:
+            m = _mixed(h)
+            memcpy(self._mixed_at(self._at(i)), &m, 4)
         self.used += 1
         self.version += 1
 
