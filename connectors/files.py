@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import csv
 import errno
+import functools
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -46,7 +48,16 @@ from connectors.csv_sinks import (  # (the sinks, re-exported: this module's API
 from connectors.position import InputTracker
 from core.errors import InputError
 from core.records import EpochEnd, Op, Record, Update
-from core.schema import ColumnType, Relation, Schema, ValueParseError
+from core.schema import (
+    INT_RANGES,
+    SHARED_VALUES_PER_COLUMN,
+    Column,
+    ColumnType,
+    Relation,
+    Schema,
+    ValueParseError,
+    shared_parser,
+)
 
 __all__ = [
     "SKIP_HINT",
@@ -79,6 +90,7 @@ _TYPE_WORDS: dict[ColumnType, str] = {
     "DECIMAL": "a DECIMAL (plain decimal text, e.g. 1234.50)",
     "DATE": "a DATE (ISO, e.g. 1995-03-15)",
     "TIMESTAMP": "a TIMESTAMP (ISO, e.g. 1995-03-15 10:00:00)",
+    "KEY": "an IVMFLOW_KEY value (text)",
 }
 
 
@@ -325,7 +337,15 @@ def read_updates_from_lines(
     _check_on_error(on_error)
     relations: dict[str, Relation | None] = {}
     mark = tracker.mark if tracker is not None else None
+    fast = line_parser(schema)
     for lineno, raw in enumerate(lines, first_line):
+        if fast is not None:
+            done = fast(raw, source_name, lineno)
+            if done is not None:
+                if mark is not None:
+                    mark()
+                yield done
+                continue
         text = raw.rstrip("\r\n")
         if lineno == first_line and text.startswith("\ufeff"):  # byte order mark
             text = text[1:]
@@ -350,6 +370,68 @@ def read_updates_from_lines(
         if mark is not None:
             mark()
         yield record
+
+
+LineParse = Callable[[str, str, int], "Record | None"]
+"""``(line, source name, line number)``: the record of a common update-file line, or
+``None`` for the Python parser to read it."""
+
+# The column types the C parser reads itself (core/native_parse.pyx); the others (FLOAT,
+# TIMESTAMP, BOOL, KEY) go through their Python parser from C, field by field.
+_C_KINDS: dict[ColumnType, int] = {"INT": 0, "DECIMAL": 1, "DATE": 2, "TEXT": 3}
+_C_OTHER = 4
+_LONG = 2**63 - 1
+
+
+def line_parser(schema: Schema) -> LineParse | None:
+    """The C parser of the update file's common lines for ``schema`` (one copy, no
+    quotes: ``+,lineitem,1,...``), where the native build runs and is not turned off
+    (``IVMFLOW_NATIVE=0``, :func:`core.native.native_mode`); ``None`` otherwise.
+    It makes the very records the Python parser makes, and leaves it every line or
+    field it is not sure of, so errors read the same (docs/architecture.md, "Reading
+    update files"). A failed build falls back to Python quietly unless the native
+    build is required (``IVMFLOW_NATIVE=1``).
+
+    >>> from core.schema import Column, Relation, Schema
+    >>> s = Schema({"G": Relation("G", (Column("src", "INT"), Column("dst", "INT")))})
+    >>> parse = line_parser(s)
+    >>> (parse or (lambda *a: None))("+,G,1,2", "u.csv", 3) in (None, Update("+", "G", (1, 2)))
+    True
+    """
+    from core.native import native_mode
+
+    mode = native_mode(None)
+    return None if mode == "off" else _built_line_parser(schema, mode == "on")
+
+
+@functools.lru_cache(maxsize=32)
+def _built_line_parser(schema: Schema, required: bool) -> LineParse | None:
+    from core.native import NativeBuildError, native_available, native_parse
+
+    if not required and native_available() is not None:
+        return None
+    try:
+        module = native_parse()
+    except NativeBuildError:
+        if required:
+            raise
+        return None
+    relations = {rel.name: [_c_column(c) for c in rel.columns]
+                 for rel in schema.relations.values()}
+    parser = module.LineParser(relations, Update, EpochEnd)
+    record: LineParse = parser.record
+    return record
+
+
+def _c_column(col: Column) -> tuple[int, int, int, int, int, object, object, int]:
+    """A column as the C parser takes it: (kind, low, high, digits before the point,
+    scale, the Python parser, Decimal, the shared values' cap)."""
+    kind = _C_KINDS.get(col.type, _C_OTHER)
+    lo, hi = INT_RANGES[col.width or 64] if col.type == "INT" else (0, 0)
+    return (kind, max(lo, -_LONG), min(hi, _LONG),
+            col.precision - col.scale if col.type == "DECIMAL" else 0,
+            col.scale if col.type == "DECIMAL" else 0,
+            shared_parser(col), Decimal, SHARED_VALUES_PER_COLUMN)
 
 
 def _bad(source: str, text: str, expected: str, found: str) -> InputError:

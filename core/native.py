@@ -492,6 +492,27 @@ def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
     return module
 
 
+PARSE_PYX = Path(__file__).with_name("native_parse.pyx")
+"""The update file's common lines parsed in C (``LineParser``), built alone by
+:func:`native_parse`."""
+
+
+def native_parse(on_compile: Callable[[], None] | None = None) -> ModuleType:
+    """The built module of ``core/native_parse.pyx``, as :func:`native_maps` builds its.
+
+    >>> if native_available() is None:
+    ...     from core.records import EpochEnd, Update
+    ...     parser = native_parse().LineParser({"G": [(0, 0, 9, 0, 0, int, None, 0)] * 2},
+    ...                                        Update, EpochEnd)
+    ...     print(parser.record("+,G,1,2\\n", "u.csv", 7))
+    ... else:
+    ...     print("Update(op='+', relation='G', row=(1, 2), mult=1, source='u.csv:7')")
+    Update(op='+', relation='G', row=(1, 2), mult=1, source='u.csv:7')
+    """
+    module, _seconds = _build(PARSE_PYX.read_text(), on_compile)
+    return module
+
+
 def native_sorted_changes(module: ModuleType) -> Callable[[dict[Any, Any]], Any]:
     """:func:`core.consolidate.sorted_changes` done by ``module``'s C sort where the
     rows allow (tuples of one length of 64-bit ints), else by the general one."""
