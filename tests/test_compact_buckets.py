@@ -72,17 +72,28 @@ def _dict_bucket_ops() -> tuple[Callable[[Any, Any, int], None], dict[Any, Any]]
     return env["change"], table
 
 
+OLD_BUCKETS = st.dictionaries(st.integers(0, 2), st.dictionaries(
+    MEMBERS, st.sampled_from([1, 1, 2]), min_size=1, max_size=SMALL_BUCKET + 2))
+"""Buckets as state written before small dict buckets were lists (a dict for every
+bucket of two tuples or more, and for one of several copies): a runner's checkpoint
+of then restores them as they were."""
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), MEMBERS, st.sampled_from([1, 1, 1, 2, -1, -1])),
-                max_size=150))
+                max_size=150), st.one_of(st.just({}), OLD_BUCKETS))
 def test_dict_buckets_hold_their_multiplicities_exactly(
-        ops: list[tuple[int, Any, int]]) -> None:
+        ops: list[tuple[int, Any, int]], before: dict[int, dict[Any, int]]) -> None:
     """A dict bucket (a node's first index, a top leaf's group: tuple -> multiplicity)
     written by the generated code reads back its multiplicities exactly: bare for one
     tuple of one copy (not None), a list of 2 to SMALL_BUCKET distinct tuples of one
-    copy each, else a dict; absent when empty."""
+    copy each, else a dict; absent when empty. Buckets restored as dicts from state
+    written before the lists (``before``) read and change as exactly."""
     change, table = _dict_bucket_ops()
-    truth: dict[int, dict[Any, int]] = {}
+    truth: dict[int, dict[Any, int]] = {k: dict(v) for k, v in before.items()}
+    for k, bucket in before.items():
+        (member, m), = bucket.items() if len(bucket) == 1 else [(None, 0)]
+        table[k] = member if m == 1 and member is not None else dict(bucket)
     for key, member, dm in ops:
         have = truth.setdefault(key, {})
         if have.get(member, 0) + dm < 0:
