@@ -83,6 +83,20 @@ class _AtomicCsvFile:
         """Where the input stood at the last epoch the commit record names."""
         self._input_pending: InputCommit | None = None
         header_bytes = (csv_line(header) + "\n").encode("utf-8")
+        # A device or a pipe (/dev/null, /dev/stdout, a FIFO) is written as a stream:
+        # it keeps no length to commit (and fsync refuses it), so no sidecar is made
+        # beside it and a resumed run cannot cut it back.
+        self.stream = self.path.exists() and not self.path.is_file()
+        if self.stream:
+            if resume:
+                msg = (f"cannot resume {self.path}: it is not a regular file (a device or a "
+                       "pipe keeps no committed length); write to a file to use --resume")
+                raise ResumeError(msg)
+            self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+            self._file.write(header_bytes)
+            self._size = len(header_bytes)
+            self._file.flush()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = self._read_commit() if resume and self.path.exists() else None
         if state is not None:
@@ -98,7 +112,7 @@ class _AtomicCsvFile:
                 msg = (f"cannot resume {self.path}: its header is {head.decode(errors='replace')!r}"
                        f", this run writes {header_bytes.decode()!r}")
                 raise ResumeError(msg)
-            self._file: BinaryIO = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
+            self._file = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
             self._file.truncate(n)
             self._file.seek(n)
             self._size = n
@@ -138,10 +152,13 @@ class _AtomicCsvFile:
 
     def _sync(self) -> None:
         self._file.flush()
-        if self._fsync:
+        if self._fsync and not self.stream:
             os.fsync(self._file.fileno())
 
     def _commit(self, k: int) -> None:
+        if self.stream:
+            self.last_committed = k
+            return
         tmp = Path(f"{self.commit_path}.tmp")
         record: dict[str, Any] = {self._key: k, "bytes": self._size}
         where = self._input_pending or self.input

@@ -203,6 +203,23 @@ def test_run_prints_deltas_to_stdout_without_deltas_option(run: Run) -> None:
     assert run.err == ""
 
 
+def test_deltas_to_a_device_or_a_pipe_are_a_stream(run: Run, tmp_path: Path) -> None:
+    """``--deltas /dev/null`` (or a FIFO, /dev/stdout) runs as to a file but keeps no
+    commit record beside it (none in /dev) and is not fsynced; ``--resume`` to it says
+    why it cannot."""
+    assert run.run("--deltas", "/dev/null", "--snapshots", "/dev/null", updates=STREAM) == 0
+    assert not Path("/dev/null.commit").exists()
+    fifo = tmp_path / "deltas.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    assert run.run("--deltas", fifo, "--quiet", updates=STREAM) == 0
+    out, _ = reader.communicate(timeout=30)
+    assert read_csv_deltas(out) == STREAM_DELTAS
+    assert not Path(f"{fifo}.commit").exists()
+    assert run.run("--deltas", "/dev/null", "--resume", updates=STREAM) == 1
+    assert "cannot resume /dev/null: it is not a regular file" in run.err
+
+
 def test_epoch_size_and_markers(run: Run) -> None:
     text = "+,G,1,2\n+,G,2,3\n+,G,3,4\n"
     assert run.run("--epoch", "1", "-q", updates=text) == 0
