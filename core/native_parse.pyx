@@ -73,7 +73,33 @@ cdef class _Column:
         self.cap = cap
         self.sharing = kind in (K_DECIMAL, K_DATE, K_TEXT)
 
-    cdef object made(self, object text, const unsigned char* s, Py_ssize_t n):
+    cdef bint decimal_form(self, const unsigned char* s, Py_ssize_t n):
+        """Whether the field is in the C path's DECIMAL form: digits at the column's
+        scale exactly (else the Python parser rounds), within its precision (else it
+        says out of range), and 18 significant digits at most (the decimal context's
+        28 bound the Python parser meets stays far away)."""
+        cdef Py_ssize_t i, digits, frac, lead, sign
+        sign = 1 if s[0] == 45 else 0  # '-'
+        i = sign
+        while i < n and digit(s[i]):
+            i += 1
+        digits = i - sign
+        lead = sign
+        while lead < i and s[lead] == 48:  # (leading zeros: not significant)
+            lead += 1
+        frac = -1
+        if i < n and s[i] == 46:  # '.'
+            i += 1
+            frac = i
+            while i < n and digit(s[i]):
+                i += 1
+            frac = i - frac
+        return not (i != n or digits == 0
+                    or (frac != self.scale if self.scale > 0 else frac != -1)
+                    or (sign + digits - lead) > self.int_digits
+                    or (sign + digits - lead) + self.scale > MAX_INT_DIGITS)
+
+    cdef object made(self, object text, const unsigned char* s):
         """The value of a field already checked to be in the C path's form."""
         if self.kind == K_DECIMAL:
             return self.decimal(text)
@@ -83,75 +109,16 @@ cdef class _Column:
                             (s[8] - 48) * 10 + (s[9] - 48))
         return text
 
-    cdef object value(self, object line, const unsigned char* s, Py_ssize_t n,
-                      Py_ssize_t start):
-        """The field ``s[:n]`` (at ``start`` in ``line``); raises where the Python
-        parser does (the caller then leaves the line to it)."""
-        cdef Py_ssize_t i, digits, frac, lead, sign
-        cdef long long v
-        cdef bint neg
-        cdef object text, got
-        if n == 0:
-            return None
-        if self.kind == K_INT:
-            i = 0
-            neg = s[0] == 45  # '-'
-            if neg:
-                i = 1
-            if n - i < 1 or n - i > MAX_INT_DIGITS:
-                return self.parse(PyUnicode_Substring(line, start, start + n))
-            v = 0
-            while i < n:
-                if s[i] < 48 or s[i] > 57:
-                    return self.parse(PyUnicode_Substring(line, start, start + n))
-                v = v * 10 + (s[i] - 48)
-                i += 1
-            if neg:
-                v = -v
-            if v < self.lo or v > self.hi:
-                return self.parse(PyUnicode_Substring(line, start, start + n))
-            return v
-        if self.kind == K_DECIMAL:
-            sign = 1 if s[0] == 45 else 0  # '-'
-            i = sign
-            while i < n and 48 <= s[i] <= 57:
-                i += 1
-            digits = i - sign
-            lead = sign
-            while lead < i and s[lead] == 48:  # (leading zeros: not significant)
-                lead += 1
-            frac = -1
-            if i < n and s[i] == 46:  # '.'
-                i += 1
-                frac = i
-                while i < n and 48 <= s[i] <= 57:
-                    i += 1
-                frac = i - frac
-            # The C path takes the column's own form only: digits at its scale exactly
-            # (else the Python parser rounds), within its precision (else it says out of
-            # range), and 18 significant digits at most (the decimal context's 28 bound
-            # the Python parser meets stays far away).
-            if (i != n or digits == 0
-                    or (frac != self.scale if self.scale > 0 else frac != -1)
-                    or (sign + digits - lead) > self.int_digits
-                    or (sign + digits - lead) + self.scale > MAX_INT_DIGITS):
-                return self.parse(PyUnicode_Substring(line, start, start + n))
-        elif self.kind == K_DATE:
-            if (n != 10 or s[4] != 45 or s[7] != 45 or not (
-                    digit(s[0]) and digit(s[1]) and digit(s[2]) and digit(s[3])
-                    and digit(s[5]) and digit(s[6]) and digit(s[8]) and digit(s[9]))
-                    or (s[0] == 48 and s[1] == 48 and s[2] == 48 and s[3] == 48)):
-                return self.parse(PyUnicode_Substring(line, start, start + n))
-        elif self.kind == K_OTHER:
-            return self.parse(PyUnicode_Substring(line, start, start + n))
-        text = PyUnicode_Substring(line, start, start + n)
+    cdef object shared_value(self, object text, const unsigned char* s):
+        """``made``, handed out shared as ``core.schema.shared_parser`` does."""
+        cdef object got
         if not self.sharing:
-            return self.made(text, s, n)
+            return self.made(text, s)
         got = self.shared.get(text)
         if got is not None:
             self.hits += 1
             return got
-        got = self.made(text, s, n)
+        got = self.made(text, s)
         if len(self.shared) < self.cap:
             self.shared[text] = got
         elif self.hits < len(self.shared):
@@ -159,6 +126,47 @@ cdef class _Column:
             self.sharing = False
             self.shared.clear()
         return got
+
+    cdef object value(self, object line, const unsigned char* s, Py_ssize_t n,
+                      Py_ssize_t start):
+        """The field ``s[:n]`` (at ``start`` in ``line``): read here when it is in the
+        C path's form, else by the column's Python parser, which raises where the
+        Python parser does (the caller then leaves the line to it)."""
+        cdef long long v
+        if n == 0:
+            return None
+        if self.kind == K_INT:
+            if int_form(s, n, &v) and self.lo <= v <= self.hi:
+                return v
+        elif (self.kind == K_TEXT
+              or (self.kind == K_DECIMAL and self.decimal_form(s, n))
+              or (self.kind == K_DATE and date_form(s, n))):
+            return self.shared_value(PyUnicode_Substring(line, start, start + n), s)
+        return self.parse(PyUnicode_Substring(line, start, start + n))
+
+
+cdef bint int_form(const unsigned char* s, Py_ssize_t n, long long* out):
+    """Whether the field is an optional '-' and 1 to 18 digits; its value in ``out``."""
+    cdef Py_ssize_t i = 1 if s[0] == 45 else 0  # '-'
+    cdef long long v = 0
+    if n - i < 1 or n - i > MAX_INT_DIGITS:
+        return False
+    while i < n:
+        if not digit(s[i]):
+            return False
+        v = v * 10 + (s[i] - 48)
+        i += 1
+    out[0] = -v if s[0] == 45 else v
+    return True
+
+
+cdef bint date_form(const unsigned char* s, Py_ssize_t n):
+    """Whether the field is ``YYYY-MM-DD`` with a year past 0 (the Python parser reads
+    other forms, and refuses year 0 as out of range)."""
+    return (n == 10 and s[4] == 45 and s[7] == 45
+            and digit(s[0]) and digit(s[1]) and digit(s[2]) and digit(s[3])
+            and digit(s[5]) and digit(s[6]) and digit(s[8]) and digit(s[9])
+            and not (s[0] == 48 and s[1] == 48 and s[2] == 48 and s[3] == 48))
 
 
 cdef class _Relation:
