@@ -385,8 +385,9 @@ _LONG = 2**63 - 1
 
 def line_parser(schema: Schema) -> LineParse | None:
     """The C parser of the update file's common lines for ``schema`` (one copy, fields
-    plain or quoted without a quote inside: ``+,lineitem,1,...``), where the native build runs and is not turned off
-    (``IVMFLOW_NATIVE=0``, :func:`core.native.native_mode`); ``None`` otherwise.
+    plain or quoted without a quote inside: ``+,lineitem,1,...``), where the native
+    build runs and is not turned off (``IVMFLOW_NATIVE=0``,
+    :func:`core.native.native_mode`); ``None`` otherwise.
     It makes the very records the Python parser makes, and leaves it every line or
     field it is not sure of, so errors read the same (docs/architecture.md, "Reading
     update files"). A failed build falls back to Python quietly unless the native
