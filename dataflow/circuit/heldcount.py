@@ -44,12 +44,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import operators.nodemaps as nodemaps_module
 from core.codegen import define
 from core.records import EpochDelta, Update
 from operators.input import RelationInput
 from operators.joinnode import JoinNode
 from operators.node import Change, UpdateNode
-from operators.nodemaps import members
 
 if TYPE_CHECKING:
     from dataflow.circuit.view import View
@@ -116,6 +116,10 @@ class ReaderSlot:
     """Per view column, its position in the node's tuple."""
     count_at: int
     """The count's position in the node's tuple."""
+    group_at: tuple[int, ...]
+    """Per variable of the node's key, its position in the view's group key (the
+    group's key in the node's map: that value, or a tuple of several; the reader takes
+    no row with a NULL there, as each is a variable it joins on)."""
 
 
 def held_count_slot(shape: CountShape, view_name: str, reader: Any) -> ReaderSlot | None:
@@ -143,7 +147,9 @@ def held_count_slot(shape: CountShape, view_name: str, reader: Any) -> ReaderSlo
     # Under the group's key, one row per group: the count is no part of the key.
     if set(node.key_attrs) != key_vars:
         return None
-    return ReaderSlot(reader, source, node, column_at, column_at[count_col])
+    group_at = tuple(shape.columns[atom.column_vars.index(a)] for a in node.key_attrs)
+    return ReaderSlot(reader, source, node, column_at, column_at[count_col],
+                      group_at)  # type: ignore[arg-type]
 
 
 class HeldCount(UpdateNode):
@@ -156,57 +162,81 @@ class HeldCount(UpdateNode):
         self.slot = slot
         self.relation = shape.relation.lower()
         self.changed: dict[tuple[Any, ...], list[int]] = {}
+        """The groups changed since the last close: key -> [count before, count now]
+        (emptied in place at a close: the generated apply holds it)."""
         self.epoch = 0
-        self._pending = 0
-        self._reader_current = False
-        """Whether the reader applied every change handed to it (its FROM items' net
-        changes are applied in batches: :meth:`View._flush`)."""
+        self._counters = [0, 0]  # (updates taken since the last close; reader current)
         self._row_of = _row_maker(shape.columns)
         """The view's row of a group's key and count."""
+        self.apply = self._bind_apply()  # type: ignore[method-assign]
 
-    # -- the counts before: the reader's ------------------------------------------
-    def count_before(self, key: tuple[Any, ...]) -> int | None:
-        """The count of group ``key`` as of the last close: the reader's row's, 0 when it
-        holds none; None when the reader takes no row of the group (a NULL in a column
-        it joins on), so the group changes nothing it reads."""
+    def _bind_apply(self) -> Any:
+        """:meth:`apply` as generated code: the FROM item's filter and projection, the
+        changed group's counts, and on its first change the count before, read from the
+        reader's node (a bare row; a container only past an internal error). The
+        reader applies what it was handed first: its FROM items' net changes wait for
+        a flush (:meth:`View._flush`), once after each close."""
         slot = self.slot
-        t = slot.source.project(self._row_of(key, 1))
-        if t is None:
-            return None
-        if not self._reader_current:
-            slot.reader._flush()
-            self._reader_current = True
-        node = slot.node
-        bucket = node.proj_read(node.key_of(t))
-        if bucket is None:
-            return 0
-        rows = list(members(bucket))
+        at = slot.group_at
+        reader_key = (f"key[{at[0]}]" if len(at) == 1
+                      else "(" + "".join(f"key[{i}], " for i in at) + ")")
+        no_null = " or ".join(f"key[{i}] is None" for i in sorted(set(at)))
+        env: dict[str, Any] = {
+            "NAME": self.shape.relation, "LOWER": self.relation,
+            "project": self.shape.source.project, "changed": self.changed,
+            "changed_get": self.changed.get, "counters": self._counters,
+            "proj_get": slot.node.proj_read, "reader": slot.reader,
+            "nodemaps": nodemaps_module, "slow_count": self._count_in_container}
+        lines = [
+            "def apply(update):",
+            "    rel = update.relation",
+            "    if rel != NAME and rel.lower() != LOWER:",
+            "        return",
+            "    key = project(update.row)",
+            "    if key is None:",
+            "        return",
+            "    dm = update.mult if update.op == '+' else -update.mult",
+            "    counts = changed_get(key)",
+            "    if counts is not None:",
+            "        counts[1] += dm",
+            "    else:",
+            f"        if {no_null}:",
+            "            return  # (the reader takes no row of the group)",
+            "        if not counters[1]:",
+            "            reader._flush()",
+            "            counters[1] = 1",
+            f"        b = proj_get({reader_key})",
+            "        if b is None:",
+            "            before = 0",
+            "        elif isinstance(b, nodemaps.CONTAINERS):",
+            "            before = slow_count(b)",
+            "        else:",
+            f"            before = b[{slot.count_at}]",
+            "        changed[key] = [before, before + dm]",
+            "    counters[0] += 1"]
+        fn = define("\n".join(lines), f"<apply count view {self.shape.relation}>", env)["apply"]
+        return fn
+
+    def _count_in_container(self, bucket: Any) -> int:
+        """The count of a group the reader holds in a container: one row of one copy,
+        or an internal error."""
+        rows = list(nodemaps_module.members(bucket))
         if len(rows) != 1 or (isinstance(bucket, dict) and bucket[rows[0]] != 1):
             msg = (f"internal error: the reader of a count view holds {bucket!r} for one "
                    "group, where one row of multiplicity 1 was expected")
             raise RuntimeError(msg)
-        n: int = rows[0][slot.count_at]
+        n: int = rows[0][self.slot.count_at]
         return n
 
     # -- the node protocol --------------------------------------------------------
     def apply(self, update: Update) -> None:
-        if update.relation.lower() != self.relation:
-            return
-        key = self.shape.source.project(update.row)
-        if key is None:
-            return
-        counts = self.changed.get(key)
-        if counts is None:
-            before = self.count_before(key)
-            if before is None:
-                return
-            counts = self.changed[key] = [before, before]
-        counts[1] += update.signed_mult
-        self._pending += 1
+        """Apply one base update (generated: :meth:`_bind_apply`)."""
+        raise NotImplementedError  # (replaced per instance in __init__)
 
     def apply_batch(self, batch: Sequence[Update]) -> None:
+        apply = self.apply
         for update in batch:
-            self.apply(update)
+            apply(update)
 
     def held_changes(self) -> int:
         """Groups changed since the last close."""
@@ -226,14 +256,14 @@ class HeldCount(UpdateNode):
                 out.append((-1, row_of(key, before)))
             if now:
                 out.append((1, row_of(key, now)))
-        self.changed = {}
-        self._reader_current = False
+        self.changed.clear()
+        self._counters[1] = 0
         return out
 
     def end_epoch(self, closed_by_marker: bool = False) -> EpochDelta:
         rows = tuple(self.close_epoch())
         self.epoch += 1
-        n, self._pending = self._pending, 0
+        n, self._counters[0] = self._counters[0], 0
         return EpochDelta(self.epoch, rows, n, closed_by_marker)
 
     def snapshot(self) -> list[Change]:
@@ -243,7 +273,7 @@ class HeldCount(UpdateNode):
         out: list[Change] = []
         at = slot.column_at
         for bucket in list(slot.node.proj.values()):
-            for t in members(bucket):
+            for t in nodemaps_module.members(bucket):
                 out.append((1, tuple(t[i] for i in at)))
         return out
 
@@ -257,7 +287,8 @@ class HeldCount(UpdateNode):
         return dict(self.changed)
 
     def restore_checkpoint(self, blob: Any) -> None:
-        self.changed = dict(blob or {})
+        self.changed.clear()
+        self.changed.update(blob or {})
 
 
 def _row_maker(columns: tuple[int | None, ...]) -> Any:
