@@ -63,10 +63,12 @@ def define(source: str, filename: str, env: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- emitter: source fragments the generators repeat ------------------------------------
-SMALL_BUCKET = 8
+SMALL_BUCKET = 32
 """A set bucket of 2 to this many elements is a list: a list of 4 costs 88 bytes in
-CPython, a set of 4 216 (a set of 5-8 472). Beyond it a set (an element test in a list
-is a scan); a set that shrinks to half of it is a list again."""
+CPython, a set of 4 216, and a list of 30 some 300 where a set of 30 takes 1,240 (a
+part's 30 lineitems in TPC-H Q9's index by part). Beyond it a set: an element test in
+a list is a scan, at most this many comparisons of packed rows (a few hundred
+nanoseconds). A set that shrinks to half of it is a list again."""
 
 
 def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
@@ -88,7 +90,7 @@ def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
         seen(k)
     elif isinstance(b, list):
         if t not in b:
-            if len(b) < 8:
+            if len(b) < 32:
                 b.append(t)
             else:
                 index[k] = {*b, t}
@@ -132,7 +134,7 @@ def set_discard(indent: str, table: str, key: str, var: str, elem: str = "t",
             b_one = next(iter(b))
             if b_one is not None:
                 index[k] = b_one
-        elif len(b) <= 4:
+        elif len(b) <= 16:
             index[k] = list(b)
     else:
         del index[k]

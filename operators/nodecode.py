@@ -279,7 +279,7 @@ def bucket_put_lines(indent: str, table: str, key: str, b: str,
     elif b is None:
         index[k] = t if new == 1 and t is not None else {t: new}
     elif isinstance(b, list):
-        if new == 1 and len(b) < 8:
+        if new == 1 and len(b) < 32:
             b.append(t)
         else:
             index[k] = {**dict.fromkeys(b, 1), t: new}

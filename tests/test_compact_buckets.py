@@ -1,6 +1,7 @@
 """Compact buckets (operators/nodemaps.py): a join node's index, live index or group that
-holds one tuple stores it bare, 2-8 in a list, more in a set (a dict bucket, tuple ->
-multiplicity: 2-8 of one copy each in a list, else a dict). The generated writes keep
+holds one tuple stores it bare, 2 to SMALL_BUCKET in a list, more in a set (a dict
+bucket, tuple -> multiplicity: 2 to SMALL_BUCKET of one copy each in a list, else a
+dict). The generated writes keep
 a bucket's members exactly (None, 0 and '' among them: falsy members are members, None
 is never bare), and whole queries whose keys go from one tuple to several and back, with
 NULLs and falsy values in the joined columns and multiplicities of two, equal DuckDB
@@ -23,7 +24,9 @@ from dataflow.api import compile_query
 from operators.nodecode import bucket_old_lines, bucket_put_lines, bucket_remove_lines
 from operators.nodemaps import CONTAINERS, count_in, counted, members
 
-MEMBERS = st.sampled_from([None, 0, "", 1, (1, 2), (1, None), ("", 0), *range(2, 12)])
+MEMBERS = st.sampled_from([None, 0, "", 1, (1, 2), (1, None), ("", 0),
+                           *range(2, SMALL_BUCKET + 6)])
+"""More members than a list bucket holds, falsy ones and None among them."""
 
 
 def _bucket_ops() -> tuple[Callable[[Any, Any], None], Callable[[Any, Any], None], dict[Any, Any]]:
@@ -118,19 +121,20 @@ def test_dict_buckets_hold_their_multiplicities_exactly(
 def test_a_bucket_goes_bare_list_set_and_back() -> None:
     add, discard, table = _bucket_ops()
     kinds = []
-    for t in range(10):
+    top = SMALL_BUCKET + 2
+    for t in range(top):
         add("k", t)
         kinds.append(type(table["k"]).__name__)
     add("k", 3)  # already there: nothing changes
-    assert kinds == ["int"] + ["list"] * (SMALL_BUCKET - 1) + ["set"] * (10 - SMALL_BUCKET)
-    assert sorted(members(table["k"])) == list(range(10))
+    assert kinds == ["int"] + ["list"] * (SMALL_BUCKET - 1) + ["set"] * (top - SMALL_BUCKET)
+    assert sorted(members(table["k"])) == list(range(top))
     shrinking = []
-    for t in range(9, -1, -1):
+    for t in range(top - 1, -1, -1):
         discard("k", t)
         shrinking.append(type(table["k"]).__name__ if "k" in table else "-")
     # a set goes back to a list at half of SMALL_BUCKET, a list of one to the bare tuple
-    assert shrinking == ["set"] * (9 - SMALL_BUCKET // 2) + ["list"] * (SMALL_BUCKET // 2 - 1) \
-        + ["int", "-"]
+    assert shrinking == ["set"] * (top - 1 - SMALL_BUCKET // 2) \
+        + ["list"] * (SMALL_BUCKET // 2 - 1) + ["int", "-"]
 
 
 SQL = ("CREATE TABLE R(a INT); CREATE TABLE S(a INT, b TEXT); CREATE TABLE T(b TEXT, c INT);\n"
@@ -147,7 +151,7 @@ def _row(table: str, draw: Any) -> tuple[Any, ...]:
 
 
 def _wide_row(table: str, draw: Any) -> tuple[Any, ...]:
-    # (two join values, a dozen b's: a key's bucket grows past SMALL_BUCKET and back)
+    # (two join values, a dozen b's: a key's bucket grows past a few and back)
     a = draw(st.sampled_from([0, 1, None]))
     b = draw(st.sampled_from([None, "", *"bcdefghijkl"]))
     c = draw(st.sampled_from([None, 0, 1]))
@@ -186,6 +190,35 @@ def test_queries_whose_buckets_pass_the_small_bucket_bound_equal_duckdb(
         sql: str, native: bool, records: list[Any]) -> None:
     view = compile_query(sql).maintain(native=native)
     check_stream(view, sql, records)
+
+
+@pytest.mark.parametrize("native", BUILDS, ids=["interpreted", "native"])
+@pytest.mark.parametrize("sql", [SQL, AGG], ids=["join", "aggregate"])
+def test_a_key_past_the_small_bucket_bound_and_back_equals_duckdb(sql: str,
+                                                                  native: bool) -> None:
+    """One join value's S rows grow one at a time to SMALL_BUCKET + 3 (a list, then a
+    set; a second copy of one makes the first index's bucket a dict) and shrink to
+    none; R's copies change between (every S row of the value is walked again), and T's:
+    DuckDB's answer after every epoch, compiled and interpreted."""
+    from core.records import EPOCH_END, Update
+
+    n = SMALL_BUCKET + 3
+    bs = [f"b{i}" for i in range(n)]
+    records: list[Any] = [Update("+", "R", (1,)), Update("+", "R", (1,))]
+    for i, b in enumerate(bs):
+        records += [Update("+", "S", (1, b)), Update("+", "T", (b, i % 3))]
+        if i in (SMALL_BUCKET - 1, SMALL_BUCKET, SMALL_BUCKET + 1):
+            records.append(EPOCH_END)
+    # (R's copies change: every S row of the key is walked again, from its bucket)
+    records += [Update("+", "R", (1,)), EPOCH_END, Update("-", "R", (1,), 2), EPOCH_END,
+                Update("+", "S", (1, bs[5])), EPOCH_END, Update("-", "T", (bs[2], 2)),
+                Update("+", "R", (1,)), EPOCH_END]
+    for i, b in enumerate(reversed(bs)):
+        records.append(Update("-", "S", (1, b), 2 if b == bs[5] else 1))
+        if i % 7 == 0:
+            records.append(EPOCH_END)
+    records.append(EPOCH_END)
+    check_stream(compile_query(sql).maintain(native=native), sql, records)
 
 
 SHARED_DDL = "CREATE TABLE R(a INT, c INT); CREATE TABLE S(a INT, b TEXT);\n"
