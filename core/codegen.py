@@ -63,12 +63,16 @@ def define(source: str, filename: str, env: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- emitter: source fragments the generators repeat ------------------------------------
-SMALL_BUCKET = 32
-"""A set bucket of 2 to this many elements is a list: a list of 4 costs 88 bytes in
+SMALL_BUCKET = 64
+"""A set bucket of 2 to this many elements is a list: a list of 4 costs 96 bytes in
 CPython, a set of 4 216, and a list of 30 some 300 where a set of 30 takes 1,240 (a
-part's 30 lineitems in TPC-H Q9's index by part). Beyond it a set: an element test in
-a list is a scan, at most this many comparisons of packed rows (a few hundred
-nanoseconds). A set that shrinks to half of it is a list again."""
+part's 30 lineitems in TPC-H Q9's index by part, a third of which had more than 32,
+a dict of 1,100 bytes or more each at the bound of 32 before). Beyond it a set: an
+element test in a list is a scan, at most this many comparisons of packed rows (a few
+hundred nanoseconds). A set that shrinks to half of it is a list again. A list grows
+by a copy one longer, not by ``append``: an appended list keeps room for more (a list
+of 3 to 8 elements has room for 8), an exact one none (a list of 4 rows 96 bytes, not
+128)."""
 
 
 def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
@@ -90,8 +94,8 @@ def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
         seen(k)
     elif isinstance(b, list):
         if t not in b:
-            if len(b) < 32:
-                b.append(t)
+            if len(b) < 64:
+                index[k] = b + [t]
             else:
                 index[k] = {*b, t}
     elif isinstance(b, set):
@@ -105,7 +109,8 @@ def set_add(indent: str, table: str, key: str, var: str, elem: str = "t",
             f"else {{{elem}}}",
             *(inner + ln for ln in on_new),
             f"{indent}elif isinstance({var}, list):", f"{inner}if {elem} not in {var}:",
-            f"{inner}    if len({var}) < {SMALL_BUCKET}:", f"{inner}        {var}.append({elem})",
+            f"{inner}    if len({var}) < {SMALL_BUCKET}:",
+            f"{inner}        {table}[{key}] = {var} + [{elem}]",
             f"{inner}    else:", f"{inner}        {table}[{key}] = {{*{var}, {elem}}}",
             f"{indent}elif isinstance({var}, set):", f"{inner}{var}.add({elem})",
             f"{indent}elif {var} != {elem}:", f"{inner}{table}[{key}] = [{var}, {elem}]"]
@@ -134,7 +139,7 @@ def set_discard(indent: str, table: str, key: str, var: str, elem: str = "t",
             b_one = next(iter(b))
             if b_one is not None:
                 index[k] = b_one
-        elif len(b) <= 16:
+        elif len(b) <= 32:
             index[k] = list(b)
     else:
         del index[k]

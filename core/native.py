@@ -466,11 +466,12 @@ def native_maps(on_compile: Callable[[], None] | None = None) -> ModuleType:
 
 
 ROWS_PYX = Path(__file__).with_name("native_rows.pyx")
-"""Join-node tuples packed in native fields (``PackedRow2`` ... ``PackedRow8``,
+"""Join-node tuples packed in native fields (``PackedRow1`` ... ``PackedRow8``,
 ``packer``), a Cython file shipped with the package and built alone by
 :func:`native_rows`, its row class once per size of :data:`ROW_SIZES`."""
-ROW_SIZES = (2, 4, 6, 8)
-"""The numbers of fields of the packed row classes (48, 64, 80 and 112 bytes a row)."""
+ROW_SIZES = (1, 3, 5, 7, 8)
+"""The numbers of fields of the packed row classes (32, 48, 64, 80 and 96 bytes a row:
+the most values each allocator size class holds)."""
 
 
 def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
@@ -481,8 +482,8 @@ def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
     ...     row = native_rows().packer(True)((600000, Decimal("23721.9360"), "x"))
     ...     print(type(row).__name__, row[1], row == (600000, Decimal("23721.9360"), "x"))
     ... else:
-    ...     print("PackedRow4 23721.9360 True")
-    PackedRow4 23721.9360 True
+    ...     print("PackedRow3 23721.9360 True")
+    PackedRow3 23721.9360 True
     """
     head, rest = ROWS_PYX.read_text().split("# --- row class ---\n")
     block, tail = rest.split("# --- end row class ---\n")

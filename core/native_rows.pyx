@@ -3,16 +3,20 @@
 # Cython version, and cached like the generated modules.
 #
 # A row of n values (1 to 8) is one object of the smallest class that holds n:
-# PackedRow2 (48 bytes), PackedRow4 (64), PackedRow6 (80), PackedRow8 (112). As Python
+# PackedRow1 (32 bytes), PackedRow3 (48), PackedRow5 (64), PackedRow7 (80), PackedRow8
+# (96): each the most values an allocator size class holds (a class's object is 16
+# bytes of header, 9 bytes a value and one for the count, rounded up to 16). As Python
 # objects a tuple of n is 40 + 8n bytes and each of its values apart: an int above 256
 # is 28 bytes, a DECIMAL 104 (a 5-column lineitem tuple of Q9 with its values: about
-# 270 bytes; here 80). A 64-bit int and a DECIMAL whose coefficient has at most 18
+# 270 bytes; here 64). A 64-bit int and a DECIMAL whose coefficient has at most 18
 # digits are stored in the row (8 bytes and a tag: the DECIMAL's exponent); anything
 # else (a text, a date, None, a bigger number) as a reference to the value, which the
 # parser shares between rows. Reading a field makes the Python value again (an int; a
 # Decimal with the same coefficient and exponent: equal, and printed the same). A row
 # hashes as the tuple of its values does and equals that tuple, so a plain tuple finds
-# a packed row in a dict and the other way round.
+# a packed row in a dict and the other way round. The hash is not stored (it was 8
+# bytes a row, 80 -> 64 for Q9's lineitem): a dict or set keeps its keys' hashes, so a
+# row is hashed only when it is the probe, from its fields in C (_fields_hash).
 #
 # The classes differ only in their number of fields: the text between the markers
 # below is written once per size by core/native.py (native_rows), with ROW_CLASS and
@@ -92,6 +96,9 @@ cdef inline int64_t _store(object v, bint decimals, unsigned char *tag) except? 
     return <int64_t><intptr_t><PyObject *>v
 
 
+cdef bint _HASHES_AGREE = False  # (set when the module has loaded: _hashes_agree)
+
+
 # --- row class ---
 cdef class ROW_CLASS
 
@@ -105,7 +112,6 @@ cdef tuple _values_ROW_CLASS(ROW_CLASS r):
 cdef class ROW_CLASS:
     """A row of 1 to ROW_FIELDS values packed in native fields (see the module comment)."""
 
-    cdef Py_hash_t h
     cdef int64_t vals[ROW_FIELDS]
     cdef unsigned char tags[ROW_FIELDS]
     cdef unsigned char n
@@ -114,7 +120,6 @@ cdef class ROW_CLASS:
         cdef Py_ssize_t i, n = len(t)
         if n < 1 or n > ROW_FIELDS:
             raise ValueError(f"a ROW_CLASS holds 1 to ROW_FIELDS values, not {n}")
-        self.h = hash(t)
         for i in range(n):
             self.vals[i] = _store(t[i], decimals, &self.tags[i])
             self.n = <unsigned char>(i + 1)  # (what __dealloc__ releases, if this fails)
@@ -143,7 +148,9 @@ cdef class ROW_CLASS:
         return iter(_values_ROW_CLASS(self))
 
     def __hash__(self):
-        return self.h
+        if _HASHES_AGREE:
+            return _fields_hash(self.vals, self.tags, self.n)
+        return hash(_values_ROW_CLASS(self))
 
     def __richcmp__(self, other, int op):
         cdef ROW_CLASS o
@@ -151,7 +158,7 @@ cdef class ROW_CLASS:
         if op == 2 or op == 3:  # == / !=
             if type(other) is ROW_CLASS:
                 o = <ROW_CLASS>other
-                if o.h != self.h or o.n != self.n:
+                if o.n != self.n:
                     return op == 3
                 for i in range(self.n):
                     if self.tags[i] == o.tags[i] and self.tags[i] != T_OBJ:
@@ -197,7 +204,7 @@ cdef class ROW_CLASS:
 # --- end row class ---
 
 
-PACKED_TYPES = (PackedRow2, PackedRow4, PackedRow6, PackedRow8)
+PACKED_TYPES = (PackedRow1, PackedRow3, PackedRow5, PackedRow7, PackedRow8)
 
 
 def _unpickle(tuple t, bint decimals):
@@ -213,12 +220,14 @@ cpdef object pack_row(object t, bint decimals):
     n = len(<tuple>t)
     if n == 0 or n > 8:
         return t
-    if n <= 2:
-        return PackedRow2(t, decimals)
-    if n <= 4:
-        return PackedRow4(t, decimals)
-    if n <= 6:
-        return PackedRow6(t, decimals)
+    if n == 1:
+        return PackedRow1(t, decimals)
+    if n <= 3:
+        return PackedRow3(t, decimals)
+    if n <= 5:
+        return PackedRow5(t, decimals)
+    if n <= 7:
+        return PackedRow7(t, decimals)
     return PackedRow8(t, decimals)
 
 
@@ -227,7 +236,7 @@ def packer(bint decimals):
 
     >>> pack = packer(False)
     >>> type(pack((1, 2, 3))).__name__, pack(None), pack(tuple(range(9)))[8]
-    ('PackedRow4', None, 8)
+    ('PackedRow3', None, 8)
     """
     def pack(t):
         return pack_row(t, decimals)
@@ -317,12 +326,14 @@ cdef bint _copy_packed(object row, int n, int64_t *vals, unsigned char *tags):
     cdef int64_t *src
     cdef unsigned char *src_tags
     cdef int f
-    if type(row) is PackedRow2 and (<PackedRow2>row).n == n:
-        src, src_tags = (<PackedRow2>row).vals, (<PackedRow2>row).tags
-    elif type(row) is PackedRow4 and (<PackedRow4>row).n == n:
-        src, src_tags = (<PackedRow4>row).vals, (<PackedRow4>row).tags
-    elif type(row) is PackedRow6 and (<PackedRow6>row).n == n:
-        src, src_tags = (<PackedRow6>row).vals, (<PackedRow6>row).tags
+    if type(row) is PackedRow1 and (<PackedRow1>row).n == n:
+        src, src_tags = (<PackedRow1>row).vals, (<PackedRow1>row).tags
+    elif type(row) is PackedRow3 and (<PackedRow3>row).n == n:
+        src, src_tags = (<PackedRow3>row).vals, (<PackedRow3>row).tags
+    elif type(row) is PackedRow5 and (<PackedRow5>row).n == n:
+        src, src_tags = (<PackedRow5>row).vals, (<PackedRow5>row).tags
+    elif type(row) is PackedRow7 and (<PackedRow7>row).n == n:
+        src, src_tags = (<PackedRow7>row).vals, (<PackedRow7>row).tags
     elif type(row) is PackedRow8 and (<PackedRow8>row).n == n:
         src, src_tags = (<PackedRow8>row).vals, (<PackedRow8>row).tags
     else:
@@ -418,7 +429,6 @@ cdef Py_hash_t _fields_hash(int64_t *vals, unsigned char *tags, int n) except -1
     return <Py_hash_t>acc
 
 
-cdef bint _HASHES_AGREE = False  # (set when the module has loaded: _hashes_agree)
 
 
 cdef bint _hashes_agree():

@@ -285,7 +285,8 @@ class JoinNode:
         # nodes go live (lower nodes keep no live index).
         self.index.append(NO_MAP if self.generalized or whole  # type: ignore[arg-type]
                           else self.index[shared] if shared is not None
-                          else self.state.map(f"{self.name}.index.{child.name}"))
+                          else self._index_map(f"{self.name}.index.{child.name}",
+                                               len(key_attrs)))
         # (a child sharing an index reads it as the earlier child does: a whole-tuple
         # index has nothing stored to read)
         self.index_read.append(
@@ -295,6 +296,19 @@ class JoinNode:
         self.live_index.append(self.state.map(f"{self.name}.live.{child.name}") if self.top
                                else NO_MAP)  # type: ignore[arg-type]
         self.live_read.append(read_only_get(self.live_index[-1]))
+
+    def _index_map(self, name: str, nkey: int) -> MutableMapping[Any, Any]:
+        """The state's map ``name`` of a child's key (``nkey`` values) -> the bucket of
+        this node's tuples with it: where the state makes field maps, a native one,
+        the key in fields and the bucket by reference (a dict entry with its key's
+        objects was about 70 bytes for an int key, 85 for two, a slot is 24 and 32:
+        TPC-H Q9's lineitems by order and by (part, supplier), 9 bytes per base tuple
+        at SF 1). Not for tuples of one value, which a field map of one value field
+        would keep inline and read back as another object."""
+        if (1 <= nkey <= 8 and len(self.attrs) >= 2 and not self.scalar
+                and self.state.field_map_factory() is not None):
+            return self.state.field_map(name, nkey, 1)
+        return self.state.map(name)
 
     def finish(self) -> None:
         self.nchildren = len(self.children)

@@ -270,7 +270,7 @@ def bucket_put_lines(indent: str, table: str, key: str, b: str,
     bucket was ``b`` (read before, holding ``t`` ``old`` times); a new bucket under
     ``stored_key`` (:func:`operators.nodemaps.stored_key_expr`), when given. Tuples of
     multiplicity 1 stay a list up to :data:`~core.codegen.SMALL_BUCKET` of them (a
-    dict of 2 to 5 costs 184-232 bytes, a list of 4 88); a multiplicity above 1, or
+    dict of 2 to 5 costs 184-232 bytes, a list of 4 96); a multiplicity above 1, or
     one tuple more, makes the bucket a dict.
 
     >>> print("\\n".join(bucket_put_lines("", "index", "k", "b")))
@@ -279,8 +279,8 @@ def bucket_put_lines(indent: str, table: str, key: str, b: str,
     elif b is None:
         index[k] = t if new == 1 and t is not None else {t: new}
     elif isinstance(b, list):
-        if new == 1 and len(b) < 32:
-            b.append(t)
+        if new == 1 and len(b) < 64:
+            index[k] = b + [t]
         else:
             index[k] = {**dict.fromkeys(b, 1), t: new}
     elif old:
@@ -296,7 +296,8 @@ def bucket_put_lines(indent: str, table: str, key: str, b: str,
             f"{i2}{table}[{stored_key or key}] = t if new == 1 and t is not None "
             "else {t: new}",
             f"{indent}elif isinstance({b}, list):",
-            f"{i2}if new == 1 and len({b}) < {SMALL_BUCKET}:", f"{i2}    {b}.append(t)",
+            f"{i2}if new == 1 and len({b}) < {SMALL_BUCKET}:",
+            f"{i2}    {table}[{key}] = {b} + [t]",
             f"{i2}else:", f"{i2}    {table}[{key}] = {{**dict.fromkeys({b}, 1), t: new}}",
             f"{indent}elif old:", f"{i2}{table}[{key}] = {{t: new}}",
             f"{indent}elif new == 1:", f"{i2}{table}[{key}] = [{b}, t]",

@@ -10,9 +10,9 @@ bucket holds the multiplicities. Most keys hold one tuple (an order's key, a par
 and a one-element set costs 216 bytes in CPython, a one-item dict 184-232, the tuple
 itself a pointer: so a bucket of one tuple (of multiplicity 1, in a dict bucket) is the
 tuple itself, stored bare, and a container only from the second on (or a multiplicity
-above 1). A set bucket of 2 to 32 tuples is a list (88 bytes for 4, where a set costs
+above 1). A set bucket of 2 to 64 tuples is a list (96 bytes for 4, where a set costs
 216; about 300 for 30, where a set costs 1,240: :data:`core.codegen.SMALL_BUCKET`), and
-so is a dict bucket of 2 to 32 tuples of multiplicity 1 (a dict of 2 costs 184 bytes; a
+so is a dict bucket of 2 to 64 tuples of multiplicity 1 (a dict of 2 costs 184 bytes; a
 multiplicity above 1 makes it a dict). A tuple is never a list, set or dict, so they
 read apart; an absent key reads None, and a bare member is never None (a NULL tuple
 of a one-variable node is kept in a container). :func:`members`, :func:`counted` and

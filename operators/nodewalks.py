@@ -22,8 +22,8 @@ Example (a root over (a, b), no parent: its tuples are live as they enter V_s):
             proj_0[k] = t if t is not None else {t}
         elif isinstance(group, list):
             if t not in group:
-                if len(group) < 32:
-                    group.append(t)
+                if len(group) < 64:
+                    proj_0[k] = group + [t]
                 else:
                     proj_0[k] = {*group, t}
         elif isinstance(group, set):
@@ -45,7 +45,7 @@ Example (a root over (a, b), no parent: its tuples are live as they enter V_s):
                 group_one = next(iter(group))
                 if group_one is not None:
                     proj_0[k] = group_one
-            elif len(group) <= 16:
+            elif len(group) <= 32:
                 proj_0[k] = list(group)
         else:
             del proj_0[k]

@@ -10,6 +10,7 @@ after every epoch, on the interpreted and the compiled build.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,13 @@ from operators.nodemaps import CONTAINERS, count_in, counted, members
 MEMBERS = st.sampled_from([None, 0, "", 1, (1, 2), (1, None), ("", 0),
                            *range(2, SMALL_BUCKET + 6)])
 """More members than a list bucket holds, falsy ones and None among them."""
+
+
+def _assert_no_spare_room(bucket: Any) -> None:
+    """A list bucket that just grew holds no room for more (an appended list of 3 to 8
+    has room for 8: 32 bytes more for 4 rows): its size is an exact list's."""
+    if isinstance(bucket, list):
+        assert sys.getsizeof(bucket) == sys.getsizeof([None] * len(bucket)), len(bucket)
 
 
 def _bucket_ops() -> tuple[Callable[[Any, Any], None], Callable[[Any, Any], None], dict[Any, Any]]:
@@ -47,6 +55,7 @@ def test_set_buckets_hold_their_members_exactly(ops: list[tuple[bool, int, Any]]
         if is_add and member not in have:
             add(key, member)
             have.add(member)
+            _assert_no_spare_room(table[key])
         elif not is_add and member in have:
             discard(key, member)
             have.discard(member)
@@ -102,6 +111,8 @@ def test_dict_buckets_hold_their_multiplicities_exactly(
         if have.get(member, 0) + dm < 0:
             continue
         change(key, member, dm)
+        if dm > 0:
+            _assert_no_spare_room(table[key])
         have[member] = have.get(member, 0) + dm
         if not have[member]:
             del have[member]

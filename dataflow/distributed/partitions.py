@@ -222,7 +222,7 @@ class WorkerPlan:
         >>> a.layout_stamp() == WorkerPlan.of(q, 4).layout_stamp()
         False
         >>> a.layout_stamp()[:9]
-        'layout21-'
+        'layout22-'
         """
         fields = repr((self.digest, self.rates, self.parallelism, self.eps,
                        self.partitioning) + (("trust-deletes",) if self.trust_deletes else ()))
@@ -243,7 +243,7 @@ class WorkerPlan:
 
 _MAP_NAMES: dict[WorkerPlan, list[str]] = {}
 
-STATE_LAYOUT = 21
+STATE_LAYOUT = 22
 """Version of what the engines' maps hold in the runners' keyed state, and of the jobs'
 stateful operators. Bump it whenever that changes (2: absorbed lower nodes, key leaves,
 one-child counters; 3: no ``.live`` maps, V_l derived; 4: no counters on one-child
@@ -270,7 +270,9 @@ node stores counters, a generalized node's read from its children too; 20: an el
 of a value stored per element, and a nested tuple key, store their value alone under
 key text that reads back, :func:`~operators.writeback.encode_entry`; 21: a GHD's CROWN
 leaves over delta-join and triangle bags keep payload sums, not the bag's tuples,
-:class:`~dataflow.engines.ghd.GhdEngine`), so that a checkpoint of another layout fails
+:class:`~dataflow.engines.ghd.GhdEngine`; 22: a finalizer that reaggregates keeps only
+its final groups, not the engine's groups' payloads:
+:class:`~operators.finalize.OutputFinalizer`), so that a checkpoint of another layout fails
 loud instead of being read wrongly."""
 
 
