@@ -56,6 +56,7 @@ import builtins
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -485,12 +486,35 @@ def native_rows(on_compile: Callable[[], None] | None = None) -> ModuleType:
     ...     print("PackedRow3 23721.9360 True")
     PackedRow3 23721.9360 True
     """
-    head, rest = ROWS_PYX.read_text().split("# --- row class ---\n")
-    block, tail = rest.split("# --- end row class ---\n")
-    classes = [block.replace("ROW_CLASS", f"PackedRow{n}").replace("ROW_FIELDS", str(n))
-               for n in ROW_SIZES]
-    module, _seconds = _build(head + "\n\n".join(classes) + tail, on_compile)
+    module, _seconds = _build(rows_source(ROWS_PYX.read_text()), on_compile)
     return module
+
+
+def rows_source(template: str, sizes: tuple[int, ...] = ROW_SIZES) -> str:
+    """``native_rows.pyx``'s text with each section between ``# --- per size ---`` and
+    ``# --- end per size ---`` written once per size (smallest first), ``ROW_CLASS`` and
+    ``ROW_FIELDS`` replaced, and ``ROW_CLASSES`` (the classes) and ``ROW_MAX`` (the
+    largest size) replaced everywhere.
+
+    >>> print(rows_source("# --- per size ---\\nif n <= ROW_FIELDS: return ROW_CLASS\\n"
+    ...                   "# --- end per size ---\\nkinds = (ROW_CLASSES,)  # ROW_MAX\\n",
+    ...                   (1, 3)), end="")
+    if n <= 1: return PackedRow1
+    if n <= 3: return PackedRow3
+    kinds = (PackedRow1, PackedRow3,)  # 3
+    """
+    text = (template.replace("ROW_CLASSES", ", ".join(f"PackedRow{n}" for n in sizes))
+            .replace("ROW_MAX", str(max(sizes))))
+    if text.count("# --- per size ---") != text.count("# --- end per size ---"):
+        msg = f"{ROWS_PYX.name}: a '# --- per size ---' section without its end marker"
+        raise ValueError(msg)
+    return _PER_SIZE.sub(lambda m: "".join(
+        m[1].replace("ROW_CLASS", f"PackedRow{n}").replace("ROW_FIELDS", str(n))
+        for n in sizes), text)
+
+
+_PER_SIZE = re.compile(r"^[ \t]*# --- per size ---\n(.*?)^[ \t]*# --- end per size ---\n",
+                       re.MULTILINE | re.DOTALL)
 
 
 PARSE_PYX = Path(__file__).with_name("native_parse.pyx")

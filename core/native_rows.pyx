@@ -18,9 +18,10 @@
 # bytes a row, 80 -> 64 for Q9's lineitem): a dict or set keeps its keys' hashes, so a
 # row is hashed only when it is the probe, from its fields in C (_fields_hash).
 #
-# The classes differ only in their number of fields: the text between the markers
-# below is written once per size by core/native.py (native_rows), with ROW_CLASS and
-# ROW_FIELDS replaced.
+# The classes differ only in their number of fields: the text between each pair of
+# "per size" markers below is written once per size by core/native.py (native_rows),
+# smallest first, with ROW_CLASS and ROW_FIELDS replaced; ROW_CLASSES is the list of
+# the classes and ROW_MAX the largest size.
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, intptr_t, uint32_t
@@ -99,7 +100,7 @@ cdef inline int64_t _store(object v, bint decimals, unsigned char *tag) except? 
 cdef bint _HASHES_AGREE = False  # (set when the module has loaded: _hashes_agree)
 
 
-# --- row class ---
+# --- per size ---
 cdef class ROW_CLASS
 
 
@@ -201,10 +202,10 @@ cdef class ROW_CLASS:
             if self.tags[i] < T_OBJ:
                 decimals = True
         return (_unpickle, (_values_ROW_CLASS(self), decimals))
-# --- end row class ---
+# --- end per size ---
 
 
-PACKED_TYPES = (PackedRow1, PackedRow3, PackedRow5, PackedRow7, PackedRow8)
+PACKED_TYPES = (ROW_CLASSES,)
 
 
 def _unpickle(tuple t, bint decimals):
@@ -213,22 +214,18 @@ def _unpickle(tuple t, bint decimals):
 
 cpdef object pack_row(object t, bint decimals):
     """``t`` as a packed row of the smallest class that holds it, when it is a tuple of
-    1 to 8 values (its DECIMALs in native fields when ``decimals``); else ``t``."""
+    1 to ROW_MAX values (its DECIMALs in native fields when ``decimals``); else ``t``."""
     cdef Py_ssize_t n
     if type(t) is not tuple:
         return t
     n = len(<tuple>t)
-    if n == 0 or n > 8:
+    if n == 0 or n > ROW_MAX:
         return t
-    if n == 1:
-        return PackedRow1(t, decimals)
-    if n <= 3:
-        return PackedRow3(t, decimals)
-    if n <= 5:
-        return PackedRow5(t, decimals)
-    if n <= 7:
-        return PackedRow7(t, decimals)
-    return PackedRow8(t, decimals)
+    # --- per size ---
+    if n <= ROW_FIELDS:
+        return ROW_CLASS(t, decimals)
+    # --- end per size ---
+    return t  # (not reached: the last size is the largest)
 
 
 def packer(bint decimals):
@@ -323,20 +320,14 @@ cdef void _release_all(int64_t *vals, unsigned char *tags, int n) noexcept:
 cdef bint _copy_packed(object row, int n, int64_t *vals, unsigned char *tags):
     """A packed row of ``n`` values: its fields into ``vals`` and ``tags`` (references
     taken), True; anything else: False, nothing written."""
-    cdef int64_t *src
-    cdef unsigned char *src_tags
+    cdef int64_t *src = NULL
+    cdef unsigned char *src_tags = NULL
     cdef int f
-    if type(row) is PackedRow1 and (<PackedRow1>row).n == n:
-        src, src_tags = (<PackedRow1>row).vals, (<PackedRow1>row).tags
-    elif type(row) is PackedRow3 and (<PackedRow3>row).n == n:
-        src, src_tags = (<PackedRow3>row).vals, (<PackedRow3>row).tags
-    elif type(row) is PackedRow5 and (<PackedRow5>row).n == n:
-        src, src_tags = (<PackedRow5>row).vals, (<PackedRow5>row).tags
-    elif type(row) is PackedRow7 and (<PackedRow7>row).n == n:
-        src, src_tags = (<PackedRow7>row).vals, (<PackedRow7>row).tags
-    elif type(row) is PackedRow8 and (<PackedRow8>row).n == n:
-        src, src_tags = (<PackedRow8>row).vals, (<PackedRow8>row).tags
-    else:
+    # --- per size ---
+    if type(row) is ROW_CLASS and (<ROW_CLASS>row).n == n:
+        src, src_tags = (<ROW_CLASS>row).vals, (<ROW_CLASS>row).tags
+    # --- end per size ---
+    if src == NULL:
         return False
     for f in range(n):
         vals[f] = src[f]
@@ -427,8 +418,6 @@ cdef Py_hash_t _fields_hash(int64_t *vals, unsigned char *tags, int n) except -1
     if acc == <unsigned long long>-1:
         return 1546275796
     return <Py_hash_t>acc
-
-
 
 
 cdef bint _hashes_agree():

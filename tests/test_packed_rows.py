@@ -210,13 +210,17 @@ def _key_streams(draw: Any) -> list[Any]:
     return bag_stream(draw, "DBBAAC", _key_row, epochs=5, per_epoch=16)
 
 
-def _stored_items(view: Any) -> list[tuple[Any, Any]]:
-    """Every entry of every map of the engine's join nodes."""
+def _node_maps(view: Any) -> list[Any]:
+    """Every map of the engine's join nodes."""
     engine = view.engines[0]
     crown = getattr(engine, "crown", engine)
-    maps = [m for node in crown.nodes
+    return [m for node in crown.nodes
             for m in (node.proj, node.base, *node.index, *node.live_index)]
-    return [kv for m in maps if isinstance(m, dict) for kv in m.items()]
+
+
+def _stored_items(view: Any) -> list[tuple[Any, Any]]:
+    """Every entry of every dict map of the engine's join nodes."""
+    return [kv for m in _node_maps(view) if isinstance(m, dict) for kv in m.items()]
 
 
 @settings(max_examples=30, deadline=None)
@@ -226,6 +230,13 @@ def test_keys_of_several_values_are_stored_packed(records: list[Any]) -> None:
     check_stream(view, KEY_SQL, records)
     keys = [k for k, _bucket in _stored_items(view)]
     assert not [k for k in keys if type(k) is tuple and len(k) > 1], keys
+    # The indexes are field maps: a key in native fields (not an object), each bucket
+    # a stored row or a list or set of them, packed, never a tuple.
+    field_maps = [m for m in _node_maps(view) if type(m).__name__ == "FieldMap"]
+    assert field_maps, [type(m).__name__ for m in _node_maps(view)]
+    members = [r for m in field_maps for _k, b in m.items()
+               for r in (b if isinstance(b, (list, set, frozenset)) else (b,))]
+    assert not [r for r in members if type(r) is tuple], members
 
 
 def test_a_key_that_is_the_whole_tuple_is_the_stored_tuple() -> None:
