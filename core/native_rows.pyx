@@ -320,15 +320,19 @@ cdef void _release_all(int64_t *vals, unsigned char *tags, int n) noexcept:
 cdef bint _copy_packed(object row, int n, int64_t *vals, unsigned char *tags):
     """A packed row of ``n`` values: its fields into ``vals`` and ``tags`` (references
     taken), True; anything else: False, nothing written."""
-    cdef int64_t *src = NULL
-    cdef unsigned char *src_tags = NULL
-    cdef int f
+    # (the first class that matches returns: no type test after it, as an elif chain)
     # --- per size ---
-    if type(row) is ROW_CLASS and (<ROW_CLASS>row).n == n:
-        src, src_tags = (<ROW_CLASS>row).vals, (<ROW_CLASS>row).tags
+    if type(row) is ROW_CLASS:
+        return (<ROW_CLASS>row).n == n and _copy_fields(
+            (<ROW_CLASS>row).vals, (<ROW_CLASS>row).tags, n, vals, tags)
     # --- end per size ---
-    if src == NULL:
-        return False
+    return False
+
+
+cdef inline bint _copy_fields(int64_t *src, unsigned char *src_tags, int n,
+                              int64_t *vals, unsigned char *tags):
+    """``n`` stored fields copied (references taken); True."""
+    cdef int f
     for f in range(n):
         vals[f] = src[f]
         tags[f] = src_tags[f]

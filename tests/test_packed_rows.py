@@ -21,6 +21,7 @@ from oracle import bag_stream, check_stream
 from core.native import native_available, native_rows
 from core.records import Update
 from dataflow.api import compile_query
+from operators.nodemaps import members
 
 pytestmark = pytest.mark.skipif(native_available() is not None,
                                 reason=f"no native build: {native_available()}")
@@ -234,9 +235,8 @@ def test_keys_of_several_values_are_stored_packed(records: list[Any]) -> None:
     # a stored row or a list or set of them, packed, never a tuple.
     field_maps = [m for m in _node_maps(view) if type(m).__name__ == "FieldMap"]
     assert field_maps, [type(m).__name__ for m in _node_maps(view)]
-    members = [r for m in field_maps for _k, b in m.items()
-               for r in (b if isinstance(b, (list, set, frozenset)) else (b,))]
-    assert not [r for r in members if type(r) is tuple], members
+    stored = [r for m in field_maps for _k, b in m.items() for r in members(b)]
+    assert not [r for r in stored if type(r) is tuple], stored
 
 
 def test_a_key_that_is_the_whole_tuple_is_the_stored_tuple() -> None:
